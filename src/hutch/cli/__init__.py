@@ -1,0 +1,77 @@
+"""The ``hutch`` command line. Thin: parse, one client call, render."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from hutch import __version__
+from hutch.cli.common import EXIT_HUTCH, EXIT_USAGE, Ctx, emit, fail
+from hutch.cli.files import ls, read, write
+from hutch.cli.run import exec_, run
+from hutch.cli.sandbox import create, destroy, get, list_
+from hutch.cli.system import daemon, doctor, serve
+from hutch.errors import HutchError
+
+RUN_COMMANDS = ("run", "exec")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="hutch")
+@click.option("--home", envvar="HUTCH_HOME", metavar="DIR", help="State directory (default: per-user; env HUTCH_HOME).")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """hutch: run commands in isolated sandboxes.
+
+    \b
+    Quick start:
+      hutch run -- python3 -c "print('hi')"     one command in a fresh sandbox
+      SBX=$(hutch create --memory 512M)          a sandbox that stays
+      hutch exec $SBX -- ls -la                  run in it (exit code passes through)
+      hutch destroy $SBX
+
+    Every command takes --json. See hutch doctor when something does not work.
+    """
+    obj = ctx.ensure_object(Ctx)
+    if home:
+        obj.settings_flags["home"] = home
+
+
+for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve):
+    cli.add_command(command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    as_json = "--json" in args
+    obj = Ctx()
+    try:
+        cli.main(args=args, prog_name="hutch", standalone_mode=False, obj=obj)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return EXIT_USAGE
+    except click.UsageError as exc:
+        if as_json:
+            emit({"error": {"kind": "invalid", "message": exc.format_message(), "hint": "see hutch --help"}})
+        else:
+            exc.show()
+        return EXIT_USAGE
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except HutchError as exc:
+        is_run = bool(args) and any(a in RUN_COMMANDS for a in args[:3])
+        try:
+            fail(exc, obj.json or as_json, EXIT_HUTCH if is_run else 1)
+        except SystemExit as done:
+            return int(done.code or 0)
+    except SystemExit as exc:
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    return 0

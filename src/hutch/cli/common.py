@@ -1,0 +1,95 @@
+"""Shared CLI plumbing: --json, rendering, the error/exit-code contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from hutch.client import Client
+from hutch.config import Settings
+from hutch.errors import HutchError, InvalidError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Exit codes (DESIGN.md): workload code passes through for run/exec.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+EXIT_HUTCH = 125
+
+
+class Ctx:
+    def __init__(self) -> None:
+        self.json = False
+        self._client: Client | None = None
+        self.settings_flags: dict[str, Any] = {}
+
+    @property
+    def settings(self) -> Settings:
+        return self.client.settings
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(Settings.load(**self.settings_flags))
+        return self._client
+
+
+def json_option(f: F) -> F:
+    def set_json(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
+        if value:
+            ctx.ensure_object(Ctx).json = True
+        return value
+
+    return click.option(
+        "--json",
+        "json_",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=set_json,
+        help='Print one JSON document on stdout (errors as {"error": {...}}).',
+    )(f)
+
+
+def emit(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=None if not sys.stdout.isatty() else 2, default=str))
+
+
+def fail(exc: HutchError, as_json: bool, code: int = EXIT_FAILED) -> None:
+    if as_json:
+        emit(exc.to_dict())
+    else:
+        click.secho(f"hutch: {exc.kind}: {exc.message}", fg="red", err=True)
+        if exc.hint:
+            click.echo(f"hint: {exc.hint}", err=True)
+    raise SystemExit(code)
+
+
+def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> dict[str, str]:
+    """``K=V`` pairs; with ``from_env``, a bare ``K`` takes its value from the environment."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
+        if not sep:
+            if not from_env:
+                raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
+            if key not in os.environ:
+                raise InvalidError(f"--env {key}: not set in this environment", hint=f"export {key}, or pass {key}=VALUE")
+            value = os.environ[key]
+        out[key] = value
+    return out
+
+
+def table(rows: list[list[str]], headers: list[str]) -> None:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -1,0 +1,249 @@
+"""The HTTP client of the hutch API, used by the CLI, the SDK and the MCP server.
+
+Speaks JSON over the daemon's unix socket (starting the daemon on demand) or over TCP
+to a gateway. Returns plain dicts: the edges never import the Service or providers.
+"""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import json
+import socket
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+from hutch.config import Settings
+from hutch.errors import HutchError, InternalError, UnavailableError
+from hutch.server.launcher import ensure_daemon
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_RESPONSE = 256 << 20
+
+
+class Response:
+    """The part of an HTTP response the client needs."""
+
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def _raise_for(resp: Response | httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except (json.JSONDecodeError, ValueError):
+        text = resp.content[:200].decode(errors="replace")
+        raise InternalError(f"daemon answered HTTP {resp.status_code}: {text}", hint="see hutch daemon logs") from None
+    raise HutchError.from_dict(body)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("hutch", timeout=None)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10.0)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        sock.settimeout(None)
+        self.sock = sock
+
+
+def _path(ref: str) -> str:
+    return "/v1/sandboxes/" + quote(ref, safe="")
+
+
+class _Base:
+    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
+        self.settings = settings or Settings.load()
+        self.autostart = autostart
+
+    def _unavailable(self, exc: Exception) -> UnavailableError:
+        return UnavailableError(
+            f"cannot reach the hutch daemon at {self.settings.socket_path}: {exc}",
+            hint="start it with hutch serve, or check hutch daemon status and hutch daemon logs",
+        )
+
+
+class Client(_Base):
+    """Synchronous client over the daemon's unix socket.
+
+    Built on the standard library's http.client: importing httpx costs about 115 ms,
+    which alone would exceed the CLI's latency budget. The async client uses httpx.
+    """
+
+    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
+        super().__init__(settings, autostart)
+        self._conn: _UnixConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
+        if self._conn is None:
+            self._conn = _UnixConnection(str(self.settings.socket_path))
+        conn = self._conn
+        try:
+            conn.request(method, url, body=body, headers=headers)
+            raw = conn.getresponse()
+            content = raw.read(MAX_RESPONSE + 1)
+        except BaseException:
+            self.close()
+            raise
+        if len(content) > MAX_RESPONSE:
+            self.close()
+            raise InternalError("response from the daemon is larger than 256 MiB")
+        return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
+
+    def request(
+        self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None, content: bytes | None = None
+    ) -> Response:
+        if params:
+            url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+        headers = {}
+        body = content
+        if json is not None:
+            body = _dumps(json)
+            headers["content-type"] = "application/json"
+        for attempt in (0, 1):
+            try:
+                resp = self._send(method, url, body, headers)
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                if attempt == 0 and self.autostart:
+                    ensure_daemon(self.settings)
+                    continue
+                raise self._unavailable(exc) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                raise self._unavailable(exc) from exc
+            _raise_for(resp)
+            return resp
+        raise AssertionError("unreachable")
+
+    def json(self, method: str, url: str, **kw: Any) -> Any:
+        return self.request(method, url, **kw).json()
+
+    # -- API -------------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        return dict(self.json("GET", "/v1/health"))
+
+    def doctor(self) -> dict[str, Any]:
+        return dict(self.json("GET", "/v1/doctor"))
+
+    def shutdown(self) -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/shutdown"))
+
+    def create(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/sandboxes", json=spec))
+
+    def list(self, include_all: bool = False) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", "/v1/sandboxes", params={"all": include_all}))
+
+    def get(self, ref: str) -> dict[str, Any]:
+        return dict(self.json("GET", _path(ref)))
+
+    def destroy(self, ref: str) -> dict[str, Any]:
+        return dict(self.json("DELETE", _path(ref)))
+
+    def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.json("POST", _path(ref) + "/exec", json=req))
+
+    def runs(self, ref: str) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", _path(ref) + "/runs"))
+
+    def events(self, ref: str) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", _path(ref) + "/events"))
+
+    def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
+        resp = self.request("GET", _path(ref) + "/files", params={"path": path})
+        return resp.content, resp.headers.get("x-hutch-truncated") == "1"
+
+    def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+        return dict(self.json("PUT", _path(ref) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data))
+
+    def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+class AsyncClient(_Base):
+    """Asynchronous client with the same methods as :class:`Client`."""
+
+    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
+        import httpx
+
+        super().__init__(settings, autostart)
+        self._httpx = httpx
+        transport = httpx.AsyncHTTPTransport(uds=str(self.settings.socket_path))
+        self.http = httpx.AsyncClient(transport=transport, base_url="http://hutch", timeout=httpx.Timeout(10.0, read=None))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        for attempt in (0, 1):
+            try:
+                resp = await self.http.request(method, url, **kw)
+            except (self._httpx.ConnectError, FileNotFoundError, self._httpx.RemoteProtocolError) as exc:
+                if attempt == 0 and self.autostart and isinstance(exc, (self._httpx.ConnectError, FileNotFoundError)):
+                    import asyncio
+
+                    await asyncio.to_thread(ensure_daemon, self.settings)
+                    continue
+                raise self._unavailable(exc) from exc
+            _raise_for(resp)
+            return resp
+        raise AssertionError("unreachable")
+
+    async def json(self, method: str, url: str, **kw: Any) -> Any:
+        return (await self.request(method, url, **kw)).json()
+
+    async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.json("POST", "/v1/sandboxes", json=spec))
+
+    async def list(self, include_all: bool = False) -> builtins.list[dict[str, Any]]:
+        return list(await self.json("GET", "/v1/sandboxes", params={"all": include_all}))
+
+    async def get(self, ref: str) -> dict[str, Any]:
+        return dict(await self.json("GET", _path(ref)))
+
+    async def destroy(self, ref: str) -> dict[str, Any]:
+        return dict(await self.json("DELETE", _path(ref)))
+
+    async def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.json("POST", _path(ref) + "/exec", json=req))
+
+    async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
+        resp = await self.request("GET", _path(ref) + "/files", params={"path": path})
+        return resp.content, resp.headers.get("x-hutch-truncated") == "1"
+
+    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+        params = {"path": path, "mode": f"{mode:o}"}
+        return dict(await self.json("PUT", _path(ref) + "/files", params=params, content=data))
+
+    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
+        return list(await self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))

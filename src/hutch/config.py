@@ -1,0 +1,98 @@
+"""Settings: flag > environment (``HUTCH_*``) > config file > default.
+
+The state directory comes from platformdirs (``/var/lib/hutch`` when running as root, so
+that unprivileged sandbox users can be given their own directories beneath it), and
+``HUTCH_HOME`` overrides it. The config file is ``$HUTCH_HOME/config.toml`` or
+``HUTCH_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hutch.errors import InvalidError
+
+ENV_PREFIX = "HUTCH_"
+
+
+def default_home() -> Path:
+    if os.geteuid() == 0:
+        return Path("/var/lib/hutch")
+    from platformdirs import user_state_path
+
+    return user_state_path("hutch", appauthor=False)
+
+
+@dataclass
+class Settings:
+    home: Path = field(default_factory=default_home)
+    provider: str = "local"
+    memory: str = "1G"
+    pids: int = 512
+    cpus: float | None = None
+    output_cap: int = 1 << 20
+    uid_base: int = 600000
+    daemon_start_timeout: float = 15.0
+    exec_timeout: float = 3600.0
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def socket_path(self) -> Path:
+        return self.home / "hutchd.sock"
+
+    @property
+    def db_path(self) -> Path:
+        return self.home / "hutch.db"
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        return self.home / "sandboxes"
+
+    @property
+    def log_path(self) -> Path:
+        return self.home / "hutchd.log"
+
+    @classmethod
+    def load(cls, **flags: Any) -> Settings:
+        """Resolve every setting; ``flags`` given as None are ignored."""
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        names = [f.name for f in fields(cls) if f.name != "sources"]
+        home_env = os.environ.get(ENV_PREFIX + "HOME")
+        home = Path(flags.get("home") or home_env or default_home())
+        cfg_path = Path(os.environ.get(ENV_PREFIX + "CONFIG") or home / "config.toml")
+        file_values: dict[str, Any] = {}
+        if cfg_path.is_file():
+            try:
+                file_values = tomllib.loads(cfg_path.read_text())
+            except (tomllib.TOMLDecodeError, OSError) as exc:
+                raise InvalidError(f"cannot read config file {cfg_path}: {exc}", hint="fix or remove the file") from exc
+        for name in names:
+            env = os.environ.get(ENV_PREFIX + name.upper())
+            if flags.get(name) is not None:
+                values[name], sources[name] = flags[name], "flag"
+            elif env not in (None, ""):
+                values[name], sources[name] = env, "env"
+            elif name in file_values:
+                values[name], sources[name] = file_values[name], "file"
+        values["home"] = home
+        settings = cls(**{k: v for k, v in values.items() if k in names})
+        settings.sources = sources
+        settings._coerce()
+        return settings
+
+    def _coerce(self) -> None:
+        try:
+            self.home = Path(self.home).expanduser().absolute()
+            self.pids = int(self.pids)
+            self.cpus = float(self.cpus) if self.cpus is not None and str(self.cpus) != "" else None
+            self.output_cap = int(self.output_cap)
+            self.uid_base = int(self.uid_base)
+            self.daemon_start_timeout = float(self.daemon_start_timeout)
+            self.exec_timeout = float(self.exec_timeout)
+        except (TypeError, ValueError) as exc:
+            raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -1,0 +1,114 @@
+"""The one error root of hutch.
+
+Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the JSON
+``error.kind``), a message and a hint saying what to do next::
+
+    HutchError                 kind       exit code (CLI)
+    +-- InvalidError           invalid    2 for usage, else 125
+    +-- NotFoundError          not_found  125
+    +-- ConflictError          conflict   125
+    +-- UnauthorizedError      unauthorized
+    +-- CapacityError          capacity
+    +-- UnavailableError       unavailable (daemon, bwrap, user namespaces ...)
+    +-- TimeoutError_          timeout    124
+    +-- PolicyError            policy
+    +-- PermissionDeniedError  permission_denied (inside the sandbox)
+    +-- InternalError          internal
+
+Foreign exceptions are translated at the boundary where they happen.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class HutchError(Exception):
+    """Root of every error hutch raises on purpose."""
+
+    kind: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"kind": self.kind, "message": self.message}
+        if self.hint:
+            body["hint"] = self.hint
+        return {"error": body}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> HutchError:
+        body = data.get("error", data)
+        cls = KINDS.get(str(body.get("kind", "internal")), InternalError)
+        return cls(str(body.get("message", "unknown error")), body.get("hint"))
+
+
+class InvalidError(HutchError):
+    kind = "invalid"
+    status = 400
+
+
+class NotFoundError(HutchError):
+    kind = "not_found"
+    status = 404
+
+
+class ConflictError(HutchError):
+    kind = "conflict"
+    status = 409
+
+
+class UnauthorizedError(HutchError):
+    kind = "unauthorized"
+    status = 401
+
+
+class CapacityError(HutchError):
+    kind = "capacity"
+    status = 429
+
+
+class UnavailableError(HutchError):
+    kind = "unavailable"
+    status = 503
+
+
+class TimeoutError_(HutchError):  # noqa: N801, N818 - keeps the builtin TimeoutError usable
+    kind = "timeout"
+    status = 504
+
+
+class PolicyError(HutchError):
+    kind = "policy"
+    status = 403
+
+
+class PermissionDeniedError(HutchError):
+    kind = "permission_denied"
+    status = 403
+
+
+class InternalError(HutchError):
+    kind = "internal"
+    status = 500
+
+
+KINDS: dict[str, type[HutchError]] = {
+    c.kind: c
+    for c in (
+        InvalidError,
+        NotFoundError,
+        ConflictError,
+        UnauthorizedError,
+        CapacityError,
+        UnavailableError,
+        TimeoutError_,
+        PolicyError,
+        PermissionDeniedError,
+        InternalError,
+    )
+}

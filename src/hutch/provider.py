@@ -1,0 +1,110 @@
+"""The Provider protocol, its capabilities, and the registry.
+
+A provider does provider-specific I/O and nothing else; ids, states, runs, events and
+timeouts belong to the Service. Built-in providers are found first, then the
+``hutch.providers`` entry-point group (each entry point names a factory taking
+:class:`~hutch.config.Settings`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import import_module
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from hutch.errors import InvalidError
+from hutch.models import FileEntry, RawOutput, SandboxRecord
+
+if TYPE_CHECKING:
+    from hutch.config import Settings
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    mounts: bool = False
+    limits: frozenset[str] = field(default_factory=frozenset)  # memory, pids, cpus
+    files: bool = True
+    survives_daemon: bool = False
+
+
+@dataclass
+class CheckResult:
+    """One line of ``hutch doctor``."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    async def check(self) -> list[CheckResult]: ...
+
+    async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        """Create the sandbox; return (private data to store, enforcement summary)."""
+        ...
+
+    async def alive(self, rec: SandboxRecord) -> bool:
+        """Re-adopt after a daemon restart: is this sandbox still there and answering?"""
+        ...
+
+    async def exec(
+        self,
+        rec: SandboxRecord,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        timeout: float | None,
+        max_output: int,
+    ) -> RawOutput: ...
+
+    async def destroy(self, rec: SandboxRecord) -> bool:
+        """Remove everything; idempotent. True when something was there to remove."""
+        ...
+
+    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]: ...
+
+    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None: ...
+
+    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]: ...
+
+    async def close(self) -> None: ...
+
+
+BUILTINS: dict[str, str] = {
+    "local": "hutch.providers.local:LocalProvider",
+    "fake": "hutch.providers.fake:FakeProvider",
+}
+
+
+def _load(target: str) -> Callable[[Settings], Provider]:
+    module, _, attr = target.partition(":")
+    factory: Callable[[Settings], Provider] = getattr(import_module(module), attr)
+    return factory
+
+
+def provider_names() -> list[str]:
+    names = set(BUILTINS)
+    names.update(ep.name for ep in entry_points(group="hutch.providers"))
+    return sorted(names)
+
+
+def load_provider(name: str, settings: Settings) -> Provider:
+    if name in BUILTINS:
+        return _load(BUILTINS[name])(settings)
+    for ep in entry_points(group="hutch.providers"):
+        if ep.name == name:
+            factory: Callable[[Settings], Provider] = ep.load()
+            return factory(settings)
+    raise InvalidError(f"unknown provider {name!r}", hint=f"available providers: {', '.join(provider_names())}")

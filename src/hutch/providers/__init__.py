@@ -1,0 +1,1 @@
+"""Built-in providers: ``fake`` (in memory, for tests) and ``local`` (bubblewrap + cgroups)."""

@@ -1,0 +1,484 @@
+"""The local provider: real Linux isolation with bubblewrap, limits with cgroups.
+
+Each sandbox is a long-lived bwrap sandbox whose PID 2 is the hutch agent
+(:mod:`hutch.providers.local.agent`). The sandbox is started detached (new session, no
+``--die-with-parent``) so that it outlives the daemon; the daemon re-adopts it by the
+host pid of its init and that process's start time. When hutch runs as root, bwrap is
+started as a per-sandbox unprivileged host uid (``uid_base + slot``); otherwise as the
+user. Inside, the workload is uid 1000 ``sandbox``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hutch.config import Settings
+from hutch.errors import HutchError, InvalidError, UnavailableError
+from hutch.models import FileEntry, RawOutput, SandboxRecord
+from hutch.provider import Capabilities, CheckResult
+from hutch.providers.local import bwrap as bw
+from hutch.providers.local import cgroups
+from hutch.providers.local.channel import Capture, Channel, feed
+
+AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
+START_TIMEOUT = 20.0
+EXIT_GRACE = 0.25
+KILL_GRACE = 5.0
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(data[data.rindex(b")") + 2 :].split()[19])
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _rmtree(path: Path) -> None:
+    def fix(func: Callable[..., Any], p: str, _exc: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+        with contextlib.suppress(FileNotFoundError):
+            func(p)
+
+    if path.exists():
+        shutil.rmtree(path, onerror=fix)
+
+
+class LocalProvider:
+    name = "local"
+    capabilities = Capabilities(mounts=True, limits=frozenset({"memory", "pids", "cpus"}), files=True, survives_daemon=True)
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = os.geteuid() == 0
+        self._bwrap: bw.Bwrap | None = None
+        self._layout: cgroups.Layout | None = None
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    # -- probing ---------------------------------------------------------------------
+
+    @property
+    def layout(self) -> cgroups.Layout:
+        if self._layout is None:
+            self._layout = cgroups.detect()
+        return self._layout
+
+    def bwrap(self) -> bw.Bwrap:
+        if self._bwrap is None:
+            self.settings.home.mkdir(parents=True, exist_ok=True)
+            found = bw.find_bwrap(self.settings.home)
+            self._probe(found)
+            self._bwrap = found
+        return self._bwrap
+
+    def _probe(self, found: bw.Bwrap) -> None:
+        """Run ``true`` with the exact hardening flags; fail closed with the reason."""
+        args = [found.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links(), "--proc", "/proc"]
+        args += ["--dev", "/dev", "--", "/usr/bin/true"]
+        uid = self.settings.uid_base if self.root else None
+        proc = subprocess.run(args, capture_output=True, timeout=30, check=False, preexec_fn=self._drop(uid, []))
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            hint = "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1"
+            if "max_user_namespaces" in err or "No space left" in err:
+                hint = "raise the user namespace limit: sysctl -w user.max_user_namespaces=15000"
+            elif "apparmor" in err.lower() or "Permission denied" in err:
+                hint = (
+                    "user namespaces are restricted (AppArmor?): "
+                    "sysctl -w kernel.apparmor_restrict_unprivileged_userns=0, or install an AppArmor profile for bwrap"
+                )
+            raise UnavailableError(f"bubblewrap cannot create a sandbox here: {err or proc.returncode}", hint=hint)
+
+    @staticmethod
+    def _drop(uid: int | None, cgroup_procs: list[str], rlimits: dict[int, int] | None = None) -> Callable[[], None]:
+        """preexec: join the sandbox cgroups (as root), then become the sandbox uid."""
+
+        def run() -> None:
+            for path in cgroup_procs:
+                fd = os.open(path, os.O_WRONLY)
+                os.write(fd, b"0")
+                os.close(fd)
+            for res, value in (rlimits or {}).items():
+                resource.setrlimit(res, (value, value))
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+
+        return run
+
+    async def check(self) -> list[CheckResult]:
+        out: list[CheckResult] = []
+        try:
+            found = await asyncio.to_thread(self.bwrap)
+            out.append(CheckResult("bwrap", True, f"{found.path} {'.'.join(map(str, found.version))} ({found.source})"))
+            out.append(CheckResult("user namespaces", True, "a hardened probe sandbox started"))
+        except HutchError as exc:
+            out.append(CheckResult("bwrap", False, exc.message, exc.hint))
+        layout = self.layout
+        if layout.mode == "none":
+            out.append(
+                CheckResult(
+                    "cgroups",
+                    False,
+                    f"{layout.problem}; falling back to rlimits (memory as address space, pids per user, no cpu limit)",
+                    "run hutch as root, or in a delegated cgroup: systemd-run --user --scope -p Delegate=yes hutch serve",
+                )
+            )
+        else:
+            out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
+        identity = (
+            f"sandboxes run as host uids from {self.settings.uid_base}" if self.root else f"sandboxes run as uid {os.getuid()}"
+        )
+        out.append(CheckResult("identity", True, identity))
+        return out
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _slot_uid(self, rec: SandboxRecord) -> int:
+        if not self.root:
+            return os.getuid()
+        return self.settings.uid_base + 1 + int(rec.data.get("slot", 0))
+
+    def _validate_mounts(self, rec: SandboxRecord) -> list[tuple[int, str, bool]]:
+        opened: list[tuple[int, str, bool]] = []
+        try:
+            for m in rec.spec.mounts:
+                src = Path(m.source).expanduser()
+                if not src.is_absolute():
+                    src = src.absolute()
+                if not m.target.startswith("/") or m.target.rstrip("/") in ("", *bw.RESERVED_TARGETS):
+                    raise InvalidError(
+                        f"cannot mount over {m.target!r}", hint="choose an absolute sandbox path such as /data or /workspace/src"
+                    )
+                if any(m.target.startswith(r + "/") for r in bw.RESERVED_TARGETS):
+                    raise InvalidError(f"cannot mount inside {m.target!r}", hint="choose a path such as /data")
+                if not src.exists():
+                    raise InvalidError(f"mount source {str(src)!r} does not exist", hint="create it first, or fix the path")
+                real = src.resolve()
+                if real == Path("/"):
+                    raise InvalidError("binding the host root is not allowed", hint="bind only the directory you need")
+                if real.is_socket() or (real.is_dir() and any(p.is_socket() for p in [real])):
+                    raise InvalidError(f"{src} is a socket; host sockets are never exposed", hint="bind a directory or file")
+                if not (real.is_dir() or real.is_file()):
+                    raise InvalidError(f"{src} is not a file or directory", hint="bind a directory or regular file")
+                fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
+                opened.append((fd, m.target, m.readonly))
+        except BaseException:
+            for fd, _, _ in opened:
+                os.close(fd)
+            raise
+        return opened
+
+    async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        return await self._start(rec)
+
+    async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        found = self.bwrap()
+        mounts = self._validate_mounts(rec)
+        uid = self._slot_uid(rec)
+        sdir = self.settings.sandboxes_dir / rec.id
+        data: dict[str, Any] = dict(rec.data) | {"dir": str(sdir), "uid": uid}
+        fds: list[int] = [fd for fd, _, _ in mounts]
+        cg: cgroups.SandboxCgroup | None = None
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.settings.sandboxes_dir, 0o711)
+            sdir.mkdir(mode=0o711, exist_ok=True)
+            ws, ctl = sdir / "workspace", sdir / "ctl"
+            ws.mkdir(mode=0o755, exist_ok=True)
+            ctl.mkdir(mode=0o700, exist_ok=True)
+            if self.root:
+                os.chown(ws, uid, uid)
+                os.chown(ctl, uid, uid)
+            enforcement: dict[str, str] = {}
+            rlimits: dict[int, int] = {}
+            limits = rec.spec.limits
+            if self.layout.mode != "none":
+                cg, enforcement = cgroups.create(self.layout, rec.id, limits.memory, limits.pids, limits.cpus)
+                data["cgroups"] = [str(d) for d in cg.dirs]
+            for key in ("memory", "pids", "cpus"):
+                if key in enforcement:
+                    continue
+                if key == "memory":
+                    rlimits[resource.RLIMIT_AS] = limits.memory
+                    enforcement[key] = "rlimit (address space)"
+                elif key == "pids":
+                    rlimits[resource.RLIMIT_NPROC] = limits.pids
+                    enforcement[key] = "rlimit (per user)"
+                elif limits.cpus is not None:
+                    enforcement[key] = "not enforced (no cgroup cpu controller)"
+            python, python_prefix = bw.find_python()
+            ws_fd = os.open(ws, os.O_PATH | os.O_CLOEXEC)
+            ctl_fd = os.open(ctl, os.O_PATH | os.O_CLOEXEC)
+            fds += [ws_fd, ctl_fd]
+            args = [found.path, *bw.HARDENING, "--hostname", "sandbox", "--uid", str(bw.SANDBOX_UID)]
+            args += ["--gid", str(bw.SANDBOX_UID), "--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
+            for path, content in bw.identity_files().items():
+                fd = _memfd(path, content)
+                fds.append(fd)
+                args += ["--ro-bind-data", str(fd), path]
+            if python_prefix:
+                pfd = os.open(python_prefix, os.O_PATH | os.O_CLOEXEC)
+                fds.append(pfd)
+                args += ["--ro-bind-fd", str(pfd), python_prefix]
+            agent_fd = _memfd("agent.py", AGENT_SOURCE)
+            fds.append(agent_fd)
+            args += ["--proc", "/proc", "--dev", "/dev"]
+            args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
+            args += ["--chmod", "1777", "/tmp", "--bind-fd", str(ws_fd), "/workspace"]
+            args += [
+                "--dir",
+                "/.hutch",
+                "--ro-bind-data",
+                str(agent_fd),
+                "/.hutch/agent.py",
+                "--bind-fd",
+                str(ctl_fd),
+                "/.hutch/ctl",
+            ]
+            for fd, target, ro in mounts:
+                args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
+            info_r, info_w = os.pipe()
+            ready_r, ready_w = os.pipe()
+            fds += [info_w, ready_w]
+            args += ["--info-fd", str(info_w), "--chdir", "/workspace"]
+            for k, v in bw.base_env().items():
+                args += ["--setenv", k, v]
+            args += ["--", python, "-I", "-S", "/.hutch/agent.py", "/.hutch/ctl/agent.sock", str(ready_w)]
+            log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=fds,
+                    start_new_session=True,
+                    preexec_fn=self._drop(uid if self.root else None, cg.procs_files() if cg else [], rlimits),
+                )
+            finally:
+                log.close()
+                for fd in fds:
+                    os.close(fd)
+                fds = []
+            self._children[rec.id] = proc
+            info = await asyncio.to_thread(self._wait_start, proc, info_r, ready_r, sdir)
+            data |= {
+                "init_pid": info["child-pid"],
+                "init_start": _start_time(info["child-pid"]),
+                "bwrap_pid": proc.pid,
+                "socket": str(ctl / "agent.sock"),
+            }
+            return data, enforcement
+        except BaseException:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            await self._teardown(data | {"cgroups": [str(d) for d in cg.dirs] if cg else []}, rec.id)
+            raise
+
+    @staticmethod
+    def _wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: Path) -> dict[str, Any]:
+        deadline = time.monotonic() + START_TIMEOUT
+        info = b""
+        ready = b""
+        try:
+            while b"ready" not in ready:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise UnavailableError("the sandbox did not start in time", hint=f"see {sdir / 'sandbox.log'}")
+                watch = [
+                    fd for fd, done in ((info_r, info.endswith(b"}\n") or info.endswith(b"}")), (ready_r, False)) if not done
+                ]
+                readable, _, _ = select.select(watch, [], [], min(left, 0.5))
+                for fd in readable:
+                    chunk = os.read(fd, 4096)
+                    if fd == info_r:
+                        info += chunk
+                    else:
+                        ready += chunk
+                    if not chunk and fd == ready_r:
+                        proc.wait(timeout=5)
+                        log = (sdir / "sandbox.log").read_text(errors="replace").strip()[-2000:]
+                        raise UnavailableError(
+                            f"the sandbox failed to start: {log or 'exit code ' + str(proc.returncode)}",
+                            hint="run hutch doctor",
+                        )
+                if not readable and proc.poll() is not None:
+                    raise UnavailableError(f"bwrap exited with code {proc.returncode}", hint=f"see {sdir / 'sandbox.log'}")
+        finally:
+            os.close(ready_r)
+        try:
+            while not info.rstrip().endswith(b"}"):
+                chunk = os.read(info_r, 4096)
+                if not chunk:
+                    break
+                info += chunk
+        finally:
+            os.close(info_r)
+        parsed: dict[str, Any] = json.loads(info)
+        return parsed
+
+    async def alive(self, rec: SandboxRecord) -> bool:
+        pid, start = rec.data.get("init_pid"), rec.data.get("init_start")
+        if not pid or _start_time(int(pid)) != start:
+            return False
+        try:
+            async with Channel(rec.data["socket"]) as ch:
+                await ch.request({"op": "ping"}, timeout=5.0)
+        except HutchError:
+            return False
+        return True
+
+    async def destroy(self, rec: SandboxRecord) -> bool:
+        existed = Path(rec.data.get("dir", "/nonexistent")).exists() or bool(rec.data.get("init_pid"))
+        await self._teardown(rec.data, rec.id)
+        return existed
+
+    async def _teardown(self, data: dict[str, Any], sandbox_id: str) -> None:
+        def work() -> None:
+            pid, start = data.get("init_pid"), data.get("init_start")
+            if pid and _start_time(int(pid)) == start:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
+            cg.kill_all()
+            child = self._children.pop(sandbox_id, None)
+            if child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=KILL_GRACE)
+            if pid:
+                end = time.monotonic() + KILL_GRACE
+                while _start_time(int(pid)) == start and time.monotonic() < end:
+                    time.sleep(0.005)
+            cg.remove()
+            if data.get("dir"):
+                _rmtree(Path(data["dir"]))
+
+        await asyncio.to_thread(work)
+
+    async def close(self) -> None:
+        self._children.clear()
+
+    # -- exec ------------------------------------------------------------------------
+
+    def _cgroup(self, rec: SandboxRecord) -> cgroups.SandboxCgroup:
+        return cgroups.SandboxCgroup([Path(d) for d in rec.data.get("cgroups", [])], v2=False)
+
+    async def exec(
+        self,
+        rec: SandboxRecord,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        timeout: float | None,
+        max_output: int,
+    ) -> RawOutput:
+        cg = self._cgroup(rec)
+        ooms_before = cg.oom_kills()
+        full_env = bw.base_env() | rec.spec.env | env
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        if stdin is not None:
+            in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        else:
+            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+        out, err = Capture(out_r, max_output), Capture(err_r, max_output)
+        feeder: asyncio.Task[None] | None = None
+        try:
+            async with Channel(rec.data["socket"]) as ch:
+                try:
+                    ch.send({"op": "exec", "argv": argv, "env": full_env, "cwd": cwd}, fds=[in_r, out_w, err_w])
+                finally:
+                    for fd in (in_r, out_w, err_w):
+                        os.close(fd)
+                out.start()
+                err.start()
+                if in_w >= 0:
+                    feeder = asyncio.create_task(feed(in_w, stdin or b""))
+                    in_w = -1
+                timed_out = False
+                first = await ch.recv_line(30.0)
+                if first is None:
+                    raise UnavailableError("the sandbox agent closed the connection", hint="check with hutch get")
+                reply = first
+                if "exit" not in first:
+                    try:
+                        reply = await asyncio.wait_for(self._recv_exit(ch), timeout)
+                    except TimeoutError:
+                        timed_out = True
+                        ch.send({"kill": int(signal.SIGKILL)})
+                        reply = await asyncio.wait_for(self._recv_exit(ch), KILL_GRACE + 10)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(out.done.wait(), err.done.wait()), EXIT_GRACE)
+        finally:
+            out.close()
+            err.close()
+            if in_w >= 0:
+                os.close(in_w)
+            if feeder is not None:
+                feeder.cancel()
+        sig = int(reply.get("signal", 0))
+        oom = sig == signal.SIGKILL and cg.oom_kills() > ooms_before
+        return RawOutput(
+            exit_code=int(reply["exit"]),
+            signal=sig,
+            stdout=bytes(out.data),
+            stderr=bytes(err.data),
+            stdout_bytes=out.total,
+            stderr_bytes=err.total,
+            timed_out=timed_out,
+            oom_killed=oom,
+            spawn_error=reply.get("spawn_error"),
+        )
+
+    @staticmethod
+    async def _recv_exit(ch: Channel) -> dict[str, Any]:
+        while True:
+            reply = await ch.recv_line()
+            if reply is None:
+                raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
+            if "exit" in reply:
+                return reply
+
+    # -- files -----------------------------------------------------------------------
+
+    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "read", "path": path, "limit": limit})
+            data = await ch.recv_exact(int(reply["size"]))
+        return data, bool(reply.get("truncated"))
+
+    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
+        async with Channel(rec.data["socket"]) as ch:
+            await ch.request({"op": "write", "path": path, "size": len(data), "mode": mode}, data)
+
+    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "list", "path": path})
+        return [FileEntry(**e) for e in reply["entries"]]

@@ -1,0 +1,381 @@
+"""The in-sandbox agent: PID 2 of every local sandbox.
+
+It runs *inside* the bwrap sandbox, under the sandbox's own python3 with ``-I -S``, so it
+must use the standard library only and must never import hutch. It listens on a unix
+socket in ``/.hutch/ctl`` (a directory bound from the host). Each connection carries one
+request: a JSON header line, optionally followed by a binary payload, with file
+descriptors attached (SCM_RIGHTS) for exec. Everything a workload runs is forked from
+here, so it inherits the sandbox's namespaces, dropped capabilities, cgroup and uid.
+
+Exec: the agent forks a *supervisor* per run. The supervisor becomes a child subreaper,
+forks the command in a new session with the received stdin/stdout/stderr, reports
+``{"pid": N}`` then ``{"exit": code, "signal": sig}``. A ``{"kill": SIG}`` line from the
+host kills the run's whole tree (including ``setsid`` descendants, which the subreaper
+inherits) and is how timeouts are enforced.
+"""
+
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import subprocess
+import sys
+
+MAX_HEADER = 1 << 20
+CHUNK = 1 << 16
+
+
+def send_json(conn, obj, payload=b""):
+    conn.sendall(json.dumps(obj).encode() + b"\n" + payload)
+
+
+def recv_header(conn, first, fds_out):
+    buf = bytearray(first)
+    while b"\n" not in buf:
+        if len(buf) > MAX_HEADER:
+            raise ValueError("header too large")
+        data = conn.recv(CHUNK)
+        if not data:
+            raise ValueError("connection closed before header")
+        buf += data
+    line, _, rest = bytes(buf).partition(b"\n")
+    return json.loads(line), rest
+
+
+def recv_exact(conn, rest, size):
+    out = bytearray(rest[:size])
+    while len(out) < size:
+        data = conn.recv(min(CHUNK, size - len(out)))
+        if not data:
+            raise ValueError("connection closed during payload")
+        out += data
+    return bytes(out)
+
+
+def err(kind, message):
+    return {"error": {"kind": kind, "message": message}}
+
+
+def os_error(exc, path):
+    kind = {
+        errno.ENOENT: "not_found",
+        errno.ENOTDIR: "not_found",
+        errno.EACCES: "permission_denied",
+        errno.EPERM: "permission_denied",
+        errno.EISDIR: "invalid",
+        errno.ENOSPC: "capacity",
+        errno.EDQUOT: "capacity",
+    }.get(exc.errno, "internal")
+    return err(kind, "%s: %s" % (path, exc.strerror))
+
+
+# -- process tree handling -------------------------------------------------------------
+
+
+def children_map():
+    kids = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        ppid = int(data[data.rindex(b")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(name))
+    return kids
+
+
+def descendants(root):
+    kids = children_map()
+    out, todo = [], [root]
+    while todo:
+        for child in kids.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(root, sig):
+    """Signal every descendant of ``root``; with SIGKILL, repeat until none is left."""
+    for _ in range(200):
+        pids = descendants(root)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        if sig != signal.SIGKILL:
+            return
+        reap(block=False)
+        select.select([], [], [], 0.002)
+
+
+def reap(block):
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _load_prctl():
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:  # ctypes missing: tree kill then only reaches attached descendants
+        return None
+
+
+PRCTL = _load_prctl()  # loaded once here, so a forked supervisor pays nothing
+
+
+def set_subreaper():
+    if PRCTL is not None:
+        PRCTL(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+# -- exec ------------------------------------------------------------------------------
+
+
+def prepare_supervisor():
+    """What a supervisor does before its request arrives (done while the spare waits)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    set_subreaper()
+
+
+def supervise(conn, req, fds):
+    """Runs in a (pre-)forked child of the agent; owns ``conn`` for the life of one run."""
+    stdin_fd, stdout_fd, stderr_fd = fds
+    try:
+        proc = subprocess.Popen(
+            req["argv"],
+            stdin=stdin_fd,
+            stdout=stdout_fd,
+            stderr=stderr_fd,
+            cwd=req.get("cwd") or "/workspace",
+            env=req.get("env") or {},
+            start_new_session=True,
+            close_fds=True,
+            restore_signals=True,
+        )
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        missing_cwd = exc.filename == (req.get("cwd") or "/workspace")
+        exit_code = 127 if isinstance(exc, FileNotFoundError) and not missing_cwd else 126
+        send_json(conn, {"exit": exit_code, "signal": 0, "spawn_error": str(exc)})
+        return
+    for fd in fds:
+        os.close(fd)
+    pid = proc.pid
+    send_json(conn, {"pid": pid})
+    pidfd = os.pidfd_open(pid)
+    killed = 0
+    status = None
+    buf = b""
+    while status is None:
+        ready, _, _ = select.select([pidfd, conn], [], [])
+        if conn in ready:
+            data = conn.recv(4096)
+            if not data:
+                # The host went away: the run carries on, nobody is listening.
+                conn.close()
+                conn = None
+                ready_pid, _, _ = select.select([pidfd], [], [])
+            else:
+                buf += data
+                while b"\n" in buf:
+                    line, _, buf = buf.partition(b"\n")
+                    msg = json.loads(line)
+                    sig = int(msg.get("kill", signal.SIGKILL))
+                    killed = sig
+                    kill_tree(os.getpid(), sig)
+        if conn is None or pidfd in ready:
+            _, status = os.waitpid(pid, 0)
+    if killed == signal.SIGKILL:
+        kill_tree(os.getpid(), signal.SIGKILL)
+    reap(block=False)
+    if conn is not None:
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            send_json(conn, {"exit": 128 + sig, "signal": sig})
+        else:
+            send_json(conn, {"exit": os.WEXITSTATUS(status), "signal": 0})
+
+
+# -- files -----------------------------------------------------------------------------
+
+
+def file_read(conn, req):
+    path = req["path"]
+    limit = int(req.get("limit", 1 << 26))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        return send_json(conn, os_error(exc, path))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            return send_json(conn, err("invalid", "%s: is a directory" % path))
+        if not stat.S_ISREG(st.st_mode):
+            return send_json(conn, err("invalid", "%s: not a regular file" % path))
+        data = f.read(limit + 1)
+    truncated = len(data) > limit
+    data = data[:limit]
+    send_json(conn, {"ok": True, "size": len(data), "total": st.st_size, "truncated": truncated}, data)
+
+
+def file_write(conn, req, rest):
+    path = req["path"]
+    size = int(req["size"])
+    payload = recv_exact(conn, rest, size)
+    try:
+        if req.get("parents", True):
+            os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        flags |= os.O_APPEND if req.get("append") else os.O_TRUNC
+        fd = os.open(path, flags, int(req.get("mode", 0o644)))
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+    except OSError as exc:
+        return send_json(conn, os_error(exc, path))
+    send_json(conn, {"ok": True, "path": path, "size": size})
+
+
+def file_list(conn, req):
+    path = req["path"]
+    entries = []
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                kind = (
+                    "dir"
+                    if stat.S_ISDIR(st.st_mode)
+                    else "symlink"
+                    if stat.S_ISLNK(st.st_mode)
+                    else "file"
+                    if stat.S_ISREG(st.st_mode)
+                    else "other"
+                )
+                entries.append(
+                    {"name": entry.name, "type": kind, "size": st.st_size, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
+                )
+    except OSError as exc:
+        return send_json(conn, os_error(exc, path))
+    entries.sort(key=lambda e: e["name"])
+    send_json(conn, {"ok": True, "path": path, "entries": entries})
+
+
+# -- main loop -------------------------------------------------------------------------
+
+
+class Spare:
+    """A supervisor forked ahead of time, so an exec does not wait for a fork."""
+
+    def __init__(self, server):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                server.close()
+                ours.close()
+                prepare_supervisor()
+                msg, fds, _, _ = socket.recv_fds(theirs, CHUNK, 8)
+                if msg:
+                    req, _ = recv_header(theirs, msg, fds)
+                    theirs.close()
+                    conn = socket.socket(fileno=fds[0])
+                    supervise(conn, req, fds[1:])
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.sock = ours
+
+    def hand_over(self, conn, req, fds):
+        socket.send_fds(self.sock, [json.dumps(req).encode() + b"\n"], [conn.fileno(), *fds])
+        self.sock.close()
+
+
+def handle(conn, server, spare):
+    msg, fds, _, _ = socket.recv_fds(conn, CHUNK, 8)
+    if not msg:
+        return spare
+    req, rest = recv_header(conn, msg, fds)
+    op = req.get("op")
+    if op == "exec":
+        try:
+            if len(fds) != 3:
+                send_json(conn, err("invalid", "exec needs three file descriptors"))
+                return spare
+            spare.hand_over(conn, req, fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return Spare(server)
+    for fd in fds:
+        os.close(fd)
+    if op == "ping":
+        send_json(conn, {"ok": True, "pid": os.getpid()})
+    elif op == "read":
+        file_read(conn, req)
+    elif op == "write":
+        file_write(conn, req, rest)
+    elif op == "list":
+        file_list(conn, req)
+    else:
+        send_json(conn, err("invalid", "unknown op %r" % op))
+    return spare
+
+
+def main():
+    sock_path, ready_fd = sys.argv[1], int(sys.argv[2])
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:
+        os.unlink(sock_path)
+    except FileNotFoundError:
+        pass
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(sock_path)
+    os.chmod(sock_path, 0o600)
+    server.listen(64)
+    spare = Spare(server)
+    os.write(ready_fd, b"ready\n")
+    os.close(ready_fd)
+    while True:
+        try:
+            conn, _ = server.accept()
+        except InterruptedError:
+            continue
+        try:
+            spare = handle(conn, server, spare)
+        except Exception as exc:  # noqa: BLE001 - one bad request never kills the agent
+            try:
+                send_json(conn, err("internal", str(exc)))
+            except OSError:
+                pass
+        finally:
+            conn.close()
+            if spare.sock.fileno() < 0:
+                spare = Spare(server)
+
+
+if __name__ == "__main__":
+    main()

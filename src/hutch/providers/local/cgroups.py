@@ -1,0 +1,230 @@
+"""cgroup v1, v2 and hybrid layouts: one cgroup per sandbox, nested under hutch's own.
+
+Detection reads ``/proc/self/mountinfo`` and ``/proc/self/cgroup``; each controller
+(memory, pids, cpu) is used where the kernel has it: on a v1 hierarchy, or on the v2
+mount when listed in its ``cgroup.controllers``. The ``root`` argument lets tests point
+detection at a fake tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CONTROLLERS = ("memory", "pids", "cpu")
+GROUP = "hutch"
+
+
+@dataclass
+class Layout:
+    mode: str  # v2 | v1 | hybrid | none
+    v1: dict[str, Path] = field(default_factory=dict)  # controller -> hutch parent dir on v1
+    v2: Path | None = None  # hutch parent dir on v2
+    v2_controllers: tuple[str, ...] = ()
+    problem: str | None = None
+
+    @property
+    def controllers(self) -> list[str]:
+        return sorted(set(self.v1) | set(self.v2_controllers))
+
+
+def _parse_mounts(mountinfo: str) -> tuple[dict[str, Path], Path | None]:
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        parts, rparts = left.split(), right.split()
+        if len(parts) < 5 or len(rparts) < 3:
+            continue
+        fstype, point, opts = rparts[0], Path(parts[4]), rparts[2].split(",")
+        if fstype == "cgroup2":
+            v2 = point
+        elif fstype == "cgroup":
+            for opt in opts:
+                if opt in CONTROLLERS:
+                    v1[opt] = point
+    return v1, v2
+
+
+def _parse_self(text: str) -> tuple[dict[str, str], str | None]:
+    v1: dict[str, str] = {}
+    v2: str | None = None
+    for line in text.splitlines():
+        hid, _, rest = line.partition(":")
+        names, _, path = rest.partition(":")
+        if hid == "0" and names == "":
+            v2 = path
+        for name in names.split(","):
+            if name in CONTROLLERS:
+                v1[name] = path
+    return v1, v2
+
+
+def _writable(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK)
+
+
+def detect(proc: Path = Path("/proc/self")) -> Layout:
+    try:
+        v1_mounts, v2_mount = _parse_mounts((proc / "mountinfo").read_text())
+        v1_self, v2_self = _parse_self((proc / "cgroup").read_text())
+    except OSError as exc:
+        return Layout("none", problem=f"cannot read cgroup layout: {exc}")
+    v1: dict[str, Path] = {}
+    for ctl, mount in v1_mounts.items():
+        own = mount / v1_self.get(ctl, "/").lstrip("/")
+        if _writable(own):
+            v1[ctl] = own / GROUP
+    v2: Path | None = None
+    v2_ctls: tuple[str, ...] = ()
+    if v2_mount is not None and v2_self is not None:
+        own = v2_mount / v2_self.lstrip("/")
+        try:
+            available = (own / "cgroup.controllers").read_text().split()
+        except OSError:
+            available = []
+        wanted = tuple(c for c in CONTROLLERS if c in available and c not in v1_mounts)
+        if wanted and _writable(own):
+            v2, v2_ctls = own, wanted
+    on_v1 = [c for c in CONTROLLERS if c in v1_mounts]
+    if not v1 and not v2_ctls:
+        where = "v1 hierarchies" if on_v1 else "the v2 hierarchy"
+        return Layout("none", problem=f"no writable cgroup for hutch on {where} (not root, no delegation)")
+    mode = "v2" if not on_v1 else ("hybrid" if v2_mount is not None else "v1")
+    return Layout(mode, v1=v1, v2=v2, v2_controllers=v2_ctls)
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def _v2_prepare(own: Path, controllers: tuple[str, ...]) -> Path:
+    """Enable controllers below ``own``: the daemon moves to a leaf (no internal processes)."""
+    want = " ".join("+" + c for c in controllers)
+    parent = own / GROUP
+    try:
+        _write(own / "cgroup.subtree_control", want)
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            raise
+        leaf = own / "hutch-daemon"
+        leaf.mkdir(exist_ok=True)
+        for pid in (own / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                _write(leaf / "cgroup.procs", pid)
+        _write(own / "cgroup.subtree_control", want)
+    parent.mkdir(exist_ok=True)
+    _write(parent / "cgroup.subtree_control", want)
+    return parent
+
+
+@dataclass
+class SandboxCgroup:
+    """The cgroup(s) of one sandbox: one dir per v1 controller, or one v2 dir."""
+
+    dirs: list[Path]
+    v2: bool
+
+    def procs_files(self) -> list[str]:
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                out.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+        return out
+
+    def oom_kills(self) -> int:
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    text = (d / name).read_text()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        return 0
+
+    def memory_current(self) -> int | None:
+        for d in self.dirs:
+            for name in ("memory.current", "memory.usage_in_bytes"):
+                with contextlib.suppress(OSError, ValueError):
+                    return int((d / name).read_text())
+        return None
+
+    def kill_all(self, deadline: float = 5.0) -> None:
+        for d in self.dirs:
+            if (d / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    _write(d / "cgroup.kill", "1")
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+    def remove(self, deadline: float = 5.0) -> None:
+        end = time.monotonic() + deadline
+        for d in self.dirs:
+            while d.exists():
+                try:
+                    d.rmdir()
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        break
+                    if time.monotonic() > end:
+                        raise
+                    time.sleep(0.01)
+
+
+def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None) -> tuple[SandboxCgroup, dict[str, str]]:
+    """Make the sandbox's cgroup(s) and write the limits; returns what is enforced how."""
+    dirs: list[Path] = []
+    enforced: dict[str, str] = {}
+    for ctl, parent in sorted(layout.v1.items()):
+        parent.mkdir(exist_ok=True)
+        d = parent / name
+        d.mkdir(exist_ok=True)
+        dirs.append(d)
+        if ctl == "memory":
+            _write(d / "memory.limit_in_bytes", str(memory))
+            if (d / "memory.memsw.limit_in_bytes").exists():
+                with contextlib.suppress(OSError):
+                    _write(d / "memory.memsw.limit_in_bytes", str(memory))
+            enforced["memory"] = "cgroup v1"
+        elif ctl == "pids":
+            _write(d / "pids.max", str(pids))
+            enforced["pids"] = "cgroup v1"
+        elif ctl == "cpu" and cpus is not None:
+            _write(d / "cpu.cfs_period_us", "100000")
+            _write(d / "cpu.cfs_quota_us", str(max(1000, int(cpus * 100000))))
+            enforced["cpus"] = "cgroup v1"
+    if layout.v2 is not None and layout.v2_controllers:
+        parent = _v2_prepare(layout.v2, layout.v2_controllers)
+        d = parent / name
+        d.mkdir(exist_ok=True)
+        dirs.append(d)
+        if "memory" in layout.v2_controllers:
+            _write(d / "memory.max", str(memory))
+            if (d / "memory.swap.max").exists():
+                _write(d / "memory.swap.max", "0")
+            enforced["memory"] = "cgroup v2"
+        if "pids" in layout.v2_controllers:
+            _write(d / "pids.max", str(pids))
+            enforced["pids"] = "cgroup v2"
+        if "cpu" in layout.v2_controllers and cpus is not None:
+            _write(d / "cpu.max", f"{max(1000, int(cpus * 100000))} 100000")
+            enforced["cpus"] = "cgroup v2"
+    return SandboxCgroup(dirs, v2=layout.v2 is not None), enforced

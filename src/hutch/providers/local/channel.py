@@ -1,0 +1,159 @@
+"""Host side of the agent protocol: one unix-socket connection per request.
+
+Exec passes the workload's stdin/stdout/stderr as file descriptors (SCM_RIGHTS), so
+output flows from the workload straight into the daemon's pipes; the agent only reports
+the pid and the exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+from hutch.errors import HutchError, InternalError, UnavailableError
+
+MAX_HEADER = 1 << 20
+
+
+class Channel:
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.sock: socket.socket | None = None
+        self.buf = b""
+
+    async def __aenter__(self) -> Channel:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, self.socket_path), 5.0)
+        except (TimeoutError, OSError) as exc:
+            sock.close()
+            raise UnavailableError(
+                f"the sandbox is not answering ({exc.__class__.__name__}: {exc})",
+                hint="it may have died; check with hutch get, or destroy and recreate it",
+            ) from exc
+        self.sock = sock
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+        assert self.sock is not None
+        data = json.dumps(header).encode() + b"\n"
+        if fds:
+            self.sock.setblocking(True)
+            try:
+                socket.send_fds(self.sock, [data], fds)
+            finally:
+                self.sock.setblocking(False)
+            data = b""
+        if data or payload:
+            self.sock.setblocking(True)
+            try:
+                self.sock.sendall(data + payload)
+            finally:
+                self.sock.setblocking(False)
+
+    async def recv_line(self, timeout: float | None = None) -> dict[str, Any] | None:
+        assert self.sock is not None
+        loop = asyncio.get_running_loop()
+        while b"\n" not in self.buf:
+            if len(self.buf) > MAX_HEADER:
+                raise InternalError("oversized reply from the sandbox agent")
+            chunk = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), timeout)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise HutchError.from_dict(reply)
+        return reply
+
+    async def recv_exact(self, size: int) -> bytes:
+        assert self.sock is not None
+        loop = asyncio.get_running_loop()
+        out = bytearray(self.buf[:size])
+        self.buf = self.buf[size:]
+        while len(out) < size:
+            chunk = await loop.sock_recv(self.sock, min(1 << 20, size - len(out)))
+            if not chunk:
+                raise UnavailableError("the sandbox agent closed the connection mid-transfer")
+            out += chunk
+        return bytes(out)
+
+    async def request(self, header: dict[str, Any], payload: bytes = b"", timeout: float = 60.0) -> dict[str, Any]:
+        self.send(header, payload)
+        reply = await self.recv_line(timeout)
+        if reply is None:
+            raise UnavailableError("the sandbox agent closed the connection", hint="check the sandbox with hutch get")
+        return reply
+
+
+@dataclass
+class Capture:
+    """Reads one pipe without blocking the loop, keeping at most ``cap`` bytes."""
+
+    fd: int
+    cap: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def start(self) -> None:
+        os.set_blocking(self.fd, False)
+        asyncio.get_running_loop().add_reader(self.fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        self.total += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+
+    def close(self) -> None:
+        if not self.done.is_set():
+            asyncio.get_running_loop().remove_reader(self.fd)
+            os.close(self.fd)
+            self.done.set()
+
+
+async def feed(fd: int, data: bytes) -> None:
+    """Write ``data`` to a pipe without blocking the loop, then close it."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                n = os.write(fd, view)
+                view = view[n:]
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(fd, ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(fd)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -1,0 +1,317 @@
+"""The Python SDK: ``Sandbox`` and ``AsyncSandbox``, kept in parity by a test.
+
+    with hutch.Sandbox.create(memory="512M") as sbx:
+        r = sbx.exec("echo hi")
+        print(r.exit_code, r.stdout)
+
+A non-zero exit of the workload never raises: read ``exit_code`` and ``status``.
+hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``).
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+from dataclasses import dataclass, field
+from typing import Any
+
+from hutch.client import AsyncClient, Client
+from hutch.config import Settings
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    run_id: str
+    sandbox_id: str
+    exit_code: int
+    status: str
+    stdout: str
+    stderr: str
+    stdout_raw: bytes = field(repr=False)
+    stderr_raw: bytes = field(repr=False)
+    truncated: bool
+    duration_ms: float
+    signal: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.status == "completed"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ExecResult:
+        def stream(name: str) -> tuple[str, bytes]:
+            if d.get(f"{name}_base64"):
+                raw = base64.b64decode(d[name])
+                return raw.decode("utf-8", errors="replace"), raw
+            return d[name], d[name].encode()
+
+        out, out_raw = stream("stdout")
+        err, err_raw = stream("stderr")
+        return cls(
+            run_id=d["run_id"],
+            sandbox_id=d["sandbox_id"],
+            exit_code=d["exit_code"],
+            status=d["status"],
+            stdout=out,
+            stderr=err,
+            stdout_raw=out_raw,
+            stderr_raw=err_raw,
+            truncated=d["truncated"],
+            duration_ms=d["duration_ms"],
+            signal=d.get("signal"),
+            error=d.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    name: str
+    type: str
+    size: int
+    mode: int
+    mtime: float
+
+
+def _spec(**kw: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        k: v for k, v in kw.items() if k in ("name", "env", "labels", "workdir", "provider") and v is not None
+    }
+    limits = {k: kw[k] for k in ("memory", "pids", "cpus") if kw.get(k) is not None}
+    if limits:
+        spec["limits"] = limits
+    if kw.get("mounts"):
+        spec["mounts"] = [_mount(m) for m in kw["mounts"]]
+    return spec
+
+
+def _mount(m: str | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(m, dict):
+        return m
+    parts = m.split(":")
+    return {"source": parts[0], "target": parts[1], "readonly": len(parts) > 2 and parts[2] == "ro"}
+
+
+def _exec_req(
+    command: str | list[str],
+    env: dict[str, str] | None,
+    cwd: str | None,
+    timeout: float | None,
+    stdin: bytes | str | None,
+    max_output: int | None,
+) -> dict[str, Any]:
+    req: dict[str, Any] = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout}
+    if stdin is not None:
+        raw = stdin.encode() if isinstance(stdin, str) else stdin
+        req |= {"stdin": base64.b64encode(raw).decode(), "stdin_base64": True}
+    if max_output is not None:
+        req["max_output"] = max_output
+    return req
+
+
+def _data(data: bytes | str) -> bytes:
+    return data.encode() if isinstance(data, str) else data
+
+
+class Files:
+    def __init__(self, sbx: Sandbox) -> None:
+        self._sbx = sbx
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> dict[str, Any]:
+        return self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
+
+    def read(self, path: str) -> bytes:
+        return self._sbx.client.read_file(self._sbx.id, path)[0]
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode()
+
+    def list(self, path: str | None = None) -> builtins.list[FileInfo]:
+        return [FileInfo(**e) for e in self._sbx.client.list_files(self._sbx.id, path)]
+
+
+class Sandbox:
+    """A sandbox, driven through the local daemon (started on demand) or a gateway."""
+
+    def __init__(self, info: dict[str, Any], client: Client) -> None:
+        self.info = info
+        self.client = client
+        self.files = Files(self)
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def name(self) -> str | None:
+        return self.info.get("name")
+
+    def __repr__(self) -> str:
+        return f"Sandbox(id={self.id!r}, name={self.name!r}, state={self.info.get('state')!r})"
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        name: str | None = None,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpus: float | None = None,
+        env: dict[str, str] | None = None,
+        mounts: builtins.list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        workdir: str | None = None,
+        provider: str | None = None,
+        settings: Settings | None = None,
+    ) -> Sandbox:
+        client = Client(settings)
+        spec = _spec(
+            name=name,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            mounts=mounts,
+            labels=labels,
+            workdir=workdir,
+            provider=provider or client.settings.provider,
+        )
+        return cls(client.create(spec), client)
+
+    @classmethod
+    def connect(cls, ref: str, *, settings: Settings | None = None) -> Sandbox:
+        client = Client(settings)
+        return cls(client.get(ref), client)
+
+    @classmethod
+    def list(cls, *, include_all: bool = False, settings: Settings | None = None) -> builtins.list[Sandbox]:
+        client = Client(settings)
+        return [cls(info, client) for info in client.list(include_all)]
+
+    def refresh(self) -> dict[str, Any]:
+        self.info = self.client.get(self.id)
+        return self.info
+
+    def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+    ) -> ExecResult:
+        return ExecResult.from_dict(self.client.exec(self.id, _exec_req(command, env, cwd, timeout, stdin, max_output)))
+
+    def destroy(self) -> dict[str, Any]:
+        return self.client.destroy(self.id)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+
+class AsyncFiles:
+    def __init__(self, sbx: AsyncSandbox) -> None:
+        self._sbx = sbx
+
+    async def write(self, path: str, data: bytes | str, mode: int = 0o644) -> dict[str, Any]:
+        return await self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
+
+    async def read(self, path: str) -> bytes:
+        return (await self._sbx.client.read_file(self._sbx.id, path))[0]
+
+    async def read_text(self, path: str) -> str:
+        return (await self.read(path)).decode()
+
+    async def list(self, path: str | None = None) -> builtins.list[FileInfo]:
+        return [FileInfo(**e) for e in await self._sbx.client.list_files(self._sbx.id, path)]
+
+
+class AsyncSandbox:
+    """The asynchronous twin of :class:`Sandbox`."""
+
+    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
+        self.info = info
+        self.client = client
+        self.files = AsyncFiles(self)
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def name(self) -> str | None:
+        return self.info.get("name")
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, name={self.name!r}, state={self.info.get('state')!r})"
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        name: str | None = None,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpus: float | None = None,
+        env: dict[str, str] | None = None,
+        mounts: builtins.list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        workdir: str | None = None,
+        provider: str | None = None,
+        settings: Settings | None = None,
+    ) -> AsyncSandbox:
+        client = AsyncClient(settings)
+        spec = _spec(
+            name=name,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            mounts=mounts,
+            labels=labels,
+            workdir=workdir,
+            provider=provider or client.settings.provider,
+        )
+        return cls(await client.create(spec), client)
+
+    @classmethod
+    async def connect(cls, ref: str, *, settings: Settings | None = None) -> AsyncSandbox:
+        client = AsyncClient(settings)
+        return cls(await client.get(ref), client)
+
+    @classmethod
+    async def list(cls, *, include_all: bool = False, settings: Settings | None = None) -> builtins.list[AsyncSandbox]:
+        client = AsyncClient(settings)
+        return [cls(info, client) for info in await client.list(include_all)]
+
+    async def refresh(self) -> dict[str, Any]:
+        self.info = await self.client.get(self.id)
+        return self.info
+
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+    ) -> ExecResult:
+        req = _exec_req(command, env, cwd, timeout, stdin, max_output)
+        return ExecResult.from_dict(await self.client.exec(self.id, req))
+
+    async def destroy(self) -> dict[str, Any]:
+        return await self.client.destroy(self.id)
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.destroy()
+        await self.client.close()

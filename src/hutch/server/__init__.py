@@ -1,0 +1,1 @@
+"""The HTTP edge of the Service (:mod:`hutch.server.app`) and the daemon launcher."""

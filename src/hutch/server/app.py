@@ -1,0 +1,118 @@
+"""The HTTP app: one route per use-case, one error handler. OpenAPI at /openapi.json."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+
+from hutch import __version__
+from hutch.errors import HutchError, InvalidError
+from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
+from hutch.service import Service
+
+
+class DestroyResult(BaseModel):
+    sandbox: str
+    name: str | None = None
+    destroyed: bool
+    existed: bool
+    message: str
+
+
+def _validation_message(exc: ValidationError | RequestValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
+    return "; ".join(parts) or "invalid request"
+
+
+def create_app(service: Service) -> FastAPI:
+    app = FastAPI(title="hutch", version=__version__, docs_url=None, redoc_url=None)
+    app.state.service = service
+    app.state.shutdown = None
+
+    @app.exception_handler(HutchError)
+    async def hutch_error(_: Request, exc: HutchError) -> JSONResponse:
+        return JSONResponse(exc.to_dict(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = InvalidError(_validation_message(exc), hint="see hutch COMMAND --help")
+        return JSONResponse(err.to_dict(), status_code=400)
+
+    @app.exception_handler(ValidationError)
+    async def model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
+        err = InvalidError(_validation_message(exc), hint="see hutch COMMAND --help")
+        return JSONResponse(err.to_dict(), status_code=400)
+
+    @app.exception_handler(Exception)
+    async def internal(_: Request, exc: Exception) -> JSONResponse:
+        body = {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}", "hint": "see hutch daemon logs"}}
+        return JSONResponse(body, status_code=500)
+
+    @app.get("/v1/health")
+    async def health() -> dict[str, Any]:
+        return {"ok": True, "version": __version__, "pid": os.getpid(), "home": str(service.settings.home)}
+
+    @app.post("/v1/shutdown")
+    async def shutdown() -> dict[str, Any]:
+        if app.state.shutdown is not None:
+            app.state.shutdown()
+        return {"ok": True, "stopping": True, "pid": os.getpid()}
+
+    @app.get("/v1/doctor")
+    async def doctor(provider: str | None = None) -> dict[str, Any]:
+        return await service.doctor(provider)
+
+    @app.post("/v1/sandboxes", status_code=201)
+    async def create(spec: SandboxSpec) -> SandboxRecord:
+        return await service.create(spec)
+
+    @app.get("/v1/sandboxes")
+    async def list_(all: bool = False) -> list[SandboxRecord]:  # noqa: A002 - query name
+        return service.list(all)
+
+    @app.get("/v1/sandboxes/{ref}")
+    async def get(ref: str) -> SandboxRecord:
+        return service.get(ref)
+
+    @app.delete("/v1/sandboxes/{ref}")
+    async def destroy(ref: str) -> DestroyResult:
+        return DestroyResult(**await service.destroy(ref))
+
+    @app.post("/v1/sandboxes/{ref}/exec")
+    async def exec_(ref: str, req: ExecRequest) -> ExecResult:
+        return await service.exec(ref, req)
+
+    @app.get("/v1/sandboxes/{ref}/runs")
+    async def runs(ref: str) -> list[dict[str, Any]]:
+        return service.store.list_runs(service.get(ref).id)
+
+    @app.get("/v1/sandboxes/{ref}/events")
+    async def events(ref: str, limit: int = Query(1000, ge=1, le=100000)) -> list[dict[str, Any]]:
+        return service.store.list_events(service.get(ref).id, limit)
+
+    @app.get("/v1/sandboxes/{ref}/files", response_model=None)
+    async def read_file(ref: str, path: str, limit: int = Query(64 << 20, ge=0)) -> Response:
+        data, truncated = await service.read_file(ref, path, limit)
+        return Response(data, media_type="application/octet-stream", headers={"x-hutch-truncated": str(int(truncated))})
+
+    @app.put("/v1/sandboxes/{ref}/files")
+    async def write_file(ref: str, path: str, request: Request, mode: str = "644") -> dict[str, Any]:
+        try:
+            perms = int(mode, 8)
+        except ValueError as exc:
+            raise InvalidError(f"invalid mode {mode!r}", hint="use octal, e.g. 644 or 755") from exc
+        return await service.write_file(ref, path, await request.body(), perms)
+
+    @app.get("/v1/sandboxes/{ref}/ls")
+    async def list_files(ref: str, path: str | None = None) -> list[FileEntry]:
+        return await service.list_files(ref, path)
+
+    return app

@@ -1,0 +1,74 @@
+"""``hutch serve``: the Service behind the HTTP app on an owner-only unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import sys
+
+import uvicorn
+
+from hutch.config import Settings
+from hutch.errors import UnavailableError
+from hutch.server.app import create_app
+from hutch.server.launcher import prepare_home, socket_answers
+from hutch.service import Service
+
+log = logging.getLogger("hutch.daemon")
+
+
+def _bind(path: str) -> socket.socket:
+    if os.path.exists(path):
+        os.unlink(path)  # stale: we hold the daemon lock, so nobody else serves it
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(128)
+    return sock
+
+
+async def _serve(settings: Settings, lock_fd: int) -> None:
+    service = Service(settings)
+    report = await service.start()
+    log.info(
+        "adopted %d sandboxes, marked %d lost, cleaned %d", len(report["adopted"]), len(report["lost"]), len(report["cleaned"])
+    )
+    app = create_app(service)
+    sock = _bind(str(settings.socket_path))
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    app.state.shutdown = lambda: setattr(server, "should_exit", True)
+    (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")
+    log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        await service.close()
+        for name in ("hutchd.pid", "hutchd.sock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(settings.home / name)
+        os.close(lock_fd)
+
+
+def serve(settings: Settings) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    prepare_home(settings.home)
+    lock_fd = os.open(settings.home / "hutchd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        if socket_answers(settings.socket_path):
+            log.info("a hutch daemon is already running for %s", settings.home)
+            return 0
+        raise UnavailableError("another hutch daemon holds the lock but does not answer", hint="hutch daemon stop") from None
+    asyncio.run(_serve(settings, lock_fd))
+    return 0

@@ -1,0 +1,101 @@
+"""Start the local daemon on demand, and talk to its pid/lock files.
+
+Light on imports on purpose: the CLI imports this on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hutch.config import Settings
+from hutch.errors import UnavailableError
+
+
+def socket_answers(path: Path) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def daemon_pid(settings: Settings) -> int | None:
+    try:
+        pid = int((settings.home / "hutchd.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def prepare_home(home: Path) -> None:
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        os.chmod(home, 0o711 if os.geteuid() == 0 else 0o700)
+    except OSError as exc:
+        raise UnavailableError(
+            f"cannot use the state directory {home}: {exc.strerror}", hint="set HUTCH_HOME to a writable directory"
+        ) from exc
+
+
+def ensure_daemon(settings: Settings) -> None:
+    """Start ``hutch serve`` in the background unless it already answers."""
+    if socket_answers(settings.socket_path):
+        return
+    prepare_home(settings.home)
+    with open(settings.home / "hutchd.start.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if socket_answers(settings.socket_path):
+            return
+        env = dict(os.environ, HUTCH_HOME=str(settings.home))
+        with open(settings.log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "hutch", "serve"],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+        deadline = time.monotonic() + settings.daemon_start_timeout
+        while time.monotonic() < deadline:
+            if socket_answers(settings.socket_path):
+                return
+            code = proc.poll()
+            if code is not None and not socket_answers(settings.socket_path):
+                raise UnavailableError(
+                    f"the hutch daemon exited during start (code {code}): {log_tail(settings)}",
+                    hint=f"see {settings.log_path}, or run it in the foreground: hutch serve",
+                )
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        raise UnavailableError(
+            f"the hutch daemon did not answer within {settings.daemon_start_timeout:.0f}s",
+            hint=f"see {settings.log_path}; run hutch doctor",
+        )
+
+
+def log_tail(settings: Settings, lines: int = 5) -> str:
+    try:
+        text = settings.log_path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return " | ".join(text.strip().splitlines()[-lines:])

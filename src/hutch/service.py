@@ -1,0 +1,260 @@
+"""The use-cases. The only place with workflow: ids, states, runs, events, timeouts.
+
+Edges (HTTP server, in-process embedding) call these methods; providers do the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import os
+import time
+from typing import Any
+
+from hutch import __version__
+from hutch.config import Settings
+from hutch.errors import HutchError, InvalidError, NotFoundError
+from hutch.models import (
+    LIVE_STATES,
+    ExecRequest,
+    ExecResult,
+    FileEntry,
+    RawOutput,
+    RunStatus,
+    SandboxRecord,
+    SandboxSpec,
+    SandboxState,
+    new_id,
+)
+from hutch.provider import CheckResult, Provider, load_provider
+from hutch.store import Store
+
+MAX_FILE = 64 << 20
+
+
+def _text(data: bytes) -> tuple[str, bool]:
+    try:
+        return data.decode("utf-8"), False
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), True
+
+
+class Service:
+    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+        self.settings = settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self.store = store or Store(settings.db_path)
+        self._providers: dict[str, Provider] = {}
+        self._create_lock = asyncio.Lock()
+
+    def provider(self, name: str) -> Provider:
+        if name not in self._providers:
+            self._providers[name] = load_provider(name, self.settings)
+        return self._providers[name]
+
+    # -- start / adopt ---------------------------------------------------------------
+
+    async def start(self) -> dict[str, list[str]]:
+        """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost."""
+        report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
+        for rec in self.store.list_sandboxes(LIVE_STATES):
+            provider = self.provider(rec.provider)
+            self.store.mark_running_runs_lost(rec.id)
+            if rec.state == SandboxState.running and await provider.alive(rec):
+                report["adopted"].append(rec.id)
+                continue
+            if rec.state == SandboxState.running:
+                self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
+                self.store.append_event("sandbox_lost", rec.id)
+                report["lost"].append(rec.id)
+            else:
+                await provider.destroy(rec)
+                final = SandboxState.destroyed if rec.state == SandboxState.destroying else SandboxState.failed
+                self.store.update_sandbox(rec.id, state=final, error="interrupted by a daemon restart")
+                report["cleaned"].append(rec.id)
+        return report
+
+    async def close(self) -> None:
+        for provider in self._providers.values():
+            await provider.close()
+
+    # -- sandboxes -------------------------------------------------------------------
+
+    async def create(self, spec: SandboxSpec) -> SandboxRecord:
+        provider = self.provider(spec.provider)
+        caps = provider.capabilities
+        if spec.mounts and not caps.mounts:
+            raise InvalidError(f"the {provider.name} provider does not support --mount")
+        now = time.time()
+        async with self._create_lock:
+            used = {int(r.data.get("slot", -1)) for r in self.store.list_sandboxes(LIVE_STATES)}
+            slot = next(i for i in range(len(used) + 1) if i not in used)
+            rec = SandboxRecord(
+                id=new_id("sbx"),
+                name=spec.name,
+                provider=provider.name,
+                state=SandboxState.creating,
+                spec=spec,
+                created_at=now,
+                updated_at=now,
+                data={"slot": slot},
+            )
+            self.store.insert_sandbox(rec)
+        try:
+            data, enforcement = await provider.create(rec)
+        except BaseException as exc:
+            message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
+            self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
+            raise
+        rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
+        self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name)
+        return rec
+
+    def get(self, ref: str) -> SandboxRecord:
+        return self.store.get_sandbox(ref)
+
+    def live(self, ref: str) -> SandboxRecord:
+        rec = self.get(ref)
+        if rec.state != SandboxState.running:
+            raise NotFoundError(
+                f"sandbox {ref!r} is {rec.state.value}" + (f": {rec.error}" if rec.error else ""),
+                hint="create a new one with hutch create, or list live ones with hutch list",
+            )
+        return rec
+
+    def list(self, include_all: bool = False) -> builtins.list[SandboxRecord]:
+        states = None if include_all else (*LIVE_STATES, SandboxState.lost)
+        return self.store.list_sandboxes(states)
+
+    async def destroy(self, ref: str) -> dict[str, Any]:
+        try:
+            rec = self.get(ref)
+        except NotFoundError:
+            return {"sandbox": ref, "destroyed": True, "existed": False, "message": "no such sandbox (nothing to do)"}
+        if rec.state in (SandboxState.destroyed, SandboxState.failed):
+            return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": False, "message": "already gone"}
+        self.store.update_sandbox(rec.id, state=SandboxState.destroying)
+        await self.provider(rec.provider).destroy(rec)
+        self.store.mark_running_runs_lost(rec.id)
+        self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
+        self.store.append_event("sandbox_destroyed", rec.id)
+        return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
+
+    # -- exec ------------------------------------------------------------------------
+
+    async def exec(self, ref: str, req: ExecRequest) -> ExecResult:
+        rec = self.live(ref)
+        argv = req.argv()
+        stdin: bytes | None = None
+        if req.stdin is not None:
+            stdin = base64.b64decode(req.stdin) if req.stdin_base64 else req.stdin.encode()
+        run_id = new_id("run")
+        started = time.time()
+        t0 = time.perf_counter()
+        self.store.insert_run(run_id, rec.id, argv, started)
+        self.store.append_event("run_started", rec.id, run_id, command=argv, env_keys=sorted(req.env))
+        try:
+            raw = await self.provider(rec.provider).exec(
+                rec,
+                argv,
+                env=req.env,
+                cwd=req.cwd or rec.spec.workdir,
+                stdin=stdin,
+                timeout=req.timeout or self.settings.exec_timeout,
+                max_output=req.max_output,
+            )
+        except BaseException as exc:
+            message = exc.message if isinstance(exc, HutchError) else str(exc)
+            failed = ExecResult(
+                run_id=run_id,
+                sandbox_id=rec.id,
+                exit_code=125,
+                status=RunStatus.lost,
+                stdout="",
+                stderr="",
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                error=message,
+            )
+            self.store.finish_run(failed)
+            self.store.append_event("run_finished", rec.id, run_id, status="lost", error=message)
+            raise
+        result = self._result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
+        self.store.finish_run(result)
+        self.store.append_event(
+            "run_finished", rec.id, run_id, exit_code=result.exit_code, status=result.status.value, duration_ms=result.duration_ms
+        )
+        if raw.oom_killed:
+            self.store.append_event("limit_hit", rec.id, run_id, limit="memory")
+        return result
+
+    @staticmethod
+    def _result(sandbox_id: str, run_id: str, raw: RawOutput, duration_ms: float, cap: int) -> ExecResult:
+        if raw.timed_out:
+            status, code = RunStatus.timed_out, 124
+        elif raw.oom_killed:
+            status, code = RunStatus.oom_killed, raw.exit_code
+        elif raw.signal:
+            status, code = RunStatus.killed, raw.exit_code
+        else:
+            status = RunStatus.completed if raw.exit_code == 0 else RunStatus.failed
+            code = raw.exit_code
+        out, out_b64 = _text(raw.stdout)
+        err, err_b64 = _text(raw.stderr)
+        return ExecResult(
+            run_id=run_id,
+            sandbox_id=sandbox_id,
+            exit_code=code,
+            status=status,
+            stdout=out,
+            stderr=err,
+            stdout_base64=out_b64,
+            stderr_base64=err_b64,
+            stdout_bytes=raw.stdout_bytes,
+            stderr_bytes=raw.stderr_bytes,
+            truncated=raw.stdout_bytes > cap or raw.stderr_bytes > cap,
+            duration_ms=round(duration_ms, 3),
+            signal=raw.signal or None,
+            error=raw.spawn_error,
+        )
+
+    # -- files -----------------------------------------------------------------------
+
+    @staticmethod
+    def _path(rec: SandboxRecord, path: str) -> str:
+        if not path:
+            raise InvalidError("empty path")
+        return path if path.startswith("/") else os.path.join(rec.spec.workdir, path)
+
+    async def read_file(self, ref: str, path: str, limit: int = MAX_FILE) -> tuple[bytes, bool]:
+        rec = self.live(ref)
+        full = self._path(rec, path)
+        data, truncated = await self.provider(rec.provider).read_file(rec, full, min(limit, MAX_FILE))
+        self.store.append_event("file_read", rec.id, path=full, size=len(data))
+        return data, truncated
+
+    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+        rec = self.live(ref)
+        if len(data) > MAX_FILE:
+            raise InvalidError(f"file is {len(data)} bytes; the limit is {MAX_FILE}", hint="split it, or use --mount")
+        full = self._path(rec, path)
+        await self.provider(rec.provider).write_file(rec, full, data, mode)
+        self.store.append_event("file_written", rec.id, path=full, size=len(data))
+        return {"sandbox": rec.id, "path": full, "size": len(data)}
+
+    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[FileEntry]:
+        rec = self.live(ref)
+        return await self.provider(rec.provider).list_files(rec, self._path(rec, path or rec.spec.workdir))
+
+    # -- health ----------------------------------------------------------------------
+
+    async def doctor(self, provider: str | None = None) -> dict[str, Any]:
+        checks: list[CheckResult] = []
+        home = self.settings.home
+        writable = os.access(home, os.W_OK)
+        checks.append(CheckResult("state dir", writable, str(home), None if writable else f"chmod u+w {home} or set HUTCH_HOME"))
+        try:
+            checks += await self.provider(provider or self.settings.provider).check()
+        except HutchError as exc:
+            checks.append(CheckResult("provider", False, exc.message, exc.hint))
+        return {"ok": all(c.ok for c in checks), "version": __version__, "checks": [c.to_dict() for c in checks]}

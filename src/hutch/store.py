@@ -1,0 +1,269 @@
+"""The SQLite store: the only module that imports sqlite3.
+
+WAL mode and a busy timeout so that the daemon and several CLI processes can use it at
+once; named migrations recorded in ``migrations``; one :meth:`Store.transaction` helper.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hutch.errors import ConflictError, NotFoundError, UnavailableError
+from hutch.models import ExecResult, SandboxRecord, SandboxState
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_initial",
+        """
+        CREATE TABLE sandboxes (
+            id TEXT PRIMARY KEY,
+            name TEXT,
+            provider TEXT NOT NULL,
+            state TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}',
+            enforcement TEXT NOT NULL DEFAULT '{}',
+            error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name)
+            WHERE name IS NOT NULL AND state IN ('creating', 'running', 'destroying');
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+            command TEXT NOT NULL,
+            status TEXT NOT NULL,
+            exit_code INTEGER,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            duration_ms REAL,
+            stdout_bytes INTEGER NOT NULL DEFAULT 0,
+            stderr_bytes INTEGER NOT NULL DEFAULT 0,
+            truncated INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX runs_sandbox ON runs(sandbox_id, started_at);
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            sandbox_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_sandbox ON events(sandbox_id, seq);
+        """,
+    ),
+]
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        self._local = threading.local()
+        self._migrate()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=False)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA busy_timeout=10000")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except sqlite3.Error as exc:
+                raise UnavailableError(
+                    f"cannot open the store {self.path}: {exc}", hint="check that the state directory is writable (hutch doctor)"
+                ) from exc
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+            conn.execute("COMMIT")
+        except sqlite3.IntegrityError as exc:
+            conn.execute("ROLLBACK")
+            raise ConflictError(str(exc)) from exc
+        except sqlite3.OperationalError as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            hint = "the disk may be full or the state directory read-only; run hutch doctor"
+            raise UnavailableError(f"store error: {exc}", hint=hint) from exc
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _migrate(self) -> None:
+        with self.transaction() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+            done = {r["name"] for r in conn.execute("SELECT name FROM migrations")}
+            for name, sql in MIGRATIONS:
+                if name in done:
+                    continue
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
+
+    def migrations(self) -> list[str]:
+        return [r["name"] for r in self._conn().execute("SELECT name FROM migrations ORDER BY name")]
+
+    # -- sandboxes -------------------------------------------------------------------
+
+    @staticmethod
+    def _record(row: sqlite3.Row) -> SandboxRecord:
+        return SandboxRecord(
+            id=row["id"],
+            name=row["name"],
+            provider=row["provider"],
+            state=SandboxState(row["state"]),
+            spec=json.loads(row["spec"]),
+            data=json.loads(row["data"]),
+            enforcement=json.loads(row["enforcement"]),
+            error=row["error"],
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+        )
+
+    def insert_sandbox(self, rec: SandboxRecord) -> None:
+        try:
+            with self.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        rec.id,
+                        rec.name,
+                        rec.provider,
+                        rec.state.value,
+                        rec.spec.model_dump_json(),
+                        json.dumps(rec.data),
+                        json.dumps(rec.enforcement),
+                        rec.error,
+                        rec.created_at,
+                        rec.updated_at,
+                    ),
+                )
+        except ConflictError as exc:
+            raise ConflictError(
+                f"a sandbox named {rec.name!r} already exists",
+                hint=f"choose another --name, or destroy it first: hutch destroy {rec.name}",
+            ) from exc
+
+    def update_sandbox(
+        self,
+        sandbox_id: str,
+        *,
+        state: SandboxState | None = None,
+        data: dict[str, Any] | None = None,
+        enforcement: dict[str, str] | None = None,
+        error: str | None = None,
+    ) -> SandboxRecord:
+        sets: list[str] = ["updated_at = ?"]
+        args: list[Any] = [time.time()]
+        if state is not None:
+            sets.append("state = ?")
+            args.append(state.value)
+        if data is not None:
+            sets.append("data = ?")
+            args.append(json.dumps(data))
+        if enforcement is not None:
+            sets.append("enforcement = ?")
+            args.append(json.dumps(enforcement))
+        if error is not None:
+            sets.append("error = ?")
+            args.append(error)
+        with self.transaction() as conn:
+            conn.execute(f"UPDATE sandboxes SET {', '.join(sets)} WHERE id = ?", (*args, sandbox_id))
+        return self.get_sandbox(sandbox_id)
+
+    def get_sandbox(self, ref: str) -> SandboxRecord:
+        """By id, or by name among live sandboxes (then the newest of any state)."""
+        conn = self._conn()
+        row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
+        if row is None:
+            row = conn.execute(
+                "SELECT * FROM sandboxes WHERE name = ? ORDER BY"
+                " state IN ('creating', 'running', 'destroying') DESC, created_at DESC LIMIT 1",
+                (ref,),
+            ).fetchone()
+        if row is None:
+            raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
+        return self._record(row)
+
+    def list_sandboxes(self, states: tuple[SandboxState, ...] | None = None) -> list[SandboxRecord]:
+        sql, args = "SELECT * FROM sandboxes", []
+        if states:
+            sql += f" WHERE state IN ({', '.join('?' for _ in states)})"
+            args = [s.value for s in states]
+        return [self._record(r) for r in self._conn().execute(sql + " ORDER BY created_at", args)]
+
+    # -- runs ------------------------------------------------------------------------
+
+    def insert_run(self, run_id: str, sandbox_id: str, command: list[str], started_at: float) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO runs (id, sandbox_id, command, status, started_at) VALUES (?, ?, ?, 'running', ?)",
+                (run_id, sandbox_id, json.dumps(command), started_at),
+            )
+
+    def finish_run(self, result: ExecResult) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "UPDATE runs SET status = ?, exit_code = ?, finished_at = ?, duration_ms = ?, stdout_bytes = ?,"
+                " stderr_bytes = ?, truncated = ? WHERE id = ?",
+                (
+                    result.status.value,
+                    result.exit_code,
+                    time.time(),
+                    result.duration_ms,
+                    result.stdout_bytes,
+                    result.stderr_bytes,
+                    int(result.truncated),
+                    result.run_id,
+                ),
+            )
+
+    def list_runs(self, sandbox_id: str) -> list[dict[str, Any]]:
+        rows = self._conn().execute("SELECT * FROM runs WHERE sandbox_id = ? ORDER BY started_at", (sandbox_id,))
+        return [dict(r) | {"command": json.loads(r["command"])} for r in rows]
+
+    def mark_running_runs_lost(self, sandbox_id: str | None = None) -> int:
+        sql = "UPDATE runs SET status = 'lost', finished_at = ? WHERE status = 'running'"
+        args: list[Any] = [time.time()]
+        if sandbox_id:
+            sql += " AND sandbox_id = ?"
+            args.append(sandbox_id)
+        with self.transaction() as conn:
+            return conn.execute(sql, args).rowcount
+
+    # -- events ----------------------------------------------------------------------
+
+    def append_event(self, type_: str, sandbox_id: str | None, run_id: str | None = None, **data: Any) -> int:
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO events (time, sandbox_id, run_id, type, data) VALUES (?, ?, ?, ?, ?)",
+                (time.time(), sandbox_id, run_id, type_, json.dumps(data)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def list_events(self, sandbox_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM events", []
+        if sandbox_id:
+            sql, args = sql + " WHERE sandbox_id = ?", [sandbox_id]
+        rows = self._conn().execute(sql + " ORDER BY seq LIMIT ?", (*args, limit))
+        return [dict(r) | {"data": json.loads(r["data"])} for r in rows]
