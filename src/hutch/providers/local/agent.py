@@ -117,14 +117,27 @@ def kill_tree(root, sig):
         select.select([], [], [], 0.002)
 
 
+REAPED = {}  # pid -> wait status, for children reaped while sweeping orphans
+
+
 def reap(block):
     while True:
         try:
-            pid, _ = os.waitpid(-1, 0 if block else os.WNOHANG)
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        REAPED[pid] = status
+
+
+def wait_for(pid):
+    if pid in REAPED:
+        return REAPED.pop(pid)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return REAPED.pop(pid, 9)
 
 
 def _load_prctl():
@@ -191,7 +204,7 @@ def supervise(conn, req, fds):
                 # The host went away: the run carries on, nobody is listening.
                 conn.close()
                 conn = None
-                ready_pid, _, _ = select.select([pidfd], [], [])
+                select.select([pidfd], [], [])
             else:
                 buf += data
                 while b"\n" in buf:
@@ -200,8 +213,8 @@ def supervise(conn, req, fds):
                     sig = int(msg.get("kill", signal.SIGKILL))
                     killed = sig
                     kill_tree(os.getpid(), sig)
-        if conn is None or pidfd in ready:
-            _, status = os.waitpid(pid, 0)
+        if conn is None or pidfd in ready or pid in REAPED:
+            status = wait_for(pid)
     if killed == signal.SIGKILL:
         kill_tree(os.getpid(), signal.SIGKILL)
     reap(block=False)
@@ -313,6 +326,13 @@ class Spare:
         self.sock.close()
 
 
+def new_spare(server):
+    try:
+        return Spare(server)
+    except OSError:  # EAGAIN at the pids limit: try again at the next exec
+        return None
+
+
 def handle(conn, server, spare):
     msg, fds, _, _ = socket.recv_fds(conn, CHUNK, 8)
     if not msg:
@@ -324,11 +344,16 @@ def handle(conn, server, spare):
             if len(fds) != 3:
                 send_json(conn, err("invalid", "exec needs three file descriptors"))
                 return spare
+            if spare is None:
+                spare = new_spare(server)
+            if spare is None:
+                send_json(conn, err("capacity", "cannot start a process: the sandbox is at its pids limit"))
+                return None
             spare.hand_over(conn, req, fds)
         finally:
             for fd in fds:
                 os.close(fd)
-        return Spare(server)
+        return new_spare(server)
     for fd in fds:
         os.close(fd)
     if op == "ping":
@@ -356,7 +381,7 @@ def main():
     server.bind(sock_path)
     os.chmod(sock_path, 0o600)
     server.listen(64)
-    spare = Spare(server)
+    spare = new_spare(server)
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
     while True:
@@ -373,8 +398,8 @@ def main():
                 pass
         finally:
             conn.close()
-            if spare.sock.fileno() < 0:
-                spare = Spare(server)
+            if spare is not None and spare.sock.fileno() < 0:
+                spare = new_spare(server)
 
 
 if __name__ == "__main__":
