@@ -18,6 +18,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -63,6 +64,21 @@ def _rmtree(path: Path) -> None:
 
     if path.exists():
         shutil.rmtree(path, onerror=fix)
+
+
+def _check_reachable(path: Path, uid: int) -> None:
+    """As root, bwrap runs as the sandbox's own uid: it must be able to reach a mount source."""
+    for p in [*reversed(path.parents), path]:
+        st = p.stat()
+        need = stat.S_IXOTH | (stat.S_IROTH if p == path else 0)
+        own = stat.S_IXUSR | (stat.S_IRUSR if p == path else 0)
+        if st.st_uid == uid and st.st_mode & own == own:
+            continue
+        if st.st_mode & need != need:
+            raise InvalidError(
+                f"the sandbox user (host uid {uid}) cannot reach {path}: {p} is mode {stat.filemode(st.st_mode)}",
+                hint=f"allow others to enter it (chmod o+x {p}), mount a directory elsewhere, or run hutch as a normal user",
+            )
 
 
 class LocalProvider:
@@ -183,6 +199,8 @@ class LocalProvider:
                     raise InvalidError(f"{src} is a socket; host sockets are never exposed", hint="bind a directory or file")
                 if not (real.is_dir() or real.is_file()):
                     raise InvalidError(f"{src} is not a file or directory", hint="bind a directory or regular file")
+                if self.root:
+                    _check_reachable(real, self._slot_uid(rec))
                 fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
                 opened.append((fd, m.target, m.readonly))
         except BaseException:

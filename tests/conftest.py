@@ -1,0 +1,102 @@
+"""Shared fixtures: a real daemon in a throwaway HUTCH_HOME, cleaned up by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hutch.client import Client
+from hutch.config import Settings
+from hutch.server.launcher import socket_answers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def hutch_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
+    env["HUTCH_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+class Daemon:
+    """A real ``hutch serve`` process on a unix socket in ``home``."""
+
+    def __init__(self, home: Path, **env: str) -> None:
+        self.home = home
+        self.env = hutch_env(home, **env)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.settings = Settings.load(home=home)
+
+    def start(self) -> Daemon:
+        log = open(self.home / "test-daemon.log", "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen([sys.executable, "-m", "hutch", "serve"], env=self.env, stdout=log, stderr=log)
+        log.close()
+        deadline = time.monotonic() + 20
+        while not socket_answers(self.settings.socket_path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("daemon did not start: " + (self.home / "test-daemon.log").read_text()[-2000:])
+            time.sleep(0.02)
+        return self
+
+    def client(self) -> Client:
+        return Client(self.settings, autostart=False)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        # a daemon auto-started by a client in a test is ours too: end it by its pid file
+        pid_file = self.home / "hutchd.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def destroy_all(home: Path) -> None:
+    settings = Settings.load(home=home)
+    if not socket_answers(settings.socket_path):
+        return
+    with Client(settings, autostart=False) as c:
+        for rec in c.list():
+            c.destroy(rec["id"])
+
+
+@pytest.fixture
+def hutch_home() -> Iterator[Path]:
+    # Not under pytest's tmp_path: that is 0700 under root, and some tests hand the
+    # directory to an unprivileged user.
+    home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
+    yield home
+    subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+@pytest.fixture
+def daemon(hutch_home: Path) -> Iterator[Daemon]:
+    d = Daemon(hutch_home).start()
+    try:
+        yield d
+    finally:
+        try:
+            destroy_all(hutch_home)
+        finally:
+            d.stop()
