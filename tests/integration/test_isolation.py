@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 import pytest
+from tests.conftest import Daemon
 
 from hutch import Sandbox
-from tests.conftest import Daemon
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from tests.conftest import Daemon, hutch_env
 
 from hutch import HutchError, Sandbox
 from hutch.client import Client
-from tests.conftest import Daemon, hutch_env
 
 
 def _processes_in(sandbox_id: str) -> list[int]:
@@ -85,11 +85,18 @@ def test_daemon_sigkill_loses_nothing(daemon: Daemon) -> None:
 def test_cli_autostarts_the_daemon(hutch_home: Path) -> None:
     env = hutch_env(hutch_home)
     try:
-        r = subprocess.run([sys.executable, "-m", "hutch", "run", "--", "python3", "-c", "print('hi')"],
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-m", "hutch", "run", "--", "python3", "-c", "print('hi')"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert r.stdout == "hi\n"
-        st = subprocess.run([sys.executable, "-m", "hutch", "daemon", "status", "--json"], env=env, capture_output=True, text=True)
+        st = subprocess.run(
+            [sys.executable, "-m", "hutch", "daemon", "status", "--json"], env=env, capture_output=True, text=True
+        )
         assert st.returncode == 0 and '"running": true' in st.stdout
         sock = hutch_home / "hutchd.sock"
         assert oct(sock.stat().st_mode & 0o777) == "0o600"

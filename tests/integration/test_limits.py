@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hutch import Sandbox
 from tests.conftest import Daemon
+
+from hutch import Sandbox
 
 
 def _cgroup_dirs(sandbox_id: str) -> list[Path]:
@@ -75,6 +76,11 @@ def test_limits_are_visible(daemon: Daemon) -> None:
     if os.geteuid() == 0:
         dirs = _cgroup_dirs(sbx.id)
         assert dirs, "one cgroup per sandbox"
-        values = {f.name: f.read_text().strip() for d in dirs for f in d.iterdir() if f.name in ("memory.limit_in_bytes", "memory.max", "pids.max", "cpu.cfs_quota_us", "cpu.max")}
+        values = {
+            f.name: f.read_text().strip()
+            for d in dirs
+            for f in d.iterdir()
+            if f.name in ("memory.limit_in_bytes", "memory.max", "pids.max", "cpu.cfs_quota_us", "cpu.max")
+        }
         assert values.get("pids.max") == "100"
         assert values.get("memory.limit_in_bytes", values.get("memory.max")) == str(256 << 20)

@@ -65,6 +65,7 @@ def os_error(exc, path):
         errno.ENOTDIR: "not_found",
         errno.EACCES: "permission_denied",
         errno.EPERM: "permission_denied",
+        errno.EROFS: "permission_denied",
         errno.EISDIR: "invalid",
         errno.ENOSPC: "capacity",
         errno.EDQUOT: "capacity",

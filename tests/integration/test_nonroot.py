@@ -1,0 +1,103 @@
+"""hutch works for a normal user: the daemon, bwrap and the sandbox all unprivileged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+import hutch
+
+NOBODY = 65534
+
+
+def _world_reachable(path: Path) -> bool:
+    return all(p.stat().st_mode & 0o005 == 0o005 for p in [path, *path.parents])
+
+
+def _python_for(uid: int) -> str:
+    """An interpreter of this Python's version that ``uid`` can execute."""
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"):
+        if os.path.exists(candidate) and _world_reachable(Path(candidate)):
+            return candidate
+    raise AssertionError(f"no Python {sys.version_info[:2]} that uid {uid} can run: install it system-wide")
+
+
+@pytest.fixture
+def nobody_env() -> tuple[dict[str, str], Path]:
+    if os.geteuid() != 0:  # already unprivileged: the rest of the suite is the non-root path
+        home = Path(tempfile.mkdtemp(prefix="hutch-user-"))
+        return {**os.environ, "HUTCH_HOME": str(home)}, home
+    base = Path(tempfile.mkdtemp(prefix="hutch-nobody-"))
+    os.chmod(base, 0o755)
+    paths = [str(Path(hutch.__file__).parent.parent), *site.getsitepackages(), sysconfig.get_paths()["purelib"]]
+    readable = []
+    for i, p in enumerate(dict.fromkeys(paths)):
+        if _world_reachable(Path(p)):
+            readable.append(p)
+        else:  # a checkout under a private directory: give the user its own copy
+            copy = base / f"lib{i}"
+            shutil.copytree(p, copy, symlinks=True)
+            readable.append(str(copy))
+    home = base / "home"
+    home.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    env = {"PATH": "/usr/bin:/bin", "HUTCH_HOME": str(home), "PYTHONPATH": ":".join(readable), "HOME": str(home)}
+    return env, home
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+
+
+def test_sandbox_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -> None:
+    env, home = nobody_env
+    py = _python_for(NOBODY)
+    pre = _as_nobody if os.geteuid() == 0 else None
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([py, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=120, preexec_fn=pre)
+
+    try:
+        doctor = cli("doctor", "--json")
+        report = json.loads(doctor.stdout)
+        checks = {c["name"]: c for c in report["checks"]}
+        assert checks["bwrap"]["ok"], checks
+        r = cli("create", "--name", "mine", "--memory", "256M", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        info = json.loads(r.stdout)
+        if os.geteuid() == 0:
+            # nobody cannot write cgroups here: the fallback is used and said
+            assert "rlimit" in info["enforcement"]["memory"] or "cgroup" in info["enforcement"]["memory"]
+        r = cli("exec", "--json", "mine", "--", "sh", "-c", "id -u; echo hi > f; cat /etc/shadow; ls /root")
+        out = json.loads(r.stdout)
+        assert out["stdout"].splitlines() == ["1000"]
+        assert "No such file" in out["stderr"]
+        host_file = home / "sandboxes" / info["id"] / "workspace" / "f"
+        assert host_file.stat().st_uid == (NOBODY if os.geteuid() == 0 else os.geteuid())
+        sock = home / "hutchd.sock"
+        assert sock.stat().st_uid == (NOBODY if os.geteuid() == 0 else os.geteuid())
+        assert oct(sock.stat().st_mode & 0o777) == "0o600"
+        r = cli("exec", "mine", "--", "sh", "-c", "unshare -U true; echo $?")
+        assert r.stdout.strip() == "1"
+        assert cli("destroy", "mine").returncode == 0
+        assert not host_file.exists()
+    finally:
+        pid_file = home / "hutchd.pid"
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+        subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home)], check=False)
