@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -66,10 +67,8 @@ class Daemon:
         # a daemon auto-started by a client in a test is ours too: end it by its pid file
         pid_file = self.home / "hutchd.pid"
         if pid_file.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
 
 
 def destroy_all(home: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -96,8 +97,6 @@ def test_sandbox_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -
     finally:
         pid_file = home / "hutchd.pid"
         if pid_file.exists():
-            try:
+            with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home)], check=False)
