@@ -1,0 +1,384 @@
+"""The CLI's exit-code and JSON contract, against a real daemon on the fake provider.
+
+``hutch.cli.main`` is called in process (it owns the error -> exit code mapping); the
+daemon is a ``python -m hutch serve`` subprocess with its own HUTCH_HOME.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hutch.cli import main
+from hutch.server.launcher import socket_answers
+
+UNSET = "HUTCH_TEST_SURELY_UNSET_VARIABLE"
+
+
+def _daemon_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
+    return env | {"HUTCH_HOME": str(home), "HUTCH_PROVIDER": "fake"}
+
+
+def _start_daemon(home: Path) -> subprocess.Popen[bytes]:
+    log = open(home / "test-daemon.log", "ab")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hutch", "serve"],
+        env=_daemon_env(home),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
+    log.close()
+    deadline = time.monotonic() + 20
+    while not socket_answers(home / "hutchd.sock"):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail("the test daemon did not start: " + (home / "test-daemon.log").read_text(errors="replace"))
+        time.sleep(0.02)
+    return proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _stop_strays(home: Path, ours: int) -> None:
+    """If a CLI call auto-started another daemon for this home, stop it too (by its pid).
+
+    Only a live ``hutch serve`` process is signalled: a stale pid file may name a reused pid.
+    """
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((home / "hutchd.pid").read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if pid != ours and b"hutch" in cmdline and b"serve" in cmdline:
+            os.kill(pid, signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def daemon_home() -> Iterator[Path]:
+    # a short path: unix socket paths are limited to ~107 bytes
+    home = Path(tempfile.mkdtemp(prefix="hutch-cli-"))
+    proc = _start_daemon(home)
+    try:
+        yield home
+    finally:
+        _stop(proc)
+        _stop_strays(home, proc.pid)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def cli(daemon_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Any:
+    for key in list(os.environ):
+        if key.startswith("HUTCH_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("HUTCH_HOME", str(daemon_home))
+    monkeypatch.setenv("HUTCH_PROVIDER", "fake")
+    monkeypatch.delenv(UNSET, raising=False)
+
+    class Cli:
+        def __call__(self, *args: str) -> tuple[int, str, str]:
+            capsys.readouterr()
+            code = main(list(args))
+            out, err = capsys.readouterr()
+            return code, out, err
+
+        def json(self, *args: str) -> tuple[int, Any]:
+            code, out, _ = self(*args)
+            return code, one_json(out)
+
+        def live_ids(self) -> set[str]:
+            code, recs = self.json("list", "--json")
+            assert code == 0
+            return {r["id"] for r in recs}
+
+    return Cli()
+
+
+def one_json(out: str) -> Any:
+    """stdout must hold exactly one JSON document."""
+    text = out.strip()
+    assert text, "nothing on stdout"
+    doc, end = json.JSONDecoder().raw_decode(text)
+    assert end == len(text), f"more than one JSON document on stdout: {out!r}"
+    return doc
+
+
+def assert_json_error(doc: Any, kind: str) -> dict[str, Any]:
+    assert set(doc) == {"error"}, doc
+    err = doc["error"]
+    assert err["kind"] == kind, doc
+    assert err["message"]
+    return dict(err)
+
+
+@pytest.fixture
+def sbx(cli: Any) -> Iterator[str]:
+    code, out, _ = cli("create")
+    assert code == 0
+    sandbox_id = out.split()[0]
+    assert sandbox_id.startswith("sbx_")
+    yield sandbox_id
+    cli("destroy", sandbox_id)
+
+
+# -- usage errors: exit 2 ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create", "--no-such-option"],
+        ["list", "--bogus"],
+        ["exec", "SBX"],  # missing command
+        ["run"],  # missing command
+        ["get"],  # missing sandbox
+        ["no-such-command"],
+        ["destroy"],  # neither sandboxes nor --all
+        ["create", "--pids", "many"],
+    ],
+)
+def test_usage_errors_exit_2(cli: Any, args: list[str]) -> None:
+    code, out, err = cli(*args)
+    assert code == 2
+    assert out == ""
+    assert err  # said on stderr
+    code, doc = cli.json(*args, "--json")
+    assert code == 2
+    assert_json_error(doc, "invalid")["hint"]
+
+
+def test_no_arguments_is_usage(cli: Any) -> None:
+    code, out, _ = cli()
+    assert code == 2
+    assert "Usage" in out
+
+
+def test_json_after_double_dash_belongs_to_the_workload(cli: Any, sbx: str) -> None:
+    # `--json` after `--` is an argument of the command, not of hutch: no JSON on stdout
+    code, out, err = cli("exec", sbx, "--no-such-option", "--", "echo", "--json")
+    assert code == 2
+    assert out == ""
+    assert "no-such-option" in err
+
+
+def test_help_and_version_exit_0(cli: Any) -> None:
+    assert cli("--help")[0] == 0
+    code, out, _ = cli("--version")
+    assert code == 0 and "hutch" in out
+
+
+# -- other commands: 0 ok, 1 failed ------------------------------------------------
+
+
+def test_get_unknown_is_not_found_with_hint(cli: Any) -> None:
+    code, doc = cli.json("get", "nope", "--json")
+    assert code == 1
+    err = assert_json_error(doc, "not_found")
+    assert "hutch list" in err["hint"]
+    code, out, stderr = cli("get", "nope")
+    assert code == 1
+    assert out == ""
+    assert "not_found" in stderr and "hutch list" in stderr
+
+
+@pytest.mark.parametrize("ref", ["run", "exec"])
+def test_get_sandbox_named_like_a_run_command_exits_1(cli: Any, ref: str) -> None:
+    # `get` is not a run command: its failures exit 1 whatever the sandbox is called
+    code, doc = cli.json("get", ref, "--json")
+    assert_json_error(doc, "not_found")
+    assert code == 1
+
+
+def test_create_bad_memory_is_invalid(cli: Any) -> None:
+    before = cli.live_ids()
+    code, doc = cli.json("create", "--memory", "banana", "--json")
+    assert code == 1
+    err = assert_json_error(doc, "invalid")
+    assert "banana" in err["message"] and err["hint"]
+    assert cli.live_ids() == before
+
+
+def test_create_env_from_unset_variable_is_invalid(cli: Any) -> None:
+    code, doc = cli.json("create", "--env", UNSET, "--json")
+    assert code == 1
+    err = assert_json_error(doc, "invalid")
+    assert UNSET in err["message"] and err["hint"]
+
+
+def test_create_get_list_json(cli: Any) -> None:
+    code, rec = cli.json("create", "--name", "cli-box", "--memory", "256M", "--label", "team=x", "--json")
+    assert code == 0
+    assert rec["name"] == "cli-box" and rec["provider"] == "fake"
+    assert rec["spec"]["limits"]["memory"] == 256 << 20
+    try:
+        code, got = cli.json("get", "cli-box", "--json")
+        assert code == 0 and got["id"] == rec["id"]
+        assert rec["id"] in cli.live_ids()
+        code, doc = cli.json("create", "--name", "cli-box", "--json")
+        assert code == 1
+        assert_json_error(doc, "conflict")["hint"]
+    finally:
+        cli("destroy", rec["id"])
+
+
+def test_destroy_twice_succeeds(cli: Any) -> None:
+    code, out, _ = cli("create")
+    sandbox_id = out.split()[0]
+    code, first = cli.json("destroy", sandbox_id, "--json")
+    assert code == 0
+    assert first == [{"sandbox": sandbox_id, "name": None, "destroyed": True, "existed": True, "message": "destroyed"}]
+    code, second = cli.json("destroy", sandbox_id, "--json")
+    assert code == 0
+    assert second[0]["destroyed"] is True and second[0]["existed"] is False
+    code, out, _ = cli("destroy", sandbox_id)
+    assert code == 0 and "already gone" in out
+    code, out, _ = cli("destroy", "never-was")
+    assert code == 0
+
+
+# -- exec: the workload's exit code ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [(["true"], 0), (["false"], 1), (["exit", "3"], 3), (["exit", "42"], 42), (["no-such-program"], 127)],
+)
+def test_exec_exit_code_passes_through(cli: Any, sbx: str, command: list[str], code: int) -> None:
+    assert cli("exec", sbx, "--", *command)[0] == code
+    rc, doc = cli.json("exec", sbx, "--json", "--", *command)
+    assert rc == code
+    assert doc["exit_code"] == code
+    if code != 127:
+        assert doc.get("error") is None
+
+
+def test_exec_output(cli: Any, sbx: str) -> None:
+    code, out, err = cli("exec", sbx, "--", "echo", "hello", "there")
+    assert (code, out, err) == (0, "hello there\n", "")
+    code, doc = cli.json("exec", sbx, "--json", "--", "echo", "hi")
+    assert (code, doc["stdout"], doc["stderr"], doc["status"]) == (0, "hi\n", "", "completed")
+
+
+def test_exec_timeout_exits_124(cli: Any, sbx: str) -> None:
+    code, _, err = cli("exec", sbx, "--timeout", "0.05", "--", "sleep", "30")
+    assert code == 124
+    assert "timed out" in err
+    code, doc = cli.json("exec", sbx, "--timeout", "0.05", "--json", "--", "sleep", "30")
+    assert (code, doc["exit_code"], doc["status"]) == (124, 124, "timed_out")
+
+
+def test_exec_unknown_sandbox_exits_125(cli: Any) -> None:
+    code, out, err = cli("exec", "nope", "--", "true")
+    assert code == 125
+    assert out == ""
+    assert "not_found" in err
+    code, doc = cli.json("exec", "nope", "--json", "--", "true")
+    assert code == 125
+    assert_json_error(doc, "not_found")["hint"]
+
+
+def test_exec_env_from_unset_variable_is_invalid(cli: Any, sbx: str) -> None:
+    code, doc = cli.json("exec", sbx, "--env", UNSET, "--json", "--", "true")
+    assert code == 125
+    assert_json_error(doc, "invalid")
+
+
+def test_exec_bad_max_output_is_invalid(cli: Any, sbx: str) -> None:
+    code, doc = cli.json("exec", sbx, "--max-output", "lots", "--json", "--", "true")
+    assert code == 125
+    assert_json_error(doc, "invalid")
+
+
+# -- run: create, exec, destroy --------------------------------------------------------
+
+
+def test_run_prints_output_and_leaves_no_sandbox(cli: Any) -> None:
+    before = cli.live_ids()
+    code, out, _ = cli("run", "--", "echo", "hi")
+    assert (code, out) == (0, "hi\n")
+    assert cli.live_ids() == before
+
+
+def test_run_exit_code_and_json(cli: Any) -> None:
+    before = cli.live_ids()
+    code, doc = cli.json("run", "--json", "--", "exit", "5")
+    assert code == 5 and doc["exit_code"] == 5 and doc["status"] == "failed"
+    code, doc = cli.json("run", "--timeout", "0.05", "--json", "--", "sleep", "30")
+    assert code == 124 and doc["status"] == "timed_out"
+    assert cli.live_ids() == before
+
+
+def test_run_keep(cli: Any) -> None:
+    code, _, err = cli("run", "--keep", "--", "true")
+    assert code == 0
+    kept = err.split("kept sandbox")[1].split()[0]
+    try:
+        assert kept in cli.live_ids()
+    finally:
+        cli("destroy", kept)
+
+
+def test_run_hutch_failure_exits_125(cli: Any) -> None:
+    before = cli.live_ids()
+    code, doc = cli.json("run", "--memory", "banana", "--json", "--", "true")
+    assert code == 125
+    assert_json_error(doc, "invalid")
+    code, doc = cli.json("run", "--env", UNSET, "--json", "--", "true")
+    assert code == 125
+    assert_json_error(doc, "invalid")
+    assert cli.live_ids() == before
+
+
+# -- files ---------------------------------------------------------------------------
+
+
+def test_write_read_ls(cli: Any, sbx: str, tmp_path: Path) -> None:
+    src = tmp_path / "in.bin"
+    src.write_bytes(b"\x00\x01binary\xff")
+    code, doc = cli.json("write", sbx, "dir/in.bin", "--from", str(src), "--json")
+    assert code == 0 and doc["size"] == 9 and doc["path"] == "/workspace/dir/in.bin"
+    code, doc = cli.json("read", sbx, "dir/in.bin", "--json")
+    assert code == 0 and doc["base64"] is True and doc["size"] == 9
+    code, out, _ = cli("ls", sbx)
+    assert (code, out) == (0, "dir/\n")
+    code, doc = cli.json("read", sbx, "missing", "--json")
+    assert code == 1
+    assert_json_error(doc, "not_found")
+
+
+# -- the daemon ----------------------------------------------------------------------
+
+
+def test_daemon_sigterm_cleans_up() -> None:
+    # `hutch daemon stop` falls back to SIGTERM: the daemon must still remove its socket and pid file
+    home = Path(tempfile.mkdtemp(prefix="hutch-term-"))
+    proc = _start_daemon(home)
+    try:
+        assert (home / "hutchd.pid").read_text().strip() == str(proc.pid)
+        _stop(proc)
+        assert not (home / "hutchd.sock").exists()
+        assert not (home / "hutchd.pid").exists()
+    finally:
+        _stop_strays(home, proc.pid)
+        shutil.rmtree(home, ignore_errors=True)
