@@ -52,6 +52,13 @@ class Mount(BaseModel):
     target: str
     readonly: bool = False
 
+    @field_validator("source", "target")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v:
+            raise InvalidError("a mount needs a host path and a sandbox path", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
+        return v
+
     @staticmethod
     def parse(text: str) -> Mount:
         parts = text.split(":")

@@ -7,6 +7,7 @@ import re
 from hutch.errors import InvalidError
 
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_HINT = "use a positive number with an optional unit: 512M, 1G, 2GiB, 65536"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -14,14 +15,14 @@ def parse_size(value: str | int) -> int:
     """``512M``, ``1G``, ``1.5GiB``, ``65536`` -> bytes (binary units)."""
     if isinstance(value, int) and not isinstance(value, bool):
         if value <= 0:
-            raise InvalidError(f"size must be positive, got {value}")
+            raise InvalidError(f"size must be positive, got {value}", hint=_HINT)
         return value
     m = _SIZE_RE.match(str(value))
     if not m:
-        raise InvalidError(f"invalid size {value!r}", hint="use a number with an optional unit: 512M, 1G, 2GiB, 65536")
+        raise InvalidError(f"invalid size {value!r}", hint=_HINT)
     size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
     if size <= 0:
-        raise InvalidError(f"size must be positive, got {value!r}")
+        raise InvalidError(f"size must be positive, got {value!r}", hint=_HINT)
     return size
 
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,38 @@ def test_unusable_state_dir_is_a_clear_error() -> None:
     assert r.returncode == 1
     assert '"kind": "unavailable"' in r.stdout
     assert "HUTCH_HOME" in r.stdout
+
+
+def test_create_cut_short_by_a_crash_is_cleaned_on_restart(hutch_home: Path) -> None:
+    """A daemon that died mid-create leaves a 'creating' record: the next one cleans it up."""
+    from hutch.models import SandboxRecord, SandboxSpec, SandboxState, new_id
+    from hutch.providers.local import cgroups
+    from hutch.store import Store
+
+    store = Store(hutch_home / "hutch.db")
+    rec = SandboxRecord(
+        id=new_id("sbx"),
+        provider="local",
+        state=SandboxState.creating,
+        spec=SandboxSpec(),
+        created_at=time.time(),
+        updated_at=time.time(),
+        data={"slot": 0},
+    )
+    store.insert_sandbox(rec)
+    half = hutch_home / "sandboxes" / rec.id / "workspace"
+    half.mkdir(parents=True)
+    layout = cgroups.detect()
+    made = []
+    if layout.mode != "none":
+        cg, _ = cgroups.create(layout, rec.id, 1 << 30, 512, None)
+        made = cg.dirs
+    d = Daemon(hutch_home).start()
+    try:
+        with d.client() as c:
+            info = c.get(rec.id)
+        assert info["state"] == "failed" and "restart" in info["error"]
+        assert not half.parent.exists()
+        assert [p for p in made if p.exists()] == []
+    finally:
+        d.stop()

@@ -42,9 +42,23 @@ for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor
     cli.add_command(command)
 
 
+def _command_name(args: list[str]) -> str | None:
+    """The subcommand in ``args``: the first word that is not a global option or its value."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--home":
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    as_json = "--json" in args
+    own = args[: args.index("--")] if "--" in args else args
+    as_json = "--json" in own
     obj = Ctx()
     try:
         cli.main(args=args, prog_name="hutch", standalone_mode=False, obj=obj)
@@ -63,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except HutchError as exc:
-        is_run = bool(args) and any(a in RUN_COMMANDS for a in args[:3])
+        is_run = _command_name(own) in RUN_COMMANDS
         try:
             fail(exc, obj.json or as_json, EXIT_HUTCH if is_run else 1)
         except SystemExit as done:

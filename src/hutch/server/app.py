@@ -9,6 +9,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import __version__
 from hutch.errors import HutchError, InvalidError
@@ -50,6 +51,13 @@ def create_app(service: Service) -> FastAPI:
     async def model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
         err = InvalidError(_validation_message(exc), hint="see hutch COMMAND --help")
         return JSONResponse(err.to_dict(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid" if exc.status_code < 500 else "internal")
+        hint = "the daemon may be older than this client: restart it with hutch daemon stop"
+        body = {"error": {"kind": kind, "message": f"{exc.status_code}: {exc.detail}", "hint": hint}}
+        return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
     async def internal(_: Request, exc: Exception) -> JSONResponse:

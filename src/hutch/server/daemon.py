@@ -7,8 +7,10 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import socket
 import sys
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -19,6 +21,21 @@ from hutch.server.launcher import prepare_home, socket_answers
 from hutch.service import Service
 
 log = logging.getLogger("hutch.daemon")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM after serving, which would skip our cleanup: stop instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
 
 
 def _bind(path: str) -> socket.socket:
@@ -44,7 +61,7 @@ async def _serve(settings: Settings, lock_fd: int) -> None:
     app = create_app(service)
     sock = _bind(str(settings.socket_path))
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    server = _Server(config)
     app.state.shutdown = lambda: setattr(server, "should_exit", True)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError, UnavailableError
+from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult
 from hutch.providers.local import bwrap as bw
@@ -210,7 +211,14 @@ class LocalProvider:
         return opened
 
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
-        return await self._start(rec)
+        try:
+            return await self._start(rec)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise CapacityError(
+                    f"no space left to create the sandbox: {exc}", hint="free disk space under HUTCH_HOME"
+                ) from exc
+            raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         found = self.bwrap()
@@ -371,9 +379,19 @@ class LocalProvider:
             return False
         return True
 
+    def _planned(self, rec: SandboxRecord) -> dict[str, Any]:
+        """What a sandbox owns, derived from its id: also right for a create cut short by a crash."""
+        data = dict(rec.data)
+        data.setdefault("dir", str(self.settings.sandboxes_dir / rec.id))
+        if not data.get("cgroups"):
+            parents = [*self.layout.v1.values(), *([self.layout.v2 / cgroups.GROUP] if self.layout.v2 else [])]
+            data["cgroups"] = [str(p / rec.id) for p in parents if (p / rec.id).exists()]
+        return data
+
     async def destroy(self, rec: SandboxRecord) -> bool:
-        existed = Path(rec.data.get("dir", "/nonexistent")).exists() or bool(rec.data.get("init_pid"))
-        await self._teardown(rec.data, rec.id)
+        data = self._planned(rec)
+        existed = Path(data["dir"]).exists() or bool(data["cgroups"])
+        await self._teardown(data, rec.id)
         return existed
 
     async def _teardown(self, data: dict[str, Any], sandbox_id: str) -> None:
