@@ -32,11 +32,10 @@ from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups
-from hutch.providers.local.channel import Capture, Channel, feed
+from hutch.providers.local.channel import Channel, run_exec
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 START_TIMEOUT = 20.0
-EXIT_GRACE = 0.25
 KILL_GRACE = 5.0
 
 
@@ -438,47 +437,8 @@ class LocalProvider:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
         full_env = bw.base_env() | rec.spec.env | env
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        if stdin is not None:
-            in_r, in_w = os.pipe2(os.O_CLOEXEC)
-        else:
-            in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
-        out, err = Capture(out_r, max_output), Capture(err_r, max_output)
-        feeder: asyncio.Task[None] | None = None
-        try:
-            async with Channel(rec.data["socket"]) as ch:
-                try:
-                    ch.send({"op": "exec", "argv": argv, "env": full_env, "cwd": cwd}, fds=[in_r, out_w, err_w])
-                finally:
-                    for fd in (in_r, out_w, err_w):
-                        os.close(fd)
-                out.start()
-                err.start()
-                if in_w >= 0:
-                    feeder = asyncio.create_task(feed(in_w, stdin or b""))
-                    in_w = -1
-                timed_out = False
-                first = await ch.recv_line(30.0)
-                if first is None:
-                    raise UnavailableError("the sandbox agent closed the connection", hint="check with hutch get")
-                reply = first
-                if "exit" not in first:
-                    try:
-                        reply = await asyncio.wait_for(self._recv_exit(ch), timeout)
-                    except TimeoutError:
-                        timed_out = True
-                        ch.send({"kill": int(signal.SIGKILL)})
-                        reply = await asyncio.wait_for(self._recv_exit(ch), KILL_GRACE + 10)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(out.done.wait(), err.done.wait()), EXIT_GRACE)
-        finally:
-            out.close()
-            err.close()
-            if in_w >= 0:
-                os.close(in_w)
-            if feeder is not None:
-                feeder.cancel()
+        header = {"op": "exec", "argv": argv, "env": full_env, "cwd": cwd}
+        reply, out, err, timed_out = await run_exec(rec.data["socket"], header, stdin, timeout, max_output)
         sig = int(reply.get("signal", 0))
         oom = sig == signal.SIGKILL and cg.oom_kills() > ooms_before
         return RawOutput(
@@ -492,15 +452,6 @@ class LocalProvider:
             oom_killed=oom,
             spawn_error=reply.get("spawn_error"),
         )
-
-    @staticmethod
-    async def _recv_exit(ch: Channel) -> dict[str, Any]:
-        while True:
-            reply = await ch.recv_line()
-            if reply is None:
-                raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
-            if "exit" in reply:
-                return reply
 
     # -- files -----------------------------------------------------------------------
 

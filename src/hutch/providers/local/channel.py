@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,3 +158,69 @@ async def feed(fd: int, data: bytes) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+EXIT_GRACE = 0.25  # after the exit, how long descendants may keep the pipes before we stop reading
+KILL_CONFIRM = 15.0
+
+
+async def _recv_exit(ch: Channel) -> dict[str, Any]:
+    while True:
+        reply = await ch.recv_line()
+        if reply is None:
+            raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
+        if "exit" in reply:
+            return reply
+
+
+async def run_exec(
+    socket_path: str, header: dict[str, Any], stdin: bytes | None, timeout: float | None, max_output: int
+) -> tuple[dict[str, Any], Capture, Capture, bool]:
+    """Start a command through the agent, capture its output, enforce the wall timeout.
+
+    Returns the agent's exit reply, the two captures and whether the timeout fired.
+    """
+    out_r, out_w = os.pipe2(os.O_CLOEXEC)
+    err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    if stdin is not None:
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+    else:
+        in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+    out, err = Capture(out_r, max_output), Capture(err_r, max_output)
+    feeder: asyncio.Task[None] | None = None
+    timed_out = False
+    try:
+        async with Channel(socket_path) as ch:
+            try:
+                ch.send(header, fds=[in_r, out_w, err_w])
+            finally:
+                for fd in (in_r, out_w, err_w):
+                    os.close(fd)
+            out.start()
+            err.start()
+            if in_w >= 0:
+                feeder = asyncio.create_task(feed(in_w, stdin or b""))
+                in_w = -1
+            reply = await ch.recv_line(30.0)
+            if reply is None:
+                raise UnavailableError("the sandbox agent closed the connection", hint="check with hutch get")
+            if "exit" not in reply:
+                try:
+                    reply = await asyncio.wait_for(_recv_exit(ch), timeout)
+                except TimeoutError:
+                    timed_out = True
+                    ch.send({"kill": int(signal.SIGKILL)})
+                    try:
+                        reply = await asyncio.wait_for(_recv_exit(ch), KILL_CONFIRM)
+                    except TimeoutError:
+                        reply = {"exit": 137, "signal": 9, "spawn_error": "the sandbox did not confirm the kill"}
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(out.done.wait(), err.done.wait()), EXIT_GRACE)
+    finally:
+        out.close()
+        err.close()
+        if in_w >= 0:
+            os.close(in_w)
+        if feeder is not None:
+            feeder.cancel()
+    return reply, out, err, timed_out
