@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import InvalidError
+from hutch.units import parse_size
 
 ENV_PREFIX = "HUTCH_"
 
@@ -90,9 +91,9 @@ class Settings:
             self.home = Path(self.home).expanduser().absolute()
             self.pids = int(self.pids)
             self.cpus = float(self.cpus) if self.cpus is not None and str(self.cpus) != "" else None
-            self.output_cap = int(self.output_cap)
+            self.output_cap = parse_size(self.output_cap)
             self.uid_base = int(self.uid_base)
             self.daemon_start_timeout = float(self.daemon_start_timeout)
             self.exec_timeout = float(self.exec_timeout)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import base64
 import builtins
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
+from hutch.errors import InvalidError
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,16 @@ def _mount(m: str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(m, dict):
         return m
     parts = m.split(":")
-    return {"source": parts[0], "target": parts[1], "readonly": len(parts) > 2 and parts[2] == "ro"}
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise InvalidError(f"invalid mount {m!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
+    source = os.path.abspath(os.path.expanduser(parts[0]))
+    return {"source": source, "target": parts[1], "readonly": len(parts) > 2 and parts[2] == "ro"}
+
+
+def _with_defaults(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
+    """Unset limits come from Settings (HUTCH_MEMORY, config.toml ...), as in the CLI."""
+    limits = {"memory": settings.memory, "pids": settings.pids, "cpus": settings.cpus} | spec.get("limits", {})
+    return spec | {"limits": limits}
 
 
 def _exec_req(
@@ -139,6 +150,10 @@ class Sandbox:
         self.files = Files(self)
 
     @property
+    def _cap(self) -> int:
+        return self.client.settings.output_cap
+
+    @property
     def id(self) -> str:
         return str(self.info["id"])
 
@@ -176,7 +191,7 @@ class Sandbox:
             workdir=workdir,
             provider=provider or client.settings.provider,
         )
-        return cls(client.create(spec), client)
+        return cls(client.create(_with_defaults(spec, client.settings)), client)
 
     @classmethod
     def connect(cls, ref: str, *, settings: Settings | None = None) -> Sandbox:
@@ -202,7 +217,9 @@ class Sandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
     ) -> ExecResult:
-        return ExecResult.from_dict(self.client.exec(self.id, _exec_req(command, env, cwd, timeout, stdin, max_output)))
+        return ExecResult.from_dict(
+            self.client.exec(self.id, _exec_req(command, env, cwd, timeout, stdin, max_output or self._cap))
+        )
 
     def destroy(self) -> dict[str, Any]:
         return self.client.destroy(self.id)
@@ -238,6 +255,10 @@ class AsyncSandbox:
         self.info = info
         self.client = client
         self.files = AsyncFiles(self)
+
+    @property
+    def _cap(self) -> int:
+        return self.client.settings.output_cap
 
     @property
     def id(self) -> str:
@@ -277,7 +298,7 @@ class AsyncSandbox:
             workdir=workdir,
             provider=provider or client.settings.provider,
         )
-        return cls(await client.create(spec), client)
+        return cls(await client.create(_with_defaults(spec, client.settings)), client)
 
     @classmethod
     async def connect(cls, ref: str, *, settings: Settings | None = None) -> AsyncSandbox:
@@ -303,7 +324,7 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
     ) -> ExecResult:
-        req = _exec_req(command, env, cwd, timeout, stdin, max_output)
+        req = _exec_req(command, env, cwd, timeout, stdin, max_output or self._cap)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
 
     async def destroy(self) -> dict[str, Any]:

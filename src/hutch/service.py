@@ -14,7 +14,7 @@ from typing import Any
 
 from hutch import __version__
 from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError, NotFoundError
+from hutch.errors import HutchError, InvalidError, NotFoundError, UnavailableError
 from hutch.models import (
     LIVE_STATES,
     ExecRequest,
@@ -85,7 +85,9 @@ class Service:
         provider = self.provider(spec.provider)
         caps = provider.capabilities
         if spec.mounts and not caps.mounts:
-            raise InvalidError(f"the {provider.name} provider does not support --mount")
+            raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
+        if spec.limits.cpus is not None and "cpus" not in caps.limits:
+            raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
         now = time.time()
         async with self._create_lock:
             used = {int(r.data.get("slot", -1)) for r in self.store.list_sandboxes(LIVE_STATES)}
@@ -166,6 +168,9 @@ class Service:
             )
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else str(exc)
+            if isinstance(exc, UnavailableError) and not await self.provider(rec.provider).alive(rec):
+                self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
+                self.store.append_event("sandbox_lost", rec.id, run_id)
             failed = ExecResult(
                 run_id=run_id,
                 sandbox_id=rec.id,

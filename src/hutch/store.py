@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import ConflictError, NotFoundError, UnavailableError
-from hutch.models import ExecResult, SandboxRecord, SandboxState
+from hutch.models import ExecResult, SandboxRecord, SandboxSpec, SandboxState
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -62,6 +62,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
 ]
+
+
+REDACTED = "***"
+
+
+def redacted(spec: SandboxSpec) -> SandboxSpec:
+    """Env values may be secrets: the store keeps the keys only (DESIGN: no secrets in the store)."""
+    return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
 
 
 class Store:
@@ -150,7 +158,7 @@ class Store:
                         rec.name,
                         rec.provider,
                         rec.state.value,
-                        rec.spec.model_dump_json(),
+                        redacted(rec.spec).model_dump_json(),
                         json.dumps(rec.data),
                         json.dumps(rec.enforcement),
                         rec.error,

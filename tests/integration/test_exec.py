@@ -128,7 +128,7 @@ def test_cli_exit_codes_and_json(daemon: Daemon) -> None:
     info = json.loads(r.stdout)
     assert info["spec"]["limits"]["memory"] == 1 << 30 and info["state"] == "running"
     r = _cli(daemon, "create", "--memory", "lots")
-    assert r.returncode == 1 and b"invalid size" in r.stderr
+    assert r.returncode == 2 and b"invalid size" in r.stderr
     r = _cli(daemon, "run", "--memory", "64M", "--json", "--", "sh", "-c", "echo ran; exit 3")
     assert r.returncode == 3 and json.loads(r.stdout)["stdout"] == "ran\n"
     assert _cli(daemon, "destroy", "cli1", "cli1").returncode == 0

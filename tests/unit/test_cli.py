@@ -213,7 +213,7 @@ def test_get_sandbox_named_like_a_run_command_exits_1(cli: Any, ref: str) -> Non
 def test_create_bad_memory_is_invalid(cli: Any) -> None:
     before = cli.live_ids()
     code, doc = cli.json("create", "--memory", "banana", "--json")
-    assert code == 1
+    assert code == 2  # bad input is a usage error
     err = assert_json_error(doc, "invalid")
     assert "banana" in err["message"] and err["hint"]
     assert cli.live_ids() == before
@@ -221,7 +221,7 @@ def test_create_bad_memory_is_invalid(cli: Any) -> None:
 
 def test_create_env_from_unset_variable_is_invalid(cli: Any) -> None:
     code, doc = cli.json("create", "--env", UNSET, "--json")
-    assert code == 1
+    assert code == 2
     err = assert_json_error(doc, "invalid")
     assert UNSET in err["message"] and err["hint"]
 
@@ -300,13 +300,13 @@ def test_exec_unknown_sandbox_exits_125(cli: Any) -> None:
 
 def test_exec_env_from_unset_variable_is_invalid(cli: Any, sbx: str) -> None:
     code, doc = cli.json("exec", sbx, "--env", UNSET, "--json", "--", "true")
-    assert code == 125
+    assert code == 2
     assert_json_error(doc, "invalid")
 
 
 def test_exec_bad_max_output_is_invalid(cli: Any, sbx: str) -> None:
     code, doc = cli.json("exec", sbx, "--max-output", "lots", "--json", "--", "true")
-    assert code == 125
+    assert code == 2
     assert_json_error(doc, "invalid")
 
 
@@ -342,11 +342,11 @@ def test_run_keep(cli: Any) -> None:
 def test_run_hutch_failure_exits_125(cli: Any) -> None:
     before = cli.live_ids()
     code, doc = cli.json("run", "--memory", "banana", "--json", "--", "true")
-    assert code == 125
+    assert code == 2  # bad input: usage
     assert_json_error(doc, "invalid")
-    code, doc = cli.json("run", "--env", UNSET, "--json", "--", "true")
-    assert code == 125
-    assert_json_error(doc, "invalid")
+    code, doc = cli.json("run", "--sandbox", "no-such-sandbox", "--json", "--", "true")
+    assert code == 125  # hutch's own failure
+    assert_json_error(doc, "not_found")
     assert cli.live_ids() == before
 
 

@@ -7,7 +7,7 @@ import sys
 import click
 
 from hutch import __version__
-from hutch.cli.common import EXIT_HUTCH, EXIT_USAGE, Ctx, emit, fail
+from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.cli.files import ls, read, write
 from hutch.cli.run import exec_, run
 from hutch.cli.sandbox import create, destroy, get, list_
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except HutchError as exc:
         is_run = _command_name(own) in RUN_COMMANDS
         try:
-            fail(exc, obj.json or as_json, EXIT_HUTCH if is_run else 1)
+            fail(exc, obj.json or as_json, exit_code_for(exc, is_run))
         except SystemExit as done:
             return int(done.code or 0)
     except SystemExit as exc:

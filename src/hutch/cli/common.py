@@ -61,6 +61,16 @@ def emit(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=None if not sys.stdout.isatty() else 2, default=str))
 
 
+def exit_code_for(exc: HutchError, run_command: bool) -> int:
+    """DESIGN's contract: bad input is a usage error (2); run/exec report hutch's own
+    failures as 125 and timeouts as 124; other commands fail with 1."""
+    if exc.kind == "invalid":
+        return EXIT_USAGE
+    if run_command:
+        return EXIT_TIMEOUT if exc.kind == "timeout" else EXIT_HUTCH
+    return EXIT_FAILED
+
+
 def fail(exc: HutchError, as_json: bool, code: int = EXIT_FAILED) -> None:
     if as_json:
         emit(exc.to_dict())

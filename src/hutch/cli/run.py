@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, fail, json_option, parse_pairs
+from hutch.cli.common import EXIT_TIMEOUT, Ctx, emit, exit_code_for, fail, json_option, parse_pairs
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError
 from hutch.units import parse_size
@@ -113,7 +113,7 @@ def exec_(obj: Ctx, /, sandbox: str, command: tuple[str, ...], env: tuple[str, .
         req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
         render(obj, obj.client.exec(session_id or sandbox, req))
     except HutchError as exc:
-        fail(exc, obj.json, EXIT_TIMEOUT if exc.kind == "timeout" else EXIT_HUTCH)
+        fail(exc, obj.json, exit_code_for(exc, run_command=True))
 
 
 @click.command()
@@ -153,4 +153,4 @@ def run(
             click.echo(f"hutch: kept sandbox {sbx}", err=True)
         render(obj, result | ({"kept": sbx} if keep and not reuse else {}))
     except HutchError as exc:
-        fail(exc, obj.json, EXIT_TIMEOUT if exc.kind == "timeout" else EXIT_HUTCH)
+        fail(exc, obj.json, exit_code_for(exc, run_command=True))

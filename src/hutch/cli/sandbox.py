@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -70,7 +71,8 @@ def build_spec(
         parts = m.split(":")
         if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")) or not parts[0] or not parts[1]:
             raise InvalidError(f"invalid --mount {m!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
-        spec["mounts"].append({"source": parts[0], "target": parts[1], "readonly": len(parts) == 3 and parts[2] == "ro"})
+        source = os.path.abspath(os.path.expanduser(parts[0]))
+        spec["mounts"].append({"source": source, "target": parts[1], "readonly": len(parts) == 3 and parts[2] == "ro"})
     if name:
         spec["name"] = name
     if workdir:
@@ -88,7 +90,7 @@ def create(obj: Ctx, /, **kw: Any) -> None:
     if obj.json:
         emit(rec)
     else:
-        click.echo(rec["id"] + (f"  ({rec['name']})" if rec.get("name") else ""))
+        click.echo(rec["id"])
 
 
 def _age(ts: float) -> str:

@@ -55,12 +55,19 @@ def doctor(obj: Ctx) -> None:
 
 
 @click.command()
+@json_option
 @click.pass_obj
 def serve(obj: Ctx) -> None:
-    """Run the hutch daemon in the foreground (the CLI and SDK start it on demand)."""
+    """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
+
+    With --json, one line {"serving": true, ...} is printed before it starts.
+    """
     from hutch.server.daemon import serve as run_server
 
-    raise SystemExit(run_server(Settings.load(**obj.settings_flags)))
+    settings = Settings.load(**obj.settings_flags)
+    if obj.json:
+        emit({"serving": True, "pid": os.getpid(), "socket": str(settings.socket_path), "home": str(settings.home)})
+    raise SystemExit(run_server(settings))
 
 
 @click.group()

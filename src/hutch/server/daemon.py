@@ -76,6 +76,7 @@ async def _serve(settings: Settings, lock_fd: int) -> None:
 
 
 def serve(settings: Settings) -> int:
+    os.umask(0o077)  # the store, the log and the socket are the owner's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     prepare_home(settings.home)
     lock_fd = os.open(settings.home / "hutchd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)

@@ -64,7 +64,7 @@ def ensure_daemon(settings: Settings) -> None:
         if socket_answers(settings.socket_path):
             return
         env = dict(os.environ, HUTCH_HOME=str(settings.home))
-        with open(settings.log_path, "ab") as log:
+        with open(os.open(settings.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "hutch", "serve"],
                 stdin=subprocess.DEVNULL,

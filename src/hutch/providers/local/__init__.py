@@ -4,7 +4,7 @@ Each sandbox is a long-lived bwrap sandbox whose PID 2 is the hutch agent
 (:mod:`hutch.providers.local.agent`). The sandbox is started detached (new session, no
 ``--die-with-parent``) so that it outlives the daemon; the daemon re-adopts it by the
 host pid of its init and that process's start time. When hutch runs as root, bwrap is
-started as a per-sandbox unprivileged host uid (``uid_base + slot``); otherwise as the
+started as a per-sandbox unprivileged host uid (``uid_base + 1 + slot``); otherwise as the
 user. Inside, the workload is uid 1000 ``sandbox``.
 """
 
@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableError
+from hutch.errors import CapacityError, HutchError, InternalError, InvalidError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups
+from hutch.providers.local import cgroups, mounts
 from hutch.providers.local.channel import Channel, run_exec
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
@@ -178,31 +178,14 @@ class LocalProvider:
         return self.settings.uid_base + 1 + int(rec.data.get("slot", 0))
 
     def _validate_mounts(self, rec: SandboxRecord) -> list[tuple[int, str, bool]]:
+        checked = mounts.validate(rec.spec.mounts, self.settings.home)
+        if self.root:
+            for real, _, _ in checked:
+                _check_reachable(real, self._slot_uid(rec))
         opened: list[tuple[int, str, bool]] = []
         try:
-            for m in rec.spec.mounts:
-                src = Path(m.source).expanduser()
-                if not src.is_absolute():
-                    src = src.absolute()
-                if not m.target.startswith("/") or m.target.rstrip("/") in ("", *bw.RESERVED_TARGETS):
-                    raise InvalidError(
-                        f"cannot mount over {m.target!r}", hint="choose an absolute sandbox path such as /data or /workspace/src"
-                    )
-                if any(m.target.startswith(r + "/") for r in bw.RESERVED_TARGETS):
-                    raise InvalidError(f"cannot mount inside {m.target!r}", hint="choose a path such as /data")
-                if not src.exists():
-                    raise InvalidError(f"mount source {str(src)!r} does not exist", hint="create it first, or fix the path")
-                real = src.resolve()
-                if real == Path("/"):
-                    raise InvalidError("binding the host root is not allowed", hint="bind only the directory you need")
-                if real.is_socket() or (real.is_dir() and any(p.is_socket() for p in [real])):
-                    raise InvalidError(f"{src} is a socket; host sockets are never exposed", hint="bind a directory or file")
-                if not (real.is_dir() or real.is_file()):
-                    raise InvalidError(f"{src} is not a file or directory", hint="bind a directory or regular file")
-                if self.root:
-                    _check_reachable(real, self._slot_uid(rec))
-                fd = os.open(real, os.O_PATH | os.O_CLOEXEC)
-                opened.append((fd, m.target, m.readonly))
+            for real, target, readonly in checked:
+                opened.append((os.open(real, os.O_PATH | os.O_CLOEXEC), target, readonly))
         except BaseException:
             for fd, _, _ in opened:
                 os.close(fd)
@@ -231,9 +214,10 @@ class LocalProvider:
         try:
             self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
             os.chmod(self.settings.sandboxes_dir, 0o711)
-            sdir.mkdir(mode=0o711, exist_ok=True)
+            sdir.mkdir(exist_ok=True)
+            os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
             ws, ctl = sdir / "workspace", sdir / "ctl"
-            ws.mkdir(mode=0o755, exist_ok=True)
+            ws.mkdir(mode=0o700, exist_ok=True)
             ctl.mkdir(mode=0o700, exist_ok=True)
             if self.root:
                 os.chown(ws, uid, uid)
@@ -271,7 +255,7 @@ class LocalProvider:
                 args += ["--ro-bind-fd", str(pfd), python_prefix]
             agent_fd = _memfd("agent.py", AGENT_SOURCE)
             fds.append(agent_fd)
-            args += ["--proc", "/proc", "--dev", "/dev"]
+            args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
             args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
             args += ["--chmod", "1777", "/tmp", "--bind-fd", str(ws_fd), "/workspace"]
             args += [
@@ -289,7 +273,7 @@ class LocalProvider:
             info_r, info_w = os.pipe()
             ready_r, ready_w = os.pipe()
             fds += [info_w, ready_w]
-            args += ["--info-fd", str(info_w), "--chdir", "/workspace"]
+            args += ["--remount-ro", "/", "--info-fd", str(info_w), "--chdir", "/workspace"]
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
             args += ["--", python, "-I", "-S", "/.hutch/agent.py", "/.hutch/ctl/agent.sock", str(ready_w)]
@@ -311,6 +295,8 @@ class LocalProvider:
                 fds = []
             self._children[rec.id] = proc
             info = await asyncio.to_thread(self._wait_start, proc, info_r, ready_r, sdir)
+            async with Channel(str(ctl / "agent.sock")) as ch:
+                await ch.request({"op": "configure", "env": bw.base_env() | rec.spec.env}, timeout=10.0)
             data |= {
                 "init_pid": info["child-pid"],
                 "init_start": _start_time(info["child-pid"]),
@@ -436,8 +422,7 @@ class LocalProvider:
     ) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
-        full_env = bw.base_env() | rec.spec.env | env
-        header = {"op": "exec", "argv": argv, "env": full_env, "cwd": cwd}
+        header = {"op": "exec", "argv": argv, "env": env, "cwd": cwd}
         reply, out, err, timed_out = await run_exec(rec.data["socket"], header, stdin, timeout, max_output)
         sig = int(reply.get("signal", 0))
         oom = sig == signal.SIGKILL and cg.oom_kills() > ooms_before
@@ -458,7 +443,10 @@ class LocalProvider:
     async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
         async with Channel(rec.data["socket"]) as ch:
             reply = await ch.request({"op": "read", "path": path, "limit": limit})
-            data = await ch.recv_exact(int(reply["size"]))
+            size = int(reply["size"])
+            if not 0 <= size <= limit:
+                raise InternalError(f"the sandbox agent announced {size} bytes for a read capped at {limit}")
+            data = await ch.recv_exact(size)
         return data, bool(reply.get("truncated"))
 
     async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:

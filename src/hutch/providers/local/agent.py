@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 MAX_HEADER = 1 << 20
+BASE_ENV = {}  # the sandbox's environment, sent once by the host; never on any command line
 CHUNK = 1 << 16
 
 
@@ -345,6 +346,7 @@ def handle(conn, server, spare):
             if len(fds) != 3:
                 send_json(conn, err("invalid", "exec needs three file descriptors"))
                 return spare
+            req["env"] = {**BASE_ENV, **(req.get("env") or {})}
             if spare is None:
                 spare = new_spare(server)
             if spare is None:
@@ -359,6 +361,10 @@ def handle(conn, server, spare):
         os.close(fd)
     if op == "ping":
         send_json(conn, {"ok": True, "pid": os.getpid()})
+    elif op == "configure":
+        BASE_ENV.clear()
+        BASE_ENV.update(req.get("env") or {})
+        send_json(conn, {"ok": True})
     elif op == "read":
         file_read(conn, req)
     elif op == "write":

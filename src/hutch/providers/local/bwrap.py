@@ -55,7 +55,6 @@ HARDENING = (
     "--new-session",
     "--clearenv",
 )
-RESERVED_TARGETS = ("/proc", "/dev", "/usr", "/etc", "/.hutch", "/bin", "/lib", "/lib64", "/sbin")
 
 
 @dataclass(frozen=True)
