@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import logging
 import os
 import time
 from typing import Any
@@ -31,6 +32,7 @@ from hutch.provider import CheckResult, Provider, load_provider
 from hutch.store import Store
 
 MAX_FILE = 64 << 20
+log = logging.getLogger("hutch.service")
 
 
 def _text(data: bytes) -> tuple[str, bool]:
@@ -185,12 +187,23 @@ class Service:
             self.store.append_event("run_finished", rec.id, run_id, status="lost", error=message)
             raise
         result = self._result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
-        self.store.finish_run(result)
-        self.store.append_event(
-            "run_finished", rec.id, run_id, exit_code=result.exit_code, status=result.status.value, duration_ms=result.duration_ms
-        )
-        if raw.oom_killed:
-            self.store.append_event("limit_hit", rec.id, run_id, limit="memory")
+        try:
+            self.store.finish_run(result)
+            self.store.append_event(
+                "run_finished",
+                rec.id,
+                run_id,
+                exit_code=result.exit_code,
+                status=result.status.value,
+                duration_ms=result.duration_ms,
+            )
+            if raw.oom_killed:
+                self.store.append_event("limit_hit", rec.id, run_id, limit="memory")
+        except HutchError as exc:
+            # The workload ran: its result is returned even when it cannot be recorded
+            # (a full disk). The run stays 'running' in the store and is marked lost later.
+            log.warning("could not record run %s: %s", run_id, exc.message)
+            result.error = f"the run could not be recorded: {exc.message}"
         return result
 
     @staticmethod

@@ -56,8 +56,18 @@ def recv_exact(conn, rest, size):
     return bytes(out)
 
 
+HINTS = {
+    "not_found": "list the directory with: hutch ls SANDBOX PATH",
+    "permission_denied": "write under /workspace, /tmp or HOME; the rest of the sandbox is read-only",
+    "capacity": "free space: /workspace shares the disk of HUTCH_HOME, /tmp and HOME are small tmpfs",
+}
+
+
 def err(kind, message):
-    return {"error": {"kind": kind, "message": message}}
+    body = {"kind": kind, "message": message}
+    if kind in HINTS:
+        body["hint"] = HINTS[kind]
+    return {"error": body}
 
 
 def os_error(exc, path):
@@ -257,11 +267,20 @@ def file_write(conn, req, rest):
     try:
         if req.get("parents", True):
             os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        flags |= os.O_APPEND if req.get("append") else os.O_TRUNC
-        fd = os.open(path, flags, int(req.get("mode", 0o644)))
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
+        # write a temporary file and rename it: a failed write (disk full) leaves nothing behind
+        tmp = os.path.join(os.path.dirname(path) or "/", ".%s.hutch-%d" % (os.path.basename(path), os.getpid()))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(payload)
+                os.fchmod(f.fileno(), int(req.get("mode", 0o644)))
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     except OSError as exc:
         return send_json(conn, os_error(exc, path))
     send_json(conn, {"ok": True, "path": path, "size": size})
@@ -350,7 +369,16 @@ def handle(conn, server, spare):
             if spare is None:
                 spare = new_spare(server)
             if spare is None:
-                send_json(conn, err("capacity", "cannot start a process: the sandbox is at its pids limit"))
+                send_json(
+                    conn,
+                    {
+                        "error": {
+                            "kind": "capacity",
+                            "message": "cannot start a process: the sandbox is at its pids limit",
+                            "hint": "kill runaway processes, or recreate the sandbox with a higher --pids",
+                        }
+                    },
+                )
                 return None
             spare.hand_over(conn, req, fds)
         finally:
