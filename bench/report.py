@@ -1,0 +1,280 @@
+"""Render a results JSON from ``bench/run.py`` as Markdown, and put it into docs/benchmarks.md.
+
+    python bench/report.py                       # newest file in bench/results/
+    python bench/report.py bench/results/X.json  # a given file
+    python bench/report.py X.json --stdout       # print, do not touch the docs
+
+The targets live here (``TARGETS``) and are evaluated from the samples, so the harness
+and the page always agree. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DOC = HERE.parent / "docs" / "benchmarks.md"
+START = "<!-- results:start -->"
+END = "<!-- results:end -->"
+
+# metric key -> (label, kind); kind "baseline" rows are the denominators of the ratios.
+LATENCY = {
+    "bare_true": ("bare `subprocess.run(['true'])`", "baseline"),
+    "bare_bwrap": ("bare hardened `bwrap ... true`", "baseline"),
+    "sdk_create_first": ("SDK `Sandbox.create()` + first `exec(['true'])`", "hutch"),
+    "sdk_exec": ("SDK `exec(['true'])` in a live sandbox (kept-alive connection)", "hutch"),
+    "sdk_exec_fresh": ("SDK `exec(['true'])` in a live sandbox (new connection)", "hutch"),
+    "cli_exec": ("CLI `hutch exec SBX -- true` (whole process)", "hutch"),
+    "cli_run": ("CLI `hutch run -- true` (whole process)", "hutch"),
+}
+
+# Published figures of hosted peers, NOT measured here (independent benchmark, 2026-04).
+PEERS = (
+    ("Daytona", 0.11),
+    ("E2B", 0.44),
+    ("Modal", 2.66),
+)
+
+
+def p95(samples: list[float]) -> float:
+    """Nearest-rank 95th percentile."""
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def summarize(samples: list[float]) -> dict[str, float | int]:
+    return {
+        "median": statistics.median(samples),
+        "p95": p95(samples),
+        "min": min(samples),
+        "max": max(samples),
+        "iterations": len(samples),
+    }
+
+
+def _median(results: dict[str, Any], key: str) -> float | None:
+    metric = results.get("metrics", {}).get(key)
+    if not metric or not metric.get("samples_ms"):
+        return None
+    return float(statistics.median(metric["samples_ms"]))
+
+
+def _memory(results: dict[str, Any]) -> tuple[float, int] | None:
+    """Host memory per idle sandbox (MiB) at the largest count measured."""
+    runs = results.get("memory") or []
+    if not runs:
+        return None
+    biggest = max(runs, key=lambda r: r["count"])
+    return float(biggest["meminfo_per_sandbox_mib"]), int(biggest["count"])
+
+
+def _throughput_ratio(results: dict[str, Any]) -> float | None:
+    tp = results.get("throughput")
+    if not tp:
+        return None
+    return float(tp["hutch"]["median_mb_s"] / tp["raw_pipe"]["median_mb_s"])
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    goal: str
+    measure: Callable[[dict[str, Any]], tuple[float | None, str]]
+    ok: Callable[[float], bool]
+
+
+def _ms(key: str) -> Callable[[dict[str, Any]], tuple[float | None, str]]:
+    def measure(results: dict[str, Any]) -> tuple[float | None, str]:
+        value = _median(results, key)
+        return value, "n/a" if value is None else f"{value:.1f} ms median"
+
+    return measure
+
+
+def _create_ratio(results: dict[str, Any]) -> tuple[float | None, str]:
+    first, bwrap = _median(results, "sdk_create_first"), _median(results, "bare_bwrap")
+    if first is None or not bwrap:
+        return None, "n/a"
+    return first / bwrap, f"{first / bwrap:.1f}x bare bwrap ({first:.1f} / {bwrap:.1f} ms)"
+
+
+def _mem(results: dict[str, Any]) -> tuple[float | None, str]:
+    found = _memory(results)
+    if found is None:
+        return None, "n/a"
+    value, count = found
+    return value, f"{value:.2f} MiB per sandbox ({count} idle sandboxes, MemTotal - MemAvailable)"
+
+
+def _tp(results: dict[str, Any]) -> tuple[float | None, str]:
+    ratio = _throughput_ratio(results)
+    return ratio, "n/a" if ratio is None else f"{ratio * 100:.0f}% of a raw pipe"
+
+
+TARGETS = (
+    Target("create -> first result", "<= 20 ms median", _ms("sdk_create_first"), lambda v: v <= 20.0),
+    Target("create -> first result vs bare bwrap", "<= 3.5x bare bwrap", _create_ratio, lambda v: v <= 3.5),
+    Target("exec round trip", "<= 3 ms median", _ms("sdk_exec"), lambda v: v <= 3.0),
+    Target("CLI exec", "<= 150 ms median", _ms("cli_exec"), lambda v: v <= 150.0),
+    Target("host memory per idle sandbox", "<= 2 MiB", _mem, lambda v: v <= 2.0),
+    Target("stdout throughput", ">= 50% of a raw pipe", _tp, lambda v: v >= 0.5),
+)
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target: ``met`` is None when the metric was not measured."""
+    rows = []
+    for t in TARGETS:
+        value, text = t.measure(results)
+        rows.append(
+            {"target": t.name, "goal": t.goal, "value": value, "measured": text, "met": None if value is None else t.ok(value)}
+        )
+    return rows
+
+
+def _f(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def _ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.1f}x" if base else "n/a"
+
+
+def _machine(results: dict[str, Any]) -> list[str]:
+    m = results.get("machine", {})
+    bw = m.get("bwrap", {})
+    lines = [
+        f"- Machine: {m.get('cpu_count', '?')} CPUs ({m.get('cpu_model', '?')}), "
+        f"{m.get('mem_total_mib', '?')} MiB RAM, kernel {m.get('kernel', '?')}",
+        f"- Software: Python {m.get('python', '?')}, hutch {m.get('hutch', '?')}"
+        + (f" (commit {m['git_commit'][:10]}" if m.get("git_commit") else "")
+        + (", with uncommitted changes in src/" if m.get("git_commit") and m.get("src_dirty") else "")
+        + (")" if m.get("git_commit") else "")
+        + f", bwrap {bw.get('version', '?')} ({bw.get('source', '?')})",
+        f"- Running as root: {'yes' if m.get('root') else 'no'}; cgroup mode: {m.get('cgroup_mode', '?')}",
+        f"- Run: `{' '.join(results.get('command', []))}` at {results.get('timestamp', '?')}, "
+        f"{results.get('mode', '?')} mode, {results.get('warmup', '?')} warm-up rounds discarded",
+    ]
+    return lines
+
+
+def render(results: dict[str, Any]) -> str:
+    """The Markdown for one results dict: machine, latency, memory, throughput, targets, peers."""
+    metrics = results.get("metrics", {})
+    true_med, bwrap_med = _median(results, "bare_true"), _median(results, "bare_bwrap")
+    out = [*_machine(results), ""]
+    out += [
+        "### Latency (ms, interleaved rounds)",
+        "",
+        "| what | median | p95 | min | max | n | vs bare true | vs bare bwrap |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, (label, kind) in LATENCY.items():
+        if key not in metrics or not metrics[key].get("samples_ms"):
+            continue
+        s = summarize(metrics[key]["samples_ms"])
+        tag = " (baseline)" if kind == "baseline" else ""
+        out.append(
+            f"| {label}{tag} | {_f(s['median'])} | {_f(s['p95'])} | {_f(s['min'])} | {_f(s['max'])} | {s['iterations']} "
+            f"| {_ratio(s['median'], true_med)} | {_ratio(s['median'], bwrap_med)} |"
+        )
+    if results.get("memory"):
+        out += [
+            "",
+            "### Host memory per idle sandbox (MiB)",
+            "",
+            "| idle sandboxes | (MemTotal - MemAvailable) increase / N | summed PSS of its processes / N | processes each |",
+            "|---:|---:|---:|---:|",
+        ]
+        for r in results["memory"]:
+            pss = "n/a" if r.get("pss_per_sandbox_mib") is None else f"{r['pss_per_sandbox_mib']:.2f}"
+            procs = "n/a" if r.get("processes_per_sandbox") is None else f"{r['processes_per_sandbox']:.1f}"
+            out.append(f"| {r['count']} | {r['meminfo_per_sandbox_mib']:.2f} | {pss} | {procs} |")
+    tp = results.get("throughput")
+    if tp:
+        mib = tp["bytes"] / (1 << 20)
+        out += [
+            "",
+            f"### stdout throughput ({mib:.0f} MiB of zeros, `max_output` = {tp['max_output']} bytes)",
+            "",
+            "| path | median MB/s | median ms | n | vs raw pipe |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        raw = tp["raw_pipe"]["median_mb_s"]
+        for key, label in (("raw_pipe", "raw pipe: `subprocess.run(..., stdout=PIPE)`"), ("hutch", "hutch: `sbx.exec([...])`")):
+            row = tp[key]
+            med = statistics.median(row["samples_ms"])
+            out.append(
+                f"| {label} | {row['median_mb_s']:.0f} | {_f(med)} | {len(row['samples_ms'])} | {row['median_mb_s'] / raw:.0%} |"
+            )
+    out += ["", "### Targets", "", "| target | goal | measured | result |", "|---|---|---|---|"]
+    for row in evaluate_targets(results):
+        verdict = "not measured" if row["met"] is None else ("**met**" if row["met"] else "**missed**")
+        out.append(f"| {row['target']} | {row['goal']} | {row['measured']} | {verdict} |")
+    out += [
+        "",
+        "### Hosted peers: PUBLISHED figures, not measured here",
+        "",
+        "Create -> first command, medians from an independent benchmark (2026-04). Different machines,",
+        "networks and isolation (remote microVMs/containers vs a local namespace sandbox): context, not a race.",
+        "",
+        "| peer | create -> first command (median, published) | hutch local here (measured) |",
+        "|---|---:|---:|",
+    ]
+    mine = _median(results, "sdk_create_first")
+    here = "n/a" if mine is None else f"{mine / 1000:.3f} s"
+    for name, seconds in PEERS:
+        out.append(f"| {name} (published) | {seconds:.2f} s | {here} |")
+    return "\n".join(out) + "\n"
+
+
+def update_doc(doc: Path, block: str) -> None:
+    """Replace what is between the results markers in ``doc``."""
+    text = doc.read_text()
+    try:
+        head, rest = text.split(START, 1)
+        _, tail = rest.split(END, 1)
+    except ValueError:
+        raise SystemExit(f"{doc} has no {START} ... {END} markers") from None
+    doc.write_text(f"{head}{START}\n{block}{END}{tail}")
+
+
+def newest_result() -> Path:
+    files = sorted((HERE / "results").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise SystemExit("no results in bench/results/; run python bench/run.py first")
+    return files[-1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", nargs="?", type=Path, help="results JSON (default: newest in bench/results/)")
+    ap.add_argument("--doc", type=Path, default=DOC, help="Markdown file with the results markers")
+    ap.add_argument("--stdout", action="store_true", help="print the Markdown instead of updating the doc")
+    args = ap.parse_args(argv)
+    path = args.results or newest_result()
+    block = render(json.loads(path.read_text()))
+    try:
+        shown = path.resolve().relative_to(HERE.parent)
+    except ValueError:
+        shown = path
+    block = f"Results from [`{shown}`](../{shown}).\n\n{block}" if not args.stdout else block
+    if args.stdout:
+        sys.stdout.write(block)
+    else:
+        update_doc(args.doc, block)
+        print(f"updated {args.doc} from {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

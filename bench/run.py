@@ -1,0 +1,527 @@
+"""The hutch benchmark harness: latency, memory and throughput of the local provider.
+
+    python bench/run.py                 # full run, a few minutes
+    python bench/run.py --quick         # under a minute, for CI
+    python bench/run.py --iterations 50 --out bench/results/mine.json
+
+Runs against its own throwaway state directory (``HUTCH_HOME`` in a temp dir) and its
+own daemon; at the end, also on Ctrl-C or an error, it destroys every sandbox it made,
+stops that daemon (``hutch daemon stop``) and removes the directory. Latency metrics are
+measured in interleaved rounds (one sample of every metric per round, the order rotated
+each round) after warm-up rounds that are discarded, so slow drift and noise hit every
+metric alike. Standard library and hutch only. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import report  # noqa: E402 - the sibling module, found through the path set above
+
+HOME = Path(tempfile.mkdtemp(prefix="hutch-bench-"))
+os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
+
+import hutch  # noqa: E402
+from hutch.client import Client  # noqa: E402
+from hutch.config import Settings  # noqa: E402
+from hutch.providers.local import bwrap as bw  # noqa: E402
+from hutch.providers.local import cgroups  # noqa: E402
+from hutch.server.launcher import prepare_home  # noqa: E402
+
+PAYLOAD = "100M"  # head -c 100M: 100 MiB
+PAYLOAD_BYTES = 100 << 20
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def hutch_cli() -> str:
+    """The ``hutch`` script next to this interpreter (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "hutch"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("hutch")
+    if not found:
+        raise SystemExit("cannot find the hutch command; run with the interpreter of the venv hutch is installed in")
+    return found
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.settings = Settings.load()
+        self.cli = hutch_cli()
+        self.created: set[str] = set()
+        self.root = os.geteuid() == 0
+        self.bwrap = bw.find_bwrap(HOME)
+        self.bwrap_argv = [self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
+        self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
+        self.live: hutch.Sandbox | None = None
+        self.pending: list[hutch.Sandbox] = []  # made in a timed region, destroyed in the background
+        self.pending_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.destroyer = threading.Thread(target=self._destroy_pending, name="destroyer", daemon=True)
+        self.destroyer.start()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _drop(self) -> None:
+        """preexec for the bare bwrap baseline: the same identity change hutch makes as root."""
+        uid = self.settings.uid_base
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+    def _create(self) -> hutch.Sandbox:
+        sbx = hutch.Sandbox.create()
+        self.created.add(sbx.id)
+        return sbx
+
+    def _destroy(self, sbx: hutch.Sandbox) -> None:
+        sbx.client.close()  # a kept-alive connection idle > 5 s is stale (see docs/benchmarks.md)
+        try:
+            sbx.destroy()
+        finally:
+            sbx.client.close()
+
+    def _destroy_many(self, sandboxes: list[hutch.Sandbox]) -> None:
+        """Destroy concurrently: a destroy can take seconds here (see docs/benchmarks.md)."""
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(self._destroy, sandboxes))
+
+    def _destroy_pending(self) -> None:
+        """Background thread: destroy what the create metric made, outside any timed region."""
+        while not self.stop.is_set():
+            with self.pending_lock:
+                sbx = self.pending.pop(0) if self.pending else None
+            if sbx is None:
+                self.stop.wait(0.05)
+                continue
+            try:
+                self._destroy(sbx)
+            except hutch.HutchError as exc:
+                log(f"background destroy of {sbx.id} failed: {exc} (cleanup retries)")
+
+    def drain(self, timeout: float = 120.0) -> None:
+        """Wait until the background destroyer has nothing left."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.pending_lock:
+                if not self.pending:
+                    break
+            time.sleep(0.05)
+
+    @staticmethod
+    def _check(result: subprocess.CompletedProcess[bytes], what: str) -> None:
+        if result.returncode != 0:
+            err = result.stderr.decode(errors="replace").strip() if result.stderr else ""
+            raise RuntimeError(f"{what} exited with {result.returncode}: {err}")
+
+    # -- one sample of each latency metric, in ms --------------------------------------
+
+    def bare_true(self) -> dict[str, float]:
+        t0 = time.perf_counter_ns()
+        r = subprocess.run(["true"], check=False)
+        t1 = time.perf_counter_ns()
+        self._check(r, "true")
+        return {"bare_true": (t1 - t0) / 1e6}
+
+    def bare_bwrap(self) -> dict[str, float]:
+        pre = self._drop if self.root else None
+        t0 = time.perf_counter_ns()
+        r = subprocess.run(self.bwrap_argv, stderr=subprocess.PIPE, check=False, preexec_fn=pre)
+        t1 = time.perf_counter_ns()
+        self._check(r, "bare bwrap")
+        return {"bare_bwrap": (t1 - t0) / 1e6}
+
+    def sdk_create_first(self) -> dict[str, float]:
+        t0 = time.perf_counter_ns()
+        sbx = hutch.Sandbox.create()
+        r = sbx.exec(["true"])
+        t1 = time.perf_counter_ns()
+        self.created.add(sbx.id)
+        with self.pending_lock:
+            self.pending.append(sbx)
+        if r.exit_code != 0:
+            raise RuntimeError(f"exec in a new sandbox failed: {r}")
+        return {"sdk_create_first": (t1 - t0) / 1e6}
+
+    def sdk_exec(self) -> dict[str, float]:
+        """Two execs: the first on a new connection, the second reusing it (keep-alive).
+
+        The connection is reopened on purpose: the daemon closes idle keep-alive
+        connections after 5 s and the client does not retry on a stale one.
+        """
+        assert self.live is not None
+        self.live.client.close()
+        out = {}
+        for name in ("sdk_exec_fresh", "sdk_exec"):
+            t0 = time.perf_counter_ns()
+            r = self.live.exec(["true"])
+            t1 = time.perf_counter_ns()
+            if r.exit_code != 0:
+                raise RuntimeError(f"exec failed: {r}")
+            out[name] = (t1 - t0) / 1e6
+        return out
+
+    def cli_exec(self) -> dict[str, float]:
+        assert self.live is not None
+        t0 = time.perf_counter_ns()
+        r = subprocess.run([self.cli, "exec", self.live.id, "--", "true"], capture_output=True, check=False)
+        t1 = time.perf_counter_ns()
+        self._check(r, "hutch exec")
+        return {"cli_exec": (t1 - t0) / 1e6}
+
+    def cli_run(self) -> dict[str, float]:
+        t0 = time.perf_counter_ns()
+        r = subprocess.run([self.cli, "run", "--", "true"], capture_output=True, check=False)
+        t1 = time.perf_counter_ns()
+        self._check(r, "hutch run")
+        return {"cli_run": (t1 - t0) / 1e6}
+
+    # -- phases ----------------------------------------------------------------------
+
+    def start_daemon(self) -> float:
+        t0 = time.perf_counter_ns()
+        r = subprocess.run([self.cli, "daemon", "start"], capture_output=True, check=False)
+        t1 = time.perf_counter_ns()
+        self._check(r, "hutch daemon start")
+        return (t1 - t0) / 1e6
+
+    def latency(self, rounds: int, warmup: int) -> dict[str, Any]:
+        self.live = self._create()
+        funcs: list[Callable[[], dict[str, float]]] = [
+            self.bare_true,
+            self.bare_bwrap,
+            self.sdk_create_first,
+            self.sdk_exec,
+            self.cli_exec,
+            self.cli_run,
+        ]
+        samples: dict[str, list[float]] = {n: [] for n in report.LATENCY}
+        warm: dict[str, list[float]] = {n: [] for n in report.LATENCY}
+        every = max(1, rounds // 5)
+        for i in range(warmup + rounds):
+            shift = i % len(funcs)
+            for func in funcs[shift:] + funcs[:shift]:
+                for name, ms in func().items():
+                    (warm if i < warmup else samples)[name].append(ms)
+            done = i - warmup + 1
+            if done == 0 or (done > 0 and done % every == 0):
+                log(f"latency: round {done}/{rounds}" + (" (warm-up done)" if done == 0 else ""))
+        self._destroy(self.live)
+        self.live = None
+        self.drain()
+        return {
+            n: {
+                "label": report.LATENCY[n][0],
+                "kind": report.LATENCY[n][1],
+                "unit": "ms",
+                **report.summarize(samples[n]),
+                "samples_ms": [round(x, 4) for x in samples[n]],
+                "warmup_samples_ms": [round(x, 4) for x in warm[n]],
+            }
+            for n in report.LATENCY
+            if samples[n]
+        }
+
+    def memory(self, count: int) -> dict[str, Any]:
+        before = settle_used()
+        sandboxes = []
+        try:
+            for _ in range(count):
+                sandboxes.append(self._create())
+            for sbx in sandboxes:  # every agent is up and answering
+                sbx.client.close()
+                sbx.exec(["true"])
+            after = settle_used()
+            ids = {s.id for s in sandboxes}
+            pss, procs = sandbox_pss(ids)
+        finally:
+            self._destroy_many(sandboxes)
+        released = settle_used()
+        per = (after - before) / count / 1024
+        return {
+            "count": count,
+            "meminfo_used_before_kib": before,
+            "meminfo_used_after_kib": after,
+            "meminfo_used_after_destroy_kib": released,
+            "meminfo_per_sandbox_mib": round(per, 3),
+            "pss_total_kib": pss,
+            "pss_per_sandbox_mib": None if pss is None else round(pss / count / 1024, 3),
+            "processes_per_sandbox": None if procs is None else procs / count,
+        }
+
+    def throughput(self, rounds: int, warmup: int) -> dict[str, Any]:
+        sbx = self._create()
+        argv = ["head", "-c", PAYLOAD, "/dev/zero"]
+        cap = self.settings.output_cap
+        times: dict[str, list[float]] = {"raw_pipe": [], "hutch": []}
+        try:
+            check = sbx.client.exec(sbx.id, {"command": argv, "env": {}, "max_output": cap})
+            if check["stdout_bytes"] != PAYLOAD_BYTES or check["exit_code"] != 0:
+                raise RuntimeError(f"hutch did not drain the stream: {check['stdout_bytes']} bytes, exit {check['exit_code']}")
+            for i in range(warmup + rounds):
+                for name in ("raw_pipe", "hutch") if i % 2 == 0 else ("hutch", "raw_pipe"):
+                    t0 = time.perf_counter_ns()
+                    if name == "raw_pipe":
+                        raw = subprocess.run(argv, stdout=subprocess.PIPE, check=False)
+                        t1 = time.perf_counter_ns()
+                        if len(raw.stdout) != PAYLOAD_BYTES:
+                            raise RuntimeError(f"raw pipe read {len(raw.stdout)} bytes")
+                    else:
+                        res = sbx.exec(argv)
+                        t1 = time.perf_counter_ns()
+                        if res.exit_code != 0 or not res.truncated:
+                            raise RuntimeError(f"hutch exec of {PAYLOAD} bytes: {res}")
+                    if i >= warmup:
+                        times[name].append((t1 - t0) / 1e6)
+        finally:
+            self._destroy(sbx)
+        out: dict[str, Any] = {"bytes": PAYLOAD_BYTES, "max_output": cap, "command": argv, "hutch_drained_bytes": PAYLOAD_BYTES}
+        for name, ms in times.items():
+            rates = [PAYLOAD_BYTES / 1e6 / (t / 1000) for t in ms]
+            out[name] = {
+                "samples_ms": [round(t, 3) for t in ms],
+                "samples_mb_s": [round(r, 1) for r in rates],
+                "median_mb_s": statistics.median(rates),
+            }
+        out["ratio"] = out["hutch"]["median_mb_s"] / out["raw_pipe"]["median_mb_s"]
+        return out
+
+    # -- cleanup ---------------------------------------------------------------------
+
+    def cleanup(self) -> list[str]:
+        """Destroy every sandbox in our state dir, stop our daemon; returns problems found."""
+        problems: list[str] = []
+        self.stop.set()
+        self.destroyer.join(timeout=30)
+        live: list[dict[str, Any]] = []
+        with Client(self.settings, autostart=bool(self.created)) as client:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    live = client.list()
+                except hutch.HutchError:
+                    break  # no daemon and nothing of ours to adopt
+                if not any(s["state"] == "creating" for s in live) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+
+        def destroy(sid: str) -> None:
+            with Client(self.settings) as c:
+                try:
+                    c.destroy(sid)
+                except hutch.HutchError as exc:
+                    problems.append(f"destroy {sid}: {exc}")
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(destroy, sorted(self.created | {s["id"] for s in live})))
+        stop = subprocess.run([self.cli, "daemon", "stop"], capture_output=True, check=False, timeout=60)
+        if stop.returncode != 0:
+            problems.append(f"hutch daemon stop exited {stop.returncode}: {stop.stderr.decode(errors='replace')}")
+        leftovers = sandbox_processes(self.created)
+        if leftovers:
+            problems.append(f"processes left in benchmark sandboxes: {sorted(leftovers)}")
+        return problems
+
+
+# -- host measurements ---------------------------------------------------------------
+
+
+def meminfo() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+def used_kib() -> int:
+    m = meminfo()
+    return m["MemTotal"] - m["MemAvailable"]
+
+
+def settle_used(samples: int = 5, pause: float = 0.1) -> int:
+    """Median of a few readings of MemTotal - MemAvailable (KiB) after a short settle."""
+    time.sleep(0.5)
+    readings = []
+    for _ in range(samples):
+        readings.append(used_kib())
+        time.sleep(pause)
+    return int(statistics.median(readings))
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def sandbox_processes(ids: set[str]) -> dict[int, str]:
+    """Host pids whose cgroup path names one of ``ids`` (pid -> sandbox id)."""
+    found: dict[int, str] = {}
+    if not ids:
+        return found
+    for pid in _pids():
+        try:
+            text = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            continue
+        for sid in ids:
+            if sid in text:
+                found[pid] = sid
+                break
+    return found
+
+
+def sandbox_pss(ids: set[str]) -> tuple[int | None, int | None]:
+    """Summed PSS (KiB) and count of the processes in these sandboxes' cgroups."""
+    procs = sandbox_processes(ids)
+    if not procs:
+        return None, None
+    total = 0
+    for pid in procs:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+                    break
+        except OSError:
+            continue
+    return total, len(procs)
+
+
+def machine_info(b: Bench) -> dict[str, Any]:
+    model = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    layout = cgroups.detect()
+    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--", "../src"], capture_output=True, text=True)
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "mem_total_mib": meminfo()["MemTotal"] // 1024,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "hutch": hutch.__version__,
+        "git_commit": commit.stdout.strip() or None,
+        "src_dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None,
+        "bwrap": {"path": b.bwrap.path, "version": ".".join(map(str, b.bwrap.version)), "source": b.bwrap.source},
+        "bwrap_baseline_argv": b.bwrap_argv,
+        "root": b.root,
+        "sandbox_host_uid_baseline": b.settings.uid_base if b.root else os.getuid(),
+        "cgroup_mode": layout.mode,
+        "cgroup_controllers": layout.controllers,
+    }
+
+
+def print_summary(results: dict[str, Any]) -> None:
+    print()
+    print(report.render(results))
+    rows = report.evaluate_targets(results)
+    for row in rows:
+        mark = "n/a   " if row["met"] is None else ("MET   " if row["met"] else "MISSED")
+        print(f"{mark} {row['target']}: {row['measured']} (goal {row['goal']})")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="Benchmark hutch's local provider against bare baselines.")
+    ap.add_argument("--quick", action="store_true", help="fewer iterations, no 50-sandbox memory run (under a minute)")
+    ap.add_argument("--iterations", type=int, help="interleaved latency rounds (default 80, quick 10)")
+    ap.add_argument("--warmup", type=int, help="discarded warm-up rounds (default 5, quick 2)")
+    ap.add_argument("--out", type=Path, help="results JSON (default bench/results/MODE-TIMESTAMP.json)")
+    ap.add_argument("--skip-memory", action="store_true", help="skip the idle-sandbox memory measurement")
+    args = ap.parse_args(argv)
+    args.iterations = args.iterations or (10 if args.quick else 80)
+    args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
+    if args.iterations < 1 or args.warmup < 0:
+        ap.error("--iterations must be >= 1 and --warmup >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    mode = "quick" if args.quick else "full"
+    stamp = dt.datetime.now(dt.UTC)
+    out = args.out or HERE / "results" / f"{mode}-{stamp:%Y%m%d-%H%M%S}.json"
+
+    def terminate(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminate)
+    bench: Bench | None = None
+    t_start = time.monotonic()
+    try:
+        prepare_home(HOME)
+        bench = Bench(args)
+        log(f"state dir {HOME}; bwrap {bench.bwrap.path}; {mode} mode, {args.iterations} rounds + {args.warmup} warm-up")
+        results: dict[str, Any] = {
+            "schema": 1,
+            "timestamp": stamp.isoformat(timespec="seconds"),
+            "command": [Path(sys.executable).name, *sys.argv] if argv is None else ["bench/run.py", *argv],
+            "mode": mode,
+            "iterations": args.iterations,
+            "warmup": args.warmup,
+            "machine": machine_info(bench),
+        }
+        results["daemon_cold_start_ms"] = round(bench.start_daemon(), 3)
+        log(f"daemon up in {results['daemon_cold_start_ms']:.0f} ms")
+        results["metrics"] = bench.latency(args.iterations, args.warmup)
+        if not args.skip_memory:
+            counts = [10] if args.quick else [10, 50]
+            results["memory"] = []
+            for count in counts:
+                log(f"memory: {count} idle sandboxes")
+                results["memory"].append(bench.memory(count))
+        tp_rounds = 3 if args.quick else 10
+        log(f"throughput: {tp_rounds} rounds of {PAYLOAD} through hutch and a raw pipe")
+        results["throughput"] = bench.throughput(tp_rounds, 1)
+        results["targets"] = report.evaluate_targets(results)
+        results["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=1) + "\n")
+        print_summary(results)
+        print(f"\nwrote {out} in {results['elapsed_s']:.0f} s; render it with: python bench/report.py {out}")
+        return 0
+    except KeyboardInterrupt:
+        log("interrupted; cleaning up")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, lambda *_: log("cleaning up, please wait"))
+        problems = []
+        if bench is not None:
+            problems = bench.cleanup()
+        else:
+            subprocess.run([hutch_cli(), "daemon", "stop"], capture_output=True, check=False, timeout=60)
+        for problem in problems:
+            log(f"cleanup: {problem}")
+        if problems:
+            log(f"kept the state dir {HOME} for inspection")
+        else:
+            shutil.rmtree(HOME, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
