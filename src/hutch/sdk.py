@@ -33,6 +33,8 @@ class ExecResult:
     stderr_raw: bytes = field(repr=False)
     truncated: bool
     duration_ms: float
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
     signal: int | None = None
     error: str | None = None
 
@@ -61,6 +63,8 @@ class ExecResult:
             stderr_raw=err_raw,
             truncated=d["truncated"],
             duration_ms=d["duration_ms"],
+            stdout_bytes=d.get("stdout_bytes", 0),
+            stderr_bytes=d.get("stderr_bytes", 0),
             signal=d.get("signal"),
             error=d.get("error"),
         )

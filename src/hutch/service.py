@@ -36,10 +36,14 @@ log = logging.getLogger("hutch.service")
 
 
 def _text(data: bytes) -> tuple[str, bool]:
+    """UTF-8 text as is; anything else, or text full of NULs (six bytes each in JSON), as base64."""
     try:
-        return data.decode("utf-8"), False
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return base64.b64encode(data).decode("ascii"), True
+    if "\x00" in text:
+        return base64.b64encode(data).decode("ascii"), True
+    return text, False
 
 
 class Service:

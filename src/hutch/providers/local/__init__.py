@@ -40,11 +40,19 @@ KILL_GRACE = 5.0
 
 
 def _start_time(pid: int) -> int | None:
+    """The process's start time (to tell it from a reused pid); None once it is gone.
+
+    A zombie counts as gone: after SIGKILL the sandbox's init is reparented to the host's
+    PID 1, which may take a second or more to reap it.
+    """
     try:
         data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return int(data[data.rindex(b")") + 2 :].split()[19])
+    fields = data[data.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
 
 
 def _memfd(name: str, data: bytes) -> int:
