@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import marshal
 import os
 import signal
 import socket
@@ -49,7 +50,8 @@ class Channel:
 
     def send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
         assert self.sock is not None
-        data = json.dumps(header).encode() + b"\n"
+        body = marshal.dumps(header, 2)
+        data = len(body).to_bytes(4, "big") + body
         if fds:
             self.sock.setblocking(True)
             try:
