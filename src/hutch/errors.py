@@ -3,16 +3,16 @@
 Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the JSON
 ``error.kind``), a message and a hint saying what to do next::
 
-    HutchError                 kind       exit code (CLI)
-    +-- InvalidError           invalid    2 for usage, else 125
-    +-- NotFoundError          not_found  125
-    +-- ConflictError          conflict   125
-    +-- UnauthorizedError      unauthorized
-    +-- CapacityError          capacity
-    +-- UnavailableError       unavailable (daemon, bwrap, user namespaces ...)
-    +-- TimeoutError_          timeout    124
+    HutchError                 kind               CLI exit code
+    +-- InvalidError           invalid            2 (bad input is a usage error)
+    +-- NotFoundError          not_found          run/exec: 125, others: 1
+    +-- ConflictError          conflict           run/exec: 125, others: 1
+    +-- UnauthorizedError      unauthorized       run/exec: 125, others: 1
+    +-- CapacityError          capacity           run/exec: 125, others: 1
+    +-- UnavailableError       unavailable        (daemon, bwrap, user namespaces, disk ...)
+    +-- TimeoutError_          timeout            run/exec: 124, others: 1
     +-- PolicyError            policy
-    +-- PermissionDeniedError  permission_denied (inside the sandbox)
+    +-- PermissionDeniedError  permission_denied  (inside the sandbox)
     +-- InternalError          internal
 
 Foreign exceptions are translated at the boundary where they happen.

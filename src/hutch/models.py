@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 import secrets
 import time
@@ -58,6 +59,13 @@ class Mount(BaseModel):
         if not v:
             raise InvalidError("a mount needs a host path and a sandbox path", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
         return v
+
+    @field_validator("target")
+    @classmethod
+    def _normalised(cls, v: str) -> str:
+        if v.startswith("/") and ".." not in v.split("/"):
+            return "/" + posixpath.normpath(v).lstrip("/")
+        return v  # refused with a clear message by the provider
 
     @staticmethod
     def parse(text: str) -> Mount:

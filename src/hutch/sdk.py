@@ -95,7 +95,7 @@ def _mount(m: str | dict[str, Any]) -> dict[str, Any]:
     if isinstance(m, dict):
         return m
     parts = m.split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
         raise InvalidError(f"invalid mount {m!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
     source = os.path.abspath(os.path.expanduser(parts[0]))
     return {"source": source, "target": parts[1], "readonly": len(parts) > 2 and parts[2] == "ro"}
@@ -222,7 +222,9 @@ class Sandbox:
         max_output: int | None = None,
     ) -> ExecResult:
         return ExecResult.from_dict(
-            self.client.exec(self.id, _exec_req(command, env, cwd, timeout, stdin, max_output or self._cap))
+            self.client.exec(
+                self.id, _exec_req(command, env, cwd, timeout, stdin, self._cap if max_output is None else max_output)
+            )
         )
 
     def destroy(self) -> dict[str, Any]:
@@ -328,7 +330,7 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
     ) -> ExecResult:
-        req = _exec_req(command, env, cwd, timeout, stdin, max_output or self._cap)
+        req = _exec_req(command, env, cwd, timeout, stdin, self._cap if max_output is None else max_output)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
 
     async def destroy(self) -> dict[str, Any]:

@@ -11,7 +11,8 @@ import builtins
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from hutch import __version__
 from hutch.config import Settings
@@ -32,6 +33,7 @@ from hutch.provider import CheckResult, Provider, load_provider
 from hutch.store import Store
 
 MAX_FILE = 64 << 20
+T = TypeVar("T")
 log = logging.getLogger("hutch.service")
 
 
@@ -174,9 +176,8 @@ class Service:
             )
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else str(exc)
-            if isinstance(exc, UnavailableError) and not await self.provider(rec.provider).alive(rec):
-                self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
-                self.store.append_event("sandbox_lost", rec.id, run_id)
+            if isinstance(exc, UnavailableError):
+                await self._check_lost(rec, message, run_id)
             failed = ExecResult(
                 run_id=run_id,
                 sandbox_id=rec.id,
@@ -240,6 +241,19 @@ class Service:
             error=raw.spawn_error,
         )
 
+    async def _check_lost(self, rec: SandboxRecord, message: str, run_id: str | None = None) -> None:
+        """After a failed call: a sandbox that is gone is marked lost, not left 'running'."""
+        if not await self.provider(rec.provider).alive(rec):
+            self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
+            self.store.append_event("sandbox_lost", rec.id, run_id)
+
+    async def _guarded(self, rec: SandboxRecord, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except UnavailableError as exc:
+            await self._check_lost(rec, exc.message)
+            raise
+
     # -- files -----------------------------------------------------------------------
 
     @staticmethod
@@ -251,7 +265,7 @@ class Service:
     async def read_file(self, ref: str, path: str, limit: int = MAX_FILE) -> tuple[bytes, bool]:
         rec = self.live(ref)
         full = self._path(rec, path)
-        data, truncated = await self.provider(rec.provider).read_file(rec, full, min(limit, MAX_FILE))
+        data, truncated = await self._guarded(rec, self.provider(rec.provider).read_file(rec, full, min(limit, MAX_FILE)))
         self.store.append_event("file_read", rec.id, path=full, size=len(data))
         return data, truncated
 
@@ -260,13 +274,14 @@ class Service:
         if len(data) > MAX_FILE:
             raise InvalidError(f"file is {len(data)} bytes; the limit is {MAX_FILE}", hint="split it, or use --mount")
         full = self._path(rec, path)
-        await self.provider(rec.provider).write_file(rec, full, data, mode)
+        await self._guarded(rec, self.provider(rec.provider).write_file(rec, full, data, mode))
         self.store.append_event("file_written", rec.id, path=full, size=len(data))
         return {"sandbox": rec.id, "path": full, "size": len(data)}
 
     async def list_files(self, ref: str, path: str | None = None) -> builtins.list[FileEntry]:
         rec = self.live(ref)
-        return await self.provider(rec.provider).list_files(rec, self._path(rec, path or rec.spec.workdir))
+        listing = self.provider(rec.provider).list_files(rec, self._path(rec, path or rec.spec.workdir))
+        return await self._guarded(rec, listing)
 
     # -- health ----------------------------------------------------------------------
 

@@ -6,7 +6,9 @@ once; named migrations recorded in ``migrations``; one :meth:`Store.transaction`
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -75,6 +77,10 @@ def redacted(spec: SandboxSpec) -> SandboxSpec:
 class Store:
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
+        if self.path != ":memory:":
+            for suffix in ("", "-wal", "-shm"):  # owner-only, whichever command creates it first
+                with contextlib.suppress(OSError):
+                    os.close(os.open(self.path + suffix, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         self._local = threading.local()
         self._migrate()
 

@@ -112,3 +112,39 @@ def test_sandbox_root_is_read_only_and_shm_is_capped(daemon: Daemon) -> None:
     assert sizes == [64 << 10, 256 << 10], r.stdout
     ok = sbx.exec("echo hi > /tmp/a && echo hi > /workspace/a && echo hi > ~/a && cat /tmp/a /workspace/a ~/a")
     assert ok.stdout == "hi\nhi\nhi\n"
+
+
+def test_workload_cannot_hijack_its_control_socket(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    r = sbx.exec("rm -f /.hutch/ctl/agent.sock; echo rc=$?; touch /.hutch/ctl/x; echo rc=$?; touch /dev/x; echo rc=$?")
+    if os.geteuid() == 0:
+        assert r.stdout.split() == ["rc=1", "rc=1", "rc=1"], r.stdout + r.stderr
+    assert sbx.exec("echo fine").stdout == "fine\n"  # the agent still answers
+
+
+def test_reading_a_directory_is_invalid(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    sbx.exec("mkdir -p d")
+    with pytest.raises(HutchError) as err:
+        sbx.files.read("d")
+    assert err.value.kind == "invalid" and "hutch ls" in (err.value.hint or "")
+
+
+def test_doctor_first_leaves_a_private_store(hutch_home: Path) -> None:
+    env = hutch_env(hutch_home)
+    subprocess.run([sys.executable, "-m", "hutch", "doctor", "--json"], env=env, capture_output=True, timeout=120)
+    assert (hutch_home / "hutch.db").stat().st_mode & 0o077 == 0
+
+
+def test_serve_json_announces_once_listening(hutch_home: Path) -> None:
+    env = hutch_env(hutch_home)
+    proc = subprocess.Popen([sys.executable, "-m", "hutch", "serve", "--json"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        doc = json.loads(proc.stdout.readline())
+        assert doc["serving"] is True and doc["pid"] == proc.pid
+        assert socket.socket(socket.AF_UNIX).connect_ex(doc["socket"]) == 0
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+    assert not (hutch_home / "hutchd.sock").exists()  # SIGTERM cleans up

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -60,14 +61,17 @@ def doctor(obj: Ctx) -> None:
 def serve(obj: Ctx) -> None:
     """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
 
-    With --json, one line {"serving": true, ...} is printed before it starts.
+    With --json, one line {"serving": true, ...} is printed once it accepts connections.
     """
     from hutch.server.daemon import serve as run_server
 
     settings = Settings.load(**obj.settings_flags)
-    if obj.json:
+
+    def announce() -> None:
         emit({"serving": True, "pid": os.getpid(), "socket": str(settings.socket_path), "home": str(settings.home)})
-    raise SystemExit(run_server(settings))
+        sys.stdout.flush()
+
+    raise SystemExit(run_server(settings, announce if obj.json else None))
 
 
 @click.group()

@@ -10,7 +10,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -52,7 +52,7 @@ def _bind(path: str) -> socket.socket:
     return sock
 
 
-async def _serve(settings: Settings, lock_fd: int) -> None:
+async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] | None) -> None:
     service = Service(settings)
     report = await service.start()
     log.info(
@@ -65,6 +65,8 @@ async def _serve(settings: Settings, lock_fd: int) -> None:
     app.state.shutdown = lambda: setattr(server, "should_exit", True)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
+    if announce is not None:
+        announce()
     try:
         await server.serve(sockets=[sock])
     finally:
@@ -75,7 +77,8 @@ async def _serve(settings: Settings, lock_fd: int) -> None:
         os.close(lock_fd)
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, announce: Callable[[], None] | None = None) -> int:
+    """Serve until stopped; ``announce`` is called once the socket accepts connections."""
     os.umask(0o077)  # the store, the log and the socket are the owner's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     prepare_home(settings.home)
@@ -88,5 +91,5 @@ def serve(settings: Settings) -> int:
             log.info("a hutch daemon is already running for %s", settings.home)
             return 0
         raise UnavailableError("another hutch daemon holds the lock but does not answer", hint="hutch daemon stop") from None
-    asyncio.run(_serve(settings, lock_fd))
+    asyncio.run(_serve(settings, lock_fd, announce))
     return 0

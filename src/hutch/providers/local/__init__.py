@@ -105,14 +105,21 @@ def _check_reachable(path: Path, uid: int) -> None:
     """As root, bwrap runs as the sandbox's own uid: it must be able to reach a mount source."""
     for p in [*reversed(path.parents), path]:
         st = p.stat()
-        need = stat.S_IXOTH | (stat.S_IROTH if p == path else 0)
-        own = stat.S_IXUSR | (stat.S_IRUSR if p == path else 0)
+        last = p == path
+        if not last or stat.S_ISDIR(st.st_mode):
+            need, own, fix = (
+                stat.S_IXOTH | (stat.S_IROTH if last else 0),
+                stat.S_IXUSR | (stat.S_IRUSR if last else 0),
+                "o+rx" if last else "o+x",
+            )
+        else:  # a regular file: read is enough
+            need, own, fix = stat.S_IROTH, stat.S_IRUSR, "o+r"
         if st.st_uid == uid and st.st_mode & own == own:
             continue
         if st.st_mode & need != need:
             raise InvalidError(
                 f"the sandbox user (host uid {uid}) cannot reach {path}: {p} is mode {stat.filemode(st.st_mode)}",
-                hint=f"allow others to enter it (chmod o+x {p}), mount a directory elsewhere, or run hutch as a normal user",
+                hint=f"allow others in (chmod {fix} {p}), mount something else, or run hutch as a normal user",
             )
 
 
@@ -316,7 +323,7 @@ class LocalProvider:
             info_r, info_w = os.pipe()
             ready_r, ready_w = os.pipe()
             fds += [info_w, ready_w]
-            args += ["--remount-ro", "/", "--info-fd", str(info_w), "--chdir", "/workspace"]
+            args += ["--remount-ro", "/", "--remount-ro", "/dev", "--info-fd", str(info_w), "--chdir", "/workspace"]
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
             args += ["--", python, "-I", "-S", "/.hutch/agent.py", "/.hutch/ctl/agent.sock", str(ready_w)]
@@ -340,6 +347,9 @@ class LocalProvider:
                 fds = []
             self._children[rec.id] = proc
             info = await asyncio.to_thread(self._wait_start, proc, info_r, ready_r, sdir)
+            if self.root:  # the agent listens: the workload may no longer replace its socket
+                os.chown(ctl, 0, 0)
+                os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
                 await ch.request({"op": "configure", "env": bw.base_env() | rec.spec.env}, timeout=10.0)
             data |= {

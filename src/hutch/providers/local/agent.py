@@ -289,12 +289,21 @@ def file_read(conn, req):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
     except OSError as exc:
         return send_json(conn, os_error(exc, path))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        what = "is a directory" if stat.S_ISDIR(st.st_mode) else "is not a regular file"
+        return send_json(
+            conn,
+            {
+                "error": {
+                    "kind": "invalid",
+                    "message": "%s %s" % (path, what),
+                    "hint": "list a directory with: hutch ls SANDBOX PATH",
+                }
+            },
+        )
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            return send_json(conn, err("invalid", "%s: is a directory" % path))
-        if not stat.S_ISREG(st.st_mode):
-            return send_json(conn, err("invalid", "%s: not a regular file" % path))
         data = f.read(limit + 1)
     truncated = len(data) > limit
     data = data[:limit]
