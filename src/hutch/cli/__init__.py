@@ -7,10 +7,13 @@ import sys
 import click
 
 from hutch import __version__
+from hutch.cli.agents import mcp
+from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.cli.files import ls, read, write
 from hutch.cli.run import exec_, run
 from hutch.cli.sandbox import create, destroy, get, list_
+from hutch.cli.skill import skill
 from hutch.cli.system import daemon, doctor, serve
 from hutch.errors import HutchError
 
@@ -38,7 +41,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
         obj.settings_flags["home"] = home
 
 
-for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve):
+for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve, mcp, skill, catalog):
     cli.add_command(command)
 
 

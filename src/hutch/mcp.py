@@ -1,0 +1,270 @@
+"""The MCP server: hutch's sandboxes as Model Context Protocol tools.
+
+Each tool is a few lines over :class:`hutch.client.AsyncClient`. Results are the same
+JSON documents the CLI prints with ``--json`` (as text and as structured content);
+failures are tool errors carrying ``{"error": {"kind", "message", "hint"}}``, exactly as
+the CLI reports them. Captured output is capped per stream, with explicit truncation
+metadata saying how to get the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
+
+from hutch import __version__
+from hutch.client import AsyncClient
+from hutch.config import Settings
+from hutch.errors import HutchError, InternalError, InvalidError
+
+log = logging.getLogger("hutch.mcp")
+
+DEFAULT_MAX_OUTPUT = 32 << 10
+MAX_CALL_OUTPUT = 16 << 20
+
+INSTRUCTIONS = """\
+hutch runs commands in isolated Linux sandboxes (no network, capped memory and processes,
+a private /workspace). Create a sandbox once, then exec commands and read/write files in
+it; destroy it when done. exec never fails because the command failed: read exit_code and
+status. A tool error means hutch itself failed: its error.kind and error.hint say what to
+do. Output is capped per stream (see truncated, stdout_bytes, how_to_get_more)."""
+
+Sandbox = Annotated[str, Field(description="The sandbox: its id (sbx_...) or its name.")]
+Command = Annotated[
+    str | list[str],
+    Field(description="A shell string (run with /bin/sh -c, e.g. 'make && make test') or an argv list (no shell)."),
+]
+MaxOutput = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=MAX_CALL_OUTPUT,
+        description="Cap in bytes on what comes back, per stream (default: the server's --max-output, 32 KiB).",
+    ),
+]
+
+
+def _result(body: dict[str, Any], error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))], structured_content=body, is_error=error)
+
+
+def error_result(exc: HutchError) -> CallToolResult:
+    """A tool error with the CLI's ``{"error": {"kind", "message", "hint"}}``."""
+    return _result(exc.to_dict(), error=True)
+
+
+async def _call(work: Awaitable[dict[str, Any]]) -> CallToolResult:
+    try:
+        return _result(await work)
+    except HutchError as exc:
+        return error_result(exc)
+
+
+def _validation_message(tool: str, exc: ToolError) -> str:
+    cause = exc.__cause__
+    if isinstance(cause, ValidationError):
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in cause.errors()]
+        return f"invalid arguments for {tool}: " + "; ".join(problems)
+    return str(exc)
+
+
+class HutchMCP(MCPServer[Any]):
+    """MCPServer whose argument errors look like every other hutch error (kind ``invalid``)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError as exc:  # a bug, not bad input: still an error of the usual shape
+            cause = exc.__cause__ or exc
+            log.error("tool %s failed", name, exc_info=cause)
+            message = f"{name} failed: {type(cause).__name__}: {cause}"
+            return error_result(InternalError(message, hint="see the stderr of hutch mcp, and hutch daemon logs"))
+        except ToolError as exc:
+            hint = "see the tool's input schema (tools/list)" if self._tool_manager.get_tool(name) else "list the tools"
+            return error_result(InvalidError(_validation_message(name, exc), hint=hint))
+
+
+def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
+    """Explicit truncation metadata on an exec result captured with ``max_output=cap``."""
+    out = dict(result)
+    out["max_output"] = cap
+    for name in ("stdout", "stderr"):
+        out[f"{name}_truncated"] = int(out.get(f"{name}_bytes", 0)) > cap
+    if out.get("truncated"):
+        out["how_to_get_more"] = (
+            f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes). "
+            f"Re-run with a larger max_output (up to {MAX_CALL_OUTPUT}), or redirect the output to a file "
+            "(e.g. 'cmd > out.txt 2>&1') and page through it with file_read (offset, max_bytes)."
+        )
+    return out
+
+
+def file_chunk(path: str, data: bytes, whole: bool, offset: int, limit: int) -> dict[str, Any]:
+    """``limit`` bytes of a file from ``offset``: text when it is UTF-8, else base64."""
+    chunk = data[offset : offset + limit]
+    text: str | None = None
+    for cut in range(4 if offset + limit < len(data) else 1):  # a character split at the end
+        if cut and cut >= len(chunk):
+            break  # never an empty page: a page too small for one character comes as base64
+        try:
+            text = chunk[: len(chunk) - cut].decode()
+        except UnicodeDecodeError:
+            continue
+        chunk = chunk[: len(chunk) - cut]
+        break
+    binary = text is None or "\x00" in text
+    body: dict[str, Any] = {
+        "path": path,
+        "size": len(data),
+        "size_exact": whole,
+        "offset": offset,
+        "returned_bytes": len(chunk),
+        "content": base64.b64encode(chunk).decode() if binary else text,
+        "base64": binary,
+    }
+    end = offset + len(chunk)
+    body["truncated"] = end < len(data)
+    if body["truncated"]:
+        body["next_offset"] = end
+        body["how_to_get_more"] = f"call file_read again with offset={end} (and a larger max_bytes to get more at once)"
+    return body
+
+
+def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX_OUTPUT) -> tuple[HutchMCP, AsyncClient]:
+    """The MCP server and the client it speaks through (close it when the server ends)."""
+    settings = settings or Settings.load()
+    client = AsyncClient(settings)
+    default_cap = max_output
+    app = HutchMCP("hutch", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    async def sandbox_create(
+        name: Annotated[str | None, Field(description="Unique name, usable wherever an id is.")] = None,
+        memory: Annotated[str | None, Field(description="Memory limit, e.g. '512M', '1G' (default 1G).")] = None,
+        pids: Annotated[int | None, Field(ge=1, description="Maximum number of processes (default 512).")] = None,
+        cpus: Annotated[float | None, Field(gt=0, description="CPU limit in cores, e.g. 0.5 (default: none).")] = None,
+        env: Annotated[dict[str, str] | None, Field(description="Environment variables every command sees.")] = None,
+        workdir: Annotated[str | None, Field(description="Default working directory (default /workspace).")] = None,
+    ) -> CallToolResult:
+        """Create a sandbox (no network, capped memory and processes, its own /workspace) and return its record.
+
+        Use the returned id (or the name) as `sandbox` in the other tools; destroy it when done."""
+        limits = {"memory": memory or settings.memory, "pids": pids or settings.pids, "cpus": cpus or settings.cpus}
+        spec = {"provider": settings.provider, "limits": limits, "env": env or {}, "labels": {}, "mounts": []}
+        spec |= {k: v for k, v in (("name", name), ("workdir", workdir)) if v}
+        return await _call(client.create(spec))
+
+    @app.tool(annotations=read_only)
+    async def sandbox_list(
+        include_all: Annotated[bool, Field(description="Include destroyed and failed sandboxes.")] = False,
+    ) -> CallToolResult:
+        """List sandboxes (live ones unless include_all)."""
+
+        async def work() -> dict[str, Any]:
+            return {"sandboxes": await client.list(include_all)}
+
+        return await _call(work())
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False))
+    async def sandbox_destroy(sandbox: Sandbox) -> CallToolResult:
+        """Destroy a sandbox and everything in it. Idempotent: one that is already gone is success."""
+        return await _call(client.destroy(sandbox))
+
+    @app.tool(name="exec", annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def exec_(
+        sandbox: Sandbox,
+        command: Command,
+        timeout: Annotated[
+            float | None, Field(gt=0, description="Wall timeout in seconds; the whole process tree is killed (exit 124).")
+        ] = None,
+        env: Annotated[dict[str, str] | None, Field(description="Extra environment variables for this command.")] = None,
+        cwd: Annotated[str | None, Field(description="Working directory (default: the sandbox's workdir).")] = None,
+        stdin: Annotated[str | None, Field(description="Text fed to the command's standard input.")] = None,
+        max_output: MaxOutput = None,
+    ) -> CallToolResult:
+        """Run a command in a sandbox and wait for it: exit_code, status, stdout and stderr (separate, capped).
+
+        A non-zero exit_code is the command's own result, not a tool error. status is completed, failed,
+        timed_out (exit_code 124), killed or oom_killed. stdout/stderr that are not UTF-8 come as base64
+        (stdout_base64/stderr_base64 true)."""
+        cap = max_output or default_cap
+        req = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout, "stdin": stdin, "max_output": cap}
+
+        async def work() -> dict[str, Any]:
+            return cap_output(await client.exec(sandbox, req), cap)
+
+        return await _call(work())
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def file_write(
+        sandbox: Sandbox,
+        path: Annotated[str, Field(description="Path in the sandbox; relative paths are under its workdir.")],
+        content: Annotated[str, Field(description="The file's content: text, or base64 when base64 is true.")],
+        base64: Annotated[bool, Field(description="content is base64 (for binary files).")] = False,
+        mode: Annotated[str, Field(pattern="^[0-7]{3,4}$", description="File mode, octal (default 644).")] = "644",
+    ) -> CallToolResult:
+        """Write a file into a sandbox (parent directories are created; an existing file is replaced)."""
+
+        async def work() -> dict[str, Any]:
+            data = _decode(content) if base64 else content.encode()
+            return await client.write_file(sandbox, path, data, int(mode, 8))
+
+        return await _call(work())
+
+    @app.tool(annotations=read_only)
+    async def file_read(
+        sandbox: Sandbox,
+        path: Annotated[str, Field(description="Path in the sandbox; relative paths are under its workdir.")],
+        offset: Annotated[int, Field(ge=0, description="Byte offset to start at (for reading a large file in pages).")] = 0,
+        max_bytes: MaxOutput = None,
+    ) -> CallToolResult:
+        """Read a file from a sandbox: text when it is UTF-8, else base64. Large files come in pages
+        (truncated, next_offset)."""
+
+        async def work() -> dict[str, Any]:
+            data, cut = await client.read_file(sandbox, path)
+            return file_chunk(path, data, not cut, offset, max_bytes or default_cap)
+
+        return await _call(work())
+
+    @app.tool(annotations=read_only)
+    async def file_list(
+        sandbox: Sandbox,
+        path: Annotated[str | None, Field(description="Directory to list (default: the sandbox's workdir).")] = None,
+    ) -> CallToolResult:
+        """List a directory in a sandbox: name, type (file, dir, symlink), size, mode and mtime of each entry."""
+
+        async def work() -> dict[str, Any]:
+            return {"path": path, "entries": await client.list_files(sandbox, path)}
+
+        return await _call(work())
+
+    return app, client
+
+
+def _decode(content: str) -> bytes:
+    try:
+        return base64.b64decode(content, validate=True)
+    except ValueError as exc:
+        raise InvalidError("content is not valid base64", hint="send base64=false for text") from exc
+
+
+async def serve(settings: Settings, max_output: int = DEFAULT_MAX_OUTPUT, http_port: int | None = None) -> None:
+    """Serve MCP over stdio, or over streamable HTTP on 127.0.0.1:``http_port``."""
+    app, client = build_server(settings, max_output)
+    try:
+        if http_port is None:
+            await app.run_stdio_async()
+        else:
+            await app.run_streamable_http_async(host="127.0.0.1", port=http_port)
+    finally:
+        await client.close()
