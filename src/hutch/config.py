@@ -36,6 +36,8 @@ class Settings:
     pids: int = 512
     cpus: float | None = None
     output_cap: int = 1 << 20
+    disk_cap: int = 64 << 20
+    max_background_runs: int = 16
     uid_base: int = 600000
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
@@ -92,6 +94,8 @@ class Settings:
             self.pids = int(self.pids)
             self.cpus = float(self.cpus) if self.cpus is not None and str(self.cpus) != "" else None
             self.output_cap = parse_size(self.output_cap)
+            self.disk_cap = parse_size(self.disk_cap)
+            self.max_background_runs = int(self.max_background_runs)
             self.uid_base = int(self.uid_base)
             self.daemon_start_timeout = float(self.daemon_start_timeout)
             self.exec_timeout = float(self.exec_timeout)

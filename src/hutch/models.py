@@ -150,7 +150,9 @@ class ExecRequest(BaseModel):
     command: list[str] | str
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+    idle_timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+    background: bool = False
     stdin: str | None = None
     stdin_base64: bool = False
     max_output: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0)
@@ -189,7 +191,10 @@ class RawOutput(BaseModel):
     stderr: bytes = b""
     stdout_bytes: int = 0
     stderr_bytes: int = 0
+    truncated_on_disk: bool = False
     timed_out: bool = False
+    reason: str | None = None  # timeout | idle_timeout | killed | spawn
+    killed: bool = False
     oom_killed: bool = False
     spawn_error: str | None = None
 

@@ -8,7 +8,7 @@ timeouts belong to the Service. Built-in providers are found first, then the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hutch.errors import InvalidError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
+
+OnOutput = Callable[[str, bytes], Awaitable[None]]
 
 if TYPE_CHECKING:
     from hutch.config import Settings
@@ -60,14 +62,40 @@ class Provider(Protocol):
     async def exec(
         self,
         rec: SandboxRecord,
+        run_id: str,
         argv: list[str],
         *,
         env: dict[str, str],
         cwd: str,
         stdin: bytes | None,
         timeout: float | None,
+        idle_timeout: float | None,
         max_output: int,
-    ) -> RawOutput: ...
+        stream: bool = True,
+        on_output: OnOutput | None = None,
+    ) -> RawOutput:
+        """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
+        per stream; ``on_output`` sees every chunk as it comes. The run's output is also
+        kept by the provider (see :meth:`read_output`), so it outlives this call."""
+        ...
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        """The final outcome of a run that ended, from the provider's own record."""
+        ...
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]: ...
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool: ...
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        """``limit`` bytes of a run's stream from ``offset``, and the stream's size so far."""
+        ...
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        """Transcript records from ``offset``: (records, next offset, size so far)."""
+        ...
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]: ...
 
     async def destroy(self, rec: SandboxRecord) -> bool:
         """Remove everything; idempotent. True when something was there to remove."""

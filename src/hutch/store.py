@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,20 @@ MIGRATIONS: list[tuple[str, str]] = [
             data TEXT NOT NULL DEFAULT '{}'
         );
         CREATE INDEX events_sandbox ON events(sandbox_id, seq);
+        """,
+    ),
+    (
+        "0002_run_details",
+        """
+        ALTER TABLE runs ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE runs ADD COLUMN cwd TEXT;
+        ALTER TABLE runs ADD COLUMN env_keys TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE runs ADD COLUMN timeout REAL;
+        ALTER TABLE runs ADD COLUMN idle_timeout REAL;
+        ALTER TABLE runs ADD COLUMN signal INTEGER;
+        ALTER TABLE runs ADD COLUMN error TEXT;
+        CREATE INDEX runs_status ON runs(status);
+        CREATE INDEX events_type ON events(type, seq);
         """,
     ),
 ]
@@ -228,37 +242,92 @@ class Store:
 
     # -- runs ------------------------------------------------------------------------
 
-    def insert_run(self, run_id: str, sandbox_id: str, command: list[str], started_at: float) -> None:
+    def insert_run(
+        self,
+        run_id: str,
+        sandbox_id: str,
+        command: list[str],
+        started_at: float,
+        *,
+        background: bool = False,
+        cwd: str | None = None,
+        env_keys: list[str] | None = None,
+        timeout: float | None = None,
+        idle_timeout: float | None = None,
+    ) -> None:
+        """The run and its ``run_started`` event, in one transaction."""
         with self.transaction() as conn:
             conn.execute(
-                "INSERT INTO runs (id, sandbox_id, command, status, started_at) VALUES (?, ?, ?, 'running', ?)",
-                (run_id, sandbox_id, json.dumps(command), started_at),
+                "INSERT INTO runs (id, sandbox_id, command, status, started_at, background, cwd, env_keys, timeout, idle_timeout)"
+                " VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    sandbox_id,
+                    json.dumps(command),
+                    started_at,
+                    int(background),
+                    cwd,
+                    json.dumps(env_keys or []),
+                    timeout,
+                    idle_timeout,
+                ),
+            )
+            data = {"command": command, "env_keys": env_keys or [], "background": background}
+            conn.execute(
+                "INSERT INTO events (time, sandbox_id, run_id, type, data) VALUES (?, ?, ?, 'run_started', ?)",
+                (started_at, sandbox_id, run_id, json.dumps(data)),
             )
 
-    def finish_run(self, result: ExecResult) -> None:
+    def finish_run(self, result: ExecResult, events: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
+        """Record the outcome and its events (``run_finished`` ...) in one transaction."""
+        now = time.time()
         with self.transaction() as conn:
             conn.execute(
                 "UPDATE runs SET status = ?, exit_code = ?, finished_at = ?, duration_ms = ?, stdout_bytes = ?,"
-                " stderr_bytes = ?, truncated = ? WHERE id = ?",
+                " stderr_bytes = ?, truncated = ?, signal = ?, error = ? WHERE id = ? AND status = 'running'",
                 (
                     result.status.value,
                     result.exit_code,
-                    time.time(),
+                    now,
                     result.duration_ms,
                     result.stdout_bytes,
                     result.stderr_bytes,
                     int(result.truncated),
+                    result.signal,
+                    result.error,
                     result.run_id,
                 ),
             )
+            for type_, data in events:
+                conn.execute(
+                    "INSERT INTO events (time, sandbox_id, run_id, type, data) VALUES (?, ?, ?, ?, ?)",
+                    (now, result.sandbox_id, result.run_id, type_, json.dumps(data)),
+                )
 
-    def list_runs(self, sandbox_id: str) -> list[dict[str, Any]]:
-        rows = self._conn().execute("SELECT * FROM runs WHERE sandbox_id = ? ORDER BY started_at", (sandbox_id,))
-        return [dict(r) | {"command": json.loads(r["command"])} for r in rows]
+    @staticmethod
+    def _run(row: sqlite3.Row) -> dict[str, Any]:
+        return dict(row) | {
+            "command": json.loads(row["command"]),
+            "env_keys": json.loads(row["env_keys"]),
+            "background": bool(row["background"]),
+            "truncated": bool(row["truncated"]),
+        }
 
-    def mark_running_runs_lost(self, sandbox_id: str | None = None) -> int:
-        sql = "UPDATE runs SET status = 'lost', finished_at = ? WHERE status = 'running'"
-        args: list[Any] = [time.time()]
+    def get_run(self, run_id: str) -> dict[str, Any]:
+        row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r}", hint="list a sandbox's runs with: hutch runs SANDBOX")
+        return self._run(row)
+
+    def list_runs(self, sandbox_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        sql, args = "SELECT * FROM runs WHERE sandbox_id = ?", [sandbox_id]
+        if status:
+            sql, args = sql + " AND status = ?", [*args, status]
+        return [self._run(r) for r in self._conn().execute(sql + " ORDER BY started_at, id", args)]
+
+    def mark_running_runs_lost(self, sandbox_id: str | None = None, error: str = "lost") -> int:
+        sql = "UPDATE runs SET status = 'lost', finished_at = ?, error = ? WHERE status = 'running'"
+        args: list[Any] = [time.time(), error]
         if sandbox_id:
             sql += " AND sandbox_id = ?"
             args.append(sandbox_id)
@@ -275,9 +344,29 @@ class Store:
             )
             return int(cur.lastrowid or 0)
 
-    def list_events(self, sandbox_id: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM events", []
+    def list_events(
+        self,
+        sandbox_id: str | None = None,
+        limit: int = 1000,
+        *,
+        types: list[str] | None = None,
+        since: float | None = None,
+        after_seq: int = 0,
+        run_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        where: list[str] = ["seq > ?"]
+        args: list[Any] = [after_seq]
         if sandbox_id:
-            sql, args = sql + " WHERE sandbox_id = ?", [sandbox_id]
-        rows = self._conn().execute(sql + " ORDER BY seq LIMIT ?", (*args, limit))
+            where.append("sandbox_id = ?")
+            args.append(sandbox_id)
+        if run_id:
+            where.append("run_id = ?")
+            args.append(run_id)
+        if types:
+            where.append(f"type IN ({', '.join('?' for _ in types)})")
+            args.extend(types)
+        if since is not None:
+            where.append("time >= ?")
+            args.append(since)
+        rows = self._conn().execute(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?", (*args, limit))
         return [dict(r) | {"data": json.loads(r["data"])} for r in rows]

@@ -16,7 +16,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult
+from hutch.provider import Capabilities, CheckResult, OnOutput
 
 
 class FakeProvider:
@@ -26,6 +26,9 @@ class FakeProvider:
     def __init__(self, settings: Settings | None = None) -> None:
         self.sandboxes: dict[str, dict[str, bytes]] = {}
         self.calls: list[tuple[str, str]] = []
+        self.outputs: dict[str, dict[str, bytes]] = {}
+        self.status: dict[str, RawOutput] = {}
+        self.transcript: list[tuple[str, str, str, bytes]] = []
 
     async def check(self) -> list[CheckResult]:
         return [CheckResult("fake", True, "in-memory provider")]
@@ -46,16 +49,32 @@ class FakeProvider:
     async def exec(
         self,
         rec: SandboxRecord,
+        run_id: str,
         argv: list[str],
         *,
         env: dict[str, str],
         cwd: str,
         stdin: bytes | None,
         timeout: float | None,
+        idle_timeout: float | None,
         max_output: int,
+        stream: bool = True,
+        on_output: OnOutput | None = None,
     ) -> RawOutput:
         self._files(rec)
         self.calls.append(("exec", rec.id))
+        raw = await self._run(argv, stdin, timeout, idle_timeout)
+        self.outputs[run_id] = {"stdout": raw.stdout, "stderr": raw.stderr}
+        self.status[run_id] = raw
+        for name in ("stdout", "stderr"):
+            data = self.outputs[run_id][name]
+            if data:
+                self.transcript.append((rec.id, run_id, name, data))
+                if on_output is not None:
+                    await on_output(name, data)
+        return raw.model_copy(update={"stdout": raw.stdout[:max_output], "stderr": raw.stderr[:max_output]})
+
+    async def _run(self, argv: list[str], stdin: bytes | None, timeout: float | None, idle: float | None) -> RawOutput:
         prog, args = argv[0].rsplit("/", 1)[-1], argv[1:]
         out, code = b"", 0
         if prog == "echo":
@@ -70,14 +89,38 @@ class FakeProvider:
             code = int(args[0]) if args else 0
         elif prog == "sleep":
             seconds = float(args[0]) if args else 0.0
-            if timeout is not None and seconds > timeout:
-                await asyncio.sleep(timeout)
-                return RawOutput(exit_code=137, signal=9, timed_out=True)
+            limit = min(t for t in (timeout, idle, seconds + 1) if t is not None)
+            if seconds > limit:
+                await asyncio.sleep(limit)
+                reason = "timeout" if timeout is not None and limit == timeout else "idle_timeout"
+                return RawOutput(exit_code=137, signal=9, timed_out=True, reason=reason)
             await asyncio.sleep(seconds)
         else:
             msg = f"{prog}: command not found\n".encode()
             return RawOutput(exit_code=127, stderr=msg, stderr_bytes=len(msg), spawn_error=f"{prog}: not found")
-        return RawOutput(exit_code=code, stdout=out[:max_output], stdout_bytes=len(out))
+        return RawOutput(exit_code=code, stdout=out, stdout_bytes=len(out))
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        return self.status.get(run_id)
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]:
+        return set()
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
+        return False
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        data = self.outputs.get(run_id, {}).get(stream, b"")
+        return data[offset : offset + limit], len(data)
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        mine = [t for t in self.transcript if t[0] == rec.id]
+        records = [{"offset": i, "run_id": r, "stream": s, "data": d} for i, (_, r, s, d) in enumerate(mine) if i >= offset]
+        return records[: max(1, limit)], offset + len(records[: max(1, limit)]), len(mine)
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
+        self._files(rec)
+        return [{"pid": 1, "ppid": 0, "user": "sandbox", "state": "S", "cpu_seconds": 0.0, "rss": 0, "command": "fake"}]
 
     async def destroy(self, rec: SandboxRecord) -> bool:
         self.calls.append(("destroy", rec.id))

@@ -63,6 +63,9 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
     server = _Server(config)
     app.state.shutdown = lambda: setattr(server, "should_exit", True)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # from here on a signal means a clean stop
+        loop.add_signal_handler(sig, server.handle_exit, sig, None)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
     if announce is not None:

@@ -31,8 +31,8 @@ from hutch.errors import CapacityError, HutchError, InternalError, InvalidError,
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, mounts
-from hutch.providers.local.channel import Channel, run_exec
+from hutch.providers.local import cgroups, mounts, runs
+from hutch.providers.local.channel import Channel, OnOutput, run_exec
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 START_TIMEOUT = 20.0
@@ -269,9 +269,11 @@ class LocalProvider:
             ws, ctl = sdir / "workspace", sdir / "ctl"
             ws.mkdir(mode=0o700, exist_ok=True)
             ctl.mkdir(mode=0o700, exist_ok=True)
+            rdir = sdir / "runs"
+            rdir.mkdir(mode=0o700, exist_ok=True)
             if self.root:
-                os.chown(ws, uid, uid)
-                os.chown(ctl, uid, uid)
+                for d in (ws, ctl, rdir):
+                    os.chown(d, uid, uid)
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
@@ -292,7 +294,8 @@ class LocalProvider:
             python, python_prefix = bw.find_python()
             ws_fd = os.open(ws, os.O_PATH | os.O_CLOEXEC)
             ctl_fd = os.open(ctl, os.O_PATH | os.O_CLOEXEC)
-            fds += [ws_fd, ctl_fd]
+            runs_fd = os.open(rdir, os.O_PATH | os.O_CLOEXEC)
+            fds += [ws_fd, ctl_fd, runs_fd]
             args = [found.path, *bw.HARDENING, "--hostname", "sandbox", "--uid", str(bw.SANDBOX_UID)]
             args += ["--gid", str(bw.SANDBOX_UID), "--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
             for path, content in bw.identity_files().items():
@@ -317,6 +320,9 @@ class LocalProvider:
                 "--bind-fd",
                 str(ctl_fd),
                 "/.hutch/ctl",
+                "--bind-fd",
+                str(runs_fd),
+                "/.hutch/runs",
             ]
             for fd, target, ro in mounts:
                 args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
@@ -467,31 +473,84 @@ class LocalProvider:
     async def exec(
         self,
         rec: SandboxRecord,
+        run_id: str,
         argv: list[str],
         *,
         env: dict[str, str],
         cwd: str,
         stdin: bytes | None,
         timeout: float | None,
+        idle_timeout: float | None,
         max_output: int,
+        stream: bool = True,
+        on_output: OnOutput | None = None,
     ) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
-        header = {"op": "exec", "argv": argv, "env": env, "cwd": cwd}
-        reply, out, err, timed_out = await run_exec(rec.data["socket"], header, stdin, timeout, max_output)
-        sig = int(reply.get("signal", 0))
-        oom = sig == signal.SIGKILL and cg.oom_kills() > ooms_before
+        header = {
+            "op": "exec",
+            "run_id": run_id,
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "timeout": timeout,
+            "idle_timeout": idle_timeout,
+            "stream": stream,
+            "disk_cap": self.settings.disk_cap,
+        }
+        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output)
+        return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), cg.oom_kills() > ooms_before)
+
+    @staticmethod
+    def _raw(reply: dict[str, Any], stdout: bytes, stderr: bytes, oom: bool) -> RawOutput:
+        sig = int(reply.get("signal") or 0)
+        reason = reply.get("reason")
         return RawOutput(
             exit_code=int(reply["exit"]),
             signal=sig,
-            stdout=bytes(out.data),
-            stderr=bytes(err.data),
-            stdout_bytes=out.total,
-            stderr_bytes=err.total,
-            timed_out=timed_out,
-            oom_killed=oom,
+            stdout=bytes(stdout),
+            stderr=bytes(stderr),
+            stdout_bytes=int(reply.get("stdout_bytes", len(stdout))),
+            stderr_bytes=int(reply.get("stderr_bytes", len(stderr))),
+            truncated_on_disk=bool(reply.get("truncated")),
+            timed_out=reason in ("timeout", "idle_timeout"),
+            reason=reason,
+            killed=reason == "killed",
+            oom_killed=oom and sig == signal.SIGKILL and reason is None,
             spawn_error=reply.get("spawn_error"),
         )
+
+    # -- runs ------------------------------------------------------------------------
+
+    def _runs_dir(self, rec: SandboxRecord) -> Path:
+        return Path(self._planned(rec)["dir"]) / "runs"
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        status = runs.read_status(self._runs_dir(rec), run_id)
+        return None if status is None else self._raw(status, b"", b"", False)
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        return runs.read_range(self._runs_dir(rec), [run_id, stream], offset, limit)
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, limit)
+        records, next_offset = runs.parse_transcript(data, offset)
+        return records, next_offset, size
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "runs"}, timeout=10.0)
+        return {str(r) for r in reply.get("alive", [])}
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "kill", "run_id": run_id, "signal": sig}, timeout=30.0)
+        return bool(reply.get("was_running"))
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "ps"}, timeout=10.0)
+        return list(reply.get("processes", []))
 
     # -- files -----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 
 MAX_HEADER = 1 << 20
 BASE_ENV = {}  # the sandbox's environment, sent once by the host; never on any command line
@@ -212,21 +213,93 @@ def set_subreaper():
 # -- exec ------------------------------------------------------------------------------
 
 
+RUNS_DIR = "/.hutch/runs"
+RUNS = {}  # run id -> supervisor pid, kept by the agent across daemon restarts
+GRACE = 0.25  # after the command exits, how long its descendants may hold the pipes
+
+
 def prepare_supervisor():
     """What a supervisor does before its request arrives (done while the spare waits)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     set_subreaper()
 
 
+class Sink:
+    """One output stream: a capped file on disk, the sandbox transcript, the live host."""
+
+    def __init__(self, name, run_id, rdir, cap, transcript):
+        self.name, self.run_id, self.cap, self.transcript = name, run_id, cap, transcript
+        self.total = 0
+        self.disk_error = None
+        try:
+            self.fd = os.open(os.path.join(rdir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError as exc:  # a full disk: the run goes on, its output only streamed live
+            self.fd, self.disk_error = None, exc.strerror
+
+    def write(self, data):
+        room = self.cap - self.total
+        self.total += len(data)
+        if room <= 0 or self.fd is None:
+            return
+        kept = data[:room]
+        try:
+            os.write(self.fd, kept)
+            if self.transcript is not None:
+                head = ("%s %s %08x\n" % (self.run_id, self.name[3], len(kept))).encode()
+                os.write(self.transcript, head + kept)  # one O_APPEND write: never interleaved
+        except OSError as exc:
+            self.fd, self.disk_error = None, exc.strerror
+
+    @property
+    def truncated(self):
+        return self.total > self.cap
+
+
+def write_status(rdir, status):
+    tmp = os.path.join(rdir, ".status.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.write(dumps(status))
+        os.replace(tmp, os.path.join(rdir, "status"))
+    except OSError:
+        pass  # a full disk: the host still hears the status over the connection
+
+
 def supervise(conn, req, fds):
-    """Runs in a (pre-)forked child of the agent; owns ``conn`` for the life of one run."""
-    stdin_fd, stdout_fd, stderr_fd = fds
+    """Runs in a (pre-)forked child of the agent; owns one run until it ends.
+
+    The command's stdout and stderr come here through pipes and go to files under
+    /.hutch/runs/RUN (and the sandbox transcript), capped, and, while the host listens,
+    to the host as frames. Wall and idle-output timeouts are enforced here, so they hold
+    even when the daemon is gone.
+    """
+    stdin_fd = fds[0]
+    run_id = req["run_id"]
+    rdir = os.path.join(RUNS_DIR, run_id)
+    try:
+        os.makedirs(rdir, exist_ok=True)
+    except OSError:
+        pass  # a full disk: the sinks below record that they could not write
+    cap = int(req.get("disk_cap", 64 << 20))
+    try:
+        transcript = os.open(os.path.join(RUNS_DIR, "transcript"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    except OSError:
+        transcript = None
+    sinks = {}
+    pipes = {}
+    for name in ("stdout", "stderr"):
+        r, w = os.pipe2(os.O_CLOEXEC)
+        sinks[r] = Sink(name, run_id, rdir, cap, transcript)
+        pipes[name] = (r, w)
+    live = bool(req.get("stream", True))
+    started = time.time()
+    status = {"run_id": run_id, "started_at": started}
     try:
         proc = subprocess.Popen(
             req["argv"],
             stdin=stdin_fd,
-            stdout=stdout_fd,
-            stderr=stderr_fd,
+            stdout=pipes["stdout"][1],
+            stderr=pipes["stderr"][1],
             cwd=req.get("cwd") or "/workspace",
             env=req.get("env") or {},
             start_new_session=True,
@@ -234,49 +307,122 @@ def supervise(conn, req, fds):
             restore_signals=True,
         )
     except OSError as exc:
-        for fd in fds:
-            os.close(fd)
         missing_cwd = exc.filename == (req.get("cwd") or "/workspace")
-        exit_code = 127 if isinstance(exc, FileNotFoundError) and not missing_cwd else 126
-        send_json(conn, {"exit": exit_code, "signal": 0, "spawn_error": str(exc)})
+        code = 127 if isinstance(exc, FileNotFoundError) and not missing_cwd else 126
+        status.update(
+            {
+                "exit": code,
+                "signal": 0,
+                "spawn_error": str(exc),
+                "reason": "spawn",
+                "stdout_bytes": 0,
+                "stderr_bytes": 0,
+                "truncated": False,
+                "finished_at": time.time(),
+            }
+        )
+        write_status(rdir, status)
+        send_json(conn, status)
         return
-    for fd in fds:
-        os.close(fd)
-    pid = proc.pid
-    send_json(conn, {"pid": pid})
-    pidfd = os.pidfd_open(pid)
-    killed = 0
-    status = None
-    buf = b""
-    while status is None:
-        ready, _, _ = select.select([pidfd, conn], [], [])
-        if conn in ready:
-            data = conn.recv(4096)
-            if not data:
-                # The host went away: the run carries on, nobody is listening.
-                conn.close()
-                conn = None
-                select.select([pidfd], [], [])
-            else:
-                buf += data
+    finally:
+        os.close(stdin_fd)
+        for _, w in pipes.values():
+            os.close(w)
+    send_json(conn, {"pid": proc.pid})
+    pidfd = os.pidfd_open(proc.pid)
+    timeout = req.get("timeout")
+    idle = req.get("idle_timeout")
+    deadline = started + timeout if timeout else None
+    last_output = time.monotonic()
+    reason = None
+    wait_status = None
+    exited_at = None
+    inbuf = b""
+    open_pipes = set(sinks)
+
+    def kill(sig, why):
+        nonlocal reason
+        if reason is None:
+            reason = why
+        kill_tree(os.getpid(), sig)
+
+    while open_pipes or wait_status is None:
+        now = time.monotonic()
+        waits = [1.0]
+        if deadline is not None and reason is None:
+            waits.append(deadline - time.time())
+        if idle and reason is None:
+            waits.append(last_output + idle - now)
+        if wait_status is not None:
+            waits.append(exited_at + GRACE - now)
+        watch = list(open_pipes) + ([pidfd] if wait_status is None else []) + ([conn] if conn is not None else [])
+        ready, _, _ = select.select(watch, [], [], max(0.0, min(waits)))
+        for fd in ready:
+            if fd in sinks:
+                data = os.read(fd, CHUNK)
+                if not data:
+                    open_pipes.discard(fd)
+                    continue
+                last_output = time.monotonic()
+                sinks[fd].write(data)
+                if live and conn is not None:
+                    try:
+                        send_json(conn, {"stream": sinks[fd].name, "size": len(data)}, data)
+                    except OSError:
+                        conn = None  # the host went away: the run carries on, on disk
+            elif fd is conn:
+                try:
+                    data = conn.recv(4096)
+                except OSError:
+                    data = b""
+                if not data:
+                    conn = None
+                    continue
+                inbuf += data
                 while True:
-                    msg, buf = take_frame(buf)
+                    msg, inbuf = take_frame(inbuf)
                     if msg is None:
                         break
-                    sig = int(msg.get("kill", signal.SIGKILL))
-                    killed = sig
-                    kill_tree(os.getpid(), sig)
-        if conn is None or pidfd in ready or pid in REAPED:
-            status = wait_for(pid)
-    if killed == signal.SIGKILL:
+                    kill(int(msg.get("kill", signal.SIGKILL)), msg.get("reason", "killed"))
+        if wait_status is None and (pidfd in ready or proc.pid in REAPED):
+            wait_status = wait_for(proc.pid)
+            exited_at = time.monotonic()
+        if reason is None and wait_status is None:
+            if deadline is not None and time.time() >= deadline:
+                kill(signal.SIGKILL, "timeout")
+            elif idle and time.monotonic() - last_output >= idle:
+                kill(signal.SIGKILL, "idle_timeout")
+        if wait_status is not None and time.monotonic() >= exited_at + GRACE:
+            break  # descendants still hold the pipes: the run is over all the same
+    if reason is None and os.path.exists(os.path.join(rdir, "killed")):
+        reason = "killed"
+    if reason in ("timeout", "idle_timeout"):
         kill_tree(os.getpid(), signal.SIGKILL)
     reap(block=False)
+    out, errs = [s for s in sinks.values()]
+    if os.WIFSIGNALED(wait_status):
+        sig = os.WTERMSIG(wait_status)
+        code = 128 + sig
+    else:
+        sig, code = 0, os.WEXITSTATUS(wait_status)
+    status.update(
+        {
+            "exit": code,
+            "signal": sig,
+            "reason": reason,
+            "stdout_bytes": out.total,
+            "stderr_bytes": errs.total,
+            "truncated": out.truncated or errs.truncated,
+            "finished_at": time.time(),
+            "disk_error": out.disk_error or errs.disk_error,
+        }
+    )
+    write_status(rdir, status)
     if conn is not None:
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            send_json(conn, {"exit": 128 + sig, "signal": sig})
-        else:
-            send_json(conn, {"exit": os.WEXITSTATUS(status), "signal": 0})
+        try:
+            send_json(conn, status)
+        except OSError:
+            pass
 
 
 # -- files -----------------------------------------------------------------------------
@@ -378,6 +524,14 @@ class Spare:
             try:
                 server.close()
                 ours.close()
+                keep = theirs.fileno()
+                for name in os.listdir("/proc/self/fd"):
+                    # whatever the agent had open (another run's connection...) is not ours
+                    if int(name) > 2 and int(name) != keep:
+                        try:
+                            os.close(int(name))
+                        except OSError:
+                            pass
                 prepare_supervisor()
                 msg, fds, _, _ = socket.recv_fds(theirs, CHUNK, 8)
                 if msg:
@@ -391,10 +545,63 @@ class Spare:
                 os._exit(code)
         theirs.close()
         self.sock = ours
+        self.pid = pid
 
     def hand_over(self, conn, req, fds):
         socket.send_fds(self.sock, [frame(req)], [conn.fileno(), *fds])
         self.sock.close()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def processes():
+    """What ``ps`` shows, read from this sandbox's /proc."""
+    out = []
+    tick = os.sysconf("SC_CLK_TCK")
+    page = os.sysconf("SC_PAGE_SIZE")
+    names = {}
+    try:
+        with open("/etc/passwd") as f:
+            for line in f:
+                parts = line.split(":")
+                if len(parts) > 2:
+                    names[parts[2]] = parts[0]
+    except OSError:
+        pass
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                data = f.read()
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").strip().decode("utf-8", "replace")
+            uid = str(os.stat("/proc/%s" % name).st_uid)
+        except OSError:
+            continue
+        comm = data[data.index(b"(") + 1 : data.rindex(b")")].decode("utf-8", "replace")
+        fields = data[data.rindex(b")") + 2 :].split()
+        out.append(
+            {
+                "pid": int(name),
+                "ppid": int(fields[1]),
+                "user": names.get(uid, uid),
+                "state": fields[0].decode(),
+                "cpu_seconds": round((int(fields[11]) + int(fields[12])) / tick, 2),
+                "rss": int(fields[21]) * page,
+                "command": cmd or "[%s]" % comm,
+            }
+        )
+    out.sort(key=lambda p: p["pid"])
+    return out
 
 
 def new_spare(server):
@@ -412,8 +619,8 @@ def handle(conn, server, spare):
     op = req.get("op")
     if op == "exec":
         try:
-            if len(fds) != 3:
-                send_json(conn, err("invalid", "exec needs three file descriptors"))
+            if len(fds) != 1 or not str(req.get("run_id", "")).startswith("run_"):
+                send_json(conn, err("invalid", "exec needs a run id and a stdin descriptor"))
                 return spare
             req["env"] = {**BASE_ENV, **(req.get("env") or {})}
             if spare is None:
@@ -431,6 +638,7 @@ def handle(conn, server, spare):
                 )
                 return None
             spare.hand_over(conn, req, fds)
+            RUNS[req["run_id"]] = spare.pid
         finally:
             for fd in fds:
                 os.close(fd)
@@ -443,6 +651,21 @@ def handle(conn, server, spare):
         BASE_ENV.clear()
         BASE_ENV.update(req.get("env") or {})
         send_json(conn, {"ok": True})
+    elif op == "runs":
+        send_json(conn, {"ok": True, "alive": [r for r, pid in RUNS.items() if alive(pid)]})
+    elif op == "kill":
+        pid = RUNS.get(req.get("run_id"))
+        running = pid is not None and alive(pid)
+        if running:
+            try:  # tells the supervisor the end was asked for (status "killed")
+                with open(os.path.join(RUNS_DIR, req["run_id"], "killed"), "w") as f:
+                    f.write(str(req.get("signal", signal.SIGKILL)))
+            except OSError:
+                pass
+            kill_tree(pid, int(req.get("signal", signal.SIGKILL)))
+        send_json(conn, {"ok": True, "was_running": running})
+    elif op == "ps":
+        send_json(conn, {"ok": True, "processes": processes()})
     elif op == "read":
         file_read(conn, req)
     elif op == "write":

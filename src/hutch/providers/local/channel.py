@@ -14,6 +14,7 @@ import marshal
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,42 +103,6 @@ class Channel:
         return reply
 
 
-@dataclass
-class Capture:
-    """Reads one pipe without blocking the loop, keeping at most ``cap`` bytes."""
-
-    fd: int
-    cap: int
-    data: bytearray = field(default_factory=bytearray)
-    total: int = 0
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def start(self) -> None:
-        os.set_blocking(self.fd, False)
-        asyncio.get_running_loop().add_reader(self.fd, self._readable)
-
-    def _readable(self) -> None:
-        try:
-            chunk = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.close()
-            return
-        self.total += len(chunk)
-        room = self.cap - len(self.data)
-        if room > 0:
-            self.data += chunk[:room]
-
-    def close(self) -> None:
-        if not self.done.is_set():
-            asyncio.get_running_loop().remove_reader(self.fd)
-            os.close(self.fd)
-            self.done.set()
-
-
 async def feed(fd: int, data: bytes) -> None:
     """Write ``data`` to a pipe without blocking the loop, then close it."""
     loop = asyncio.get_running_loop()
@@ -162,67 +127,83 @@ async def feed(fd: int, data: bytes) -> None:
             os.close(fd)
 
 
-EXIT_GRACE = 0.25  # after the exit, how long descendants may keep the pipes before we stop reading
 KILL_CONFIRM = 15.0
+SAFETY = 10.0  # the supervisor enforces timeouts; the host steps in only if it does not
+
+OnOutput = Callable[[str, bytes], Awaitable[None]]
 
 
-async def _recv_exit(ch: Channel) -> dict[str, Any]:
+@dataclass
+class Collected:
+    """What the host keeps of a run's output: at most ``cap`` bytes per stream."""
+
+    cap: int
+    data: dict[str, bytearray] = field(default_factory=lambda: {"stdout": bytearray(), "stderr": bytearray()})
+
+    def add(self, stream: str, chunk: bytes) -> None:
+        buf = self.data[stream]
+        room = self.cap - len(buf)
+        if room > 0:
+            buf += chunk[:room]
+
+
+async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput | None) -> dict[str, Any]:
     while True:
-        reply = await ch.recv_line()
-        if reply is None:
+        msg = await ch.recv_line()
+        if msg is None:
             raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
-        if "exit" in reply:
-            return reply
+        if "stream" in msg:
+            stream = "stderr" if msg["stream"] == "stderr" else "stdout"
+            chunk = await ch.recv_exact(int(msg["size"]))
+            collected.add(stream, chunk)
+            if on_output is not None:
+                await on_output(stream, chunk)
+            continue
+        return msg
 
 
 async def run_exec(
-    socket_path: str, header: dict[str, Any], stdin: bytes | None, timeout: float | None, max_output: int
-) -> tuple[dict[str, Any], Capture, Capture, bool]:
-    """Start a command through the agent, capture its output, enforce the wall timeout.
+    socket_path: str,
+    header: dict[str, Any],
+    stdin: bytes | None,
+    max_output: int,
+    on_output: OnOutput | None = None,
+) -> tuple[dict[str, Any], Collected]:
+    """Run a command through the agent's supervisor and wait for its final status.
 
-    Returns the agent's exit reply, the two captures and whether the timeout fired.
+    Output arrives as frames (also written to disk inside the sandbox); at most
+    ``max_output`` bytes per stream are kept here. Returns the status and the output.
     """
-    out_r, out_w = os.pipe2(os.O_CLOEXEC)
-    err_r, err_w = os.pipe2(os.O_CLOEXEC)
     if stdin is not None:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
     else:
         in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
-    out, err = Capture(out_r, max_output), Capture(err_r, max_output)
+    collected = Collected(max_output)
     feeder: asyncio.Task[None] | None = None
-    timed_out = False
+    limit = header.get("timeout")
     try:
         async with Channel(socket_path) as ch:
             try:
-                ch.send(header, fds=[in_r, out_w, err_w])
+                ch.send(header, fds=[in_r])
             finally:
-                for fd in (in_r, out_w, err_w):
-                    os.close(fd)
-            out.start()
-            err.start()
+                os.close(in_r)
             if in_w >= 0:
                 feeder = asyncio.create_task(feed(in_w, stdin or b""))
                 in_w = -1
-            reply = await ch.recv_line(30.0)
-            if reply is None:
-                raise UnavailableError("the sandbox agent closed the connection", hint="check with hutch get")
-            if "exit" not in reply:
+            first = await asyncio.wait_for(_next_message(ch, collected, on_output), 30.0)
+            if "exit" in first:
+                return first, collected
+            try:
+                reply = await asyncio.wait_for(_next_message(ch, collected, on_output), limit + SAFETY if limit else None)
+            except TimeoutError:
+                ch.send({"kill": int(signal.SIGKILL), "reason": "timeout"})
                 try:
-                    reply = await asyncio.wait_for(_recv_exit(ch), timeout)
+                    reply = await asyncio.wait_for(_next_message(ch, collected, on_output), KILL_CONFIRM)
                 except TimeoutError:
-                    timed_out = True
-                    ch.send({"kill": int(signal.SIGKILL)})
-                    try:
-                        reply = await asyncio.wait_for(_recv_exit(ch), KILL_CONFIRM)
-                    except TimeoutError:
-                        reply = {"exit": 137, "signal": 9, "spawn_error": "the sandbox did not confirm the kill"}
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(out.done.wait(), err.done.wait()), EXIT_GRACE)
+                    reply = {"exit": 137, "signal": 9, "reason": "timeout", "spawn_error": "the sandbox did not confirm the kill"}
+            return reply, collected
     finally:
-        out.close()
-        err.close()
         if in_w >= 0:
             os.close(in_w)
         if feeder is not None:
             feeder.cancel()
-    return reply, out, err, timed_out

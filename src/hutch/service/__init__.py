@@ -6,7 +6,6 @@ Edges (HTTP server, in-process embedding) call these methods; providers do the I
 from __future__ import annotations
 
 import asyncio
-import base64
 import builtins
 import logging
 import os
@@ -30,22 +29,12 @@ from hutch.models import (
     new_id,
 )
 from hutch.provider import CheckResult, Provider, load_provider
+from hutch.service.runs import Runs
 from hutch.store import Store
 
 MAX_FILE = 64 << 20
 T = TypeVar("T")
 log = logging.getLogger("hutch.service")
-
-
-def _text(data: bytes) -> tuple[str, bool]:
-    """UTF-8 text as is; anything else, or text full of NULs (six bytes each in JSON), as base64."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return base64.b64encode(data).decode("ascii"), True
-    if "\x00" in text:
-        return base64.b64encode(data).decode("ascii"), True
-    return text, False
 
 
 class Service:
@@ -55,6 +44,7 @@ class Service:
         self.store = store or Store(settings.db_path)
         self._providers: dict[str, Provider] = {}
         self._create_lock = asyncio.Lock()
+        self.runs = Runs(self)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -68,10 +58,11 @@ class Service:
         report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
         for rec in self.store.list_sandboxes(LIVE_STATES):
             provider = self.provider(rec.provider)
-            self.store.mark_running_runs_lost(rec.id)
             if rec.state == SandboxState.running and await provider.alive(rec):
+                await self.runs.adopt(rec)
                 report["adopted"].append(rec.id)
                 continue
+            self.store.mark_running_runs_lost(rec.id, "the sandbox died while the daemon was down")
             if rec.state == SandboxState.running:
                 self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
                 self.store.append_event("sandbox_lost", rec.id)
@@ -151,95 +142,10 @@ class Service:
         self.store.append_event("sandbox_destroyed", rec.id)
         return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
 
-    # -- exec ------------------------------------------------------------------------
+    # -- exec (the run use-cases live in service/runs.py) ------------------------------
 
     async def exec(self, ref: str, req: ExecRequest) -> ExecResult:
-        rec = self.live(ref)
-        argv = req.argv()
-        stdin: bytes | None = None
-        if req.stdin is not None:
-            stdin = base64.b64decode(req.stdin) if req.stdin_base64 else req.stdin.encode()
-        run_id = new_id("run")
-        started = time.time()
-        t0 = time.perf_counter()
-        self.store.insert_run(run_id, rec.id, argv, started)
-        self.store.append_event("run_started", rec.id, run_id, command=argv, env_keys=sorted(req.env))
-        try:
-            raw = await self.provider(rec.provider).exec(
-                rec,
-                argv,
-                env=req.env,
-                cwd=req.cwd or rec.spec.workdir,
-                stdin=stdin,
-                timeout=req.timeout or self.settings.exec_timeout,
-                max_output=req.max_output,
-            )
-        except BaseException as exc:
-            message = exc.message if isinstance(exc, HutchError) else str(exc)
-            if isinstance(exc, UnavailableError):
-                await self._check_lost(rec, message, run_id)
-            failed = ExecResult(
-                run_id=run_id,
-                sandbox_id=rec.id,
-                exit_code=125,
-                status=RunStatus.lost,
-                stdout="",
-                stderr="",
-                duration_ms=(time.perf_counter() - t0) * 1000,
-                error=message,
-            )
-            self.store.finish_run(failed)
-            self.store.append_event("run_finished", rec.id, run_id, status="lost", error=message)
-            raise
-        result = self._result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
-        try:
-            self.store.finish_run(result)
-            self.store.append_event(
-                "run_finished",
-                rec.id,
-                run_id,
-                exit_code=result.exit_code,
-                status=result.status.value,
-                duration_ms=result.duration_ms,
-            )
-            if raw.oom_killed:
-                self.store.append_event("limit_hit", rec.id, run_id, limit="memory")
-        except HutchError as exc:
-            # The workload ran: its result is returned even when it cannot be recorded
-            # (a full disk). The run stays 'running' in the store and is marked lost later.
-            log.warning("could not record run %s: %s", run_id, exc.message)
-            result.error = f"the run could not be recorded: {exc.message}"
-        return result
-
-    @staticmethod
-    def _result(sandbox_id: str, run_id: str, raw: RawOutput, duration_ms: float, cap: int) -> ExecResult:
-        if raw.timed_out:
-            status, code = RunStatus.timed_out, 124
-        elif raw.oom_killed:
-            status, code = RunStatus.oom_killed, raw.exit_code
-        elif raw.signal:
-            status, code = RunStatus.killed, raw.exit_code
-        else:
-            status = RunStatus.completed if raw.exit_code == 0 else RunStatus.failed
-            code = raw.exit_code
-        out, out_b64 = _text(raw.stdout)
-        err, err_b64 = _text(raw.stderr)
-        return ExecResult(
-            run_id=run_id,
-            sandbox_id=sandbox_id,
-            exit_code=code,
-            status=status,
-            stdout=out,
-            stderr=err,
-            stdout_base64=out_b64,
-            stderr_base64=err_b64,
-            stdout_bytes=raw.stdout_bytes,
-            stderr_bytes=raw.stderr_bytes,
-            truncated=raw.stdout_bytes > cap or raw.stderr_bytes > cap,
-            duration_ms=round(duration_ms, 3),
-            signal=raw.signal or None,
-            error=raw.spawn_error,
-        )
+        return await self.runs.exec(ref, req)
 
     async def _check_lost(self, rec: SandboxRecord, message: str, run_id: str | None = None) -> None:
         """After a failed call: a sandbox that is gone is marked lost, not left 'running'."""

@@ -1,0 +1,86 @@
+"""Reading what supervisors write under a sandbox's ``runs/`` directory, safely.
+
+The directory is writable by the sandbox (its supervisors write there), so every open
+walks it with ``O_NOFOLLOW`` from a directory descriptor and accepts regular files only:
+a workload that swaps a file for a symlink or a FIFO gets an error, never a host file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from hutch.errors import InvalidError, NotFoundError
+
+STATUS_MAX = 64 << 10
+HEADER = 35  # "run_<19 hex> o 0000000a\n": run id (23), space, stream, space, 8 hex, newline
+
+
+def _open(base: Path, parts: list[str]) -> int:
+    fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            if "/" in part or part in ("", ".", ".."):
+                raise InvalidError(f"invalid name {part!r}")
+            last = i == len(parts) - 1
+            flags = os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_RDONLY | os.O_NONBLOCK if last else os.O_PATH | os.O_DIRECTORY)
+            nxt = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotFoundError(f"{'/'.join(parts)} is not a regular file")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_range(runs_dir: Path, parts: list[str], offset: int, limit: int) -> tuple[bytes, int]:
+    """``limit`` bytes from ``offset``, and the file's size; (b"", 0) when it does not exist."""
+    try:
+        fd = _open(runs_dir, parts)
+    except (FileNotFoundError, NotADirectoryError):
+        return b"", 0
+    except OSError as exc:
+        raise NotFoundError(f"cannot read run output: {exc.strerror}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        return os.pread(fd, max(0, min(limit, size - offset)), offset) if offset < size else b"", size
+    finally:
+        os.close(fd)
+
+
+def read_status(runs_dir: Path, run_id: str) -> dict[str, Any] | None:
+    data, size = read_range(runs_dir, [run_id, "status"], 0, STATUS_MAX)
+    if not data or size > STATUS_MAX:
+        return None
+    with contextlib.suppress(ValueError):
+        status = json.loads(data)
+        if isinstance(status, dict) and isinstance(status.get("exit"), int):
+            return status
+    return None
+
+
+def parse_transcript(data: bytes, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """Records in ``data`` (read at ``offset``), and the offset after the last whole one."""
+    records: list[dict[str, Any]] = []
+    pos = 0
+    while pos + HEADER <= len(data):
+        head = data[pos : pos + HEADER]
+        try:
+            run_id, stream, size_hex = head.decode("ascii").split()
+            size = int(size_hex, 16)
+        except ValueError:
+            break  # not a record boundary: stop rather than guess
+        if pos + HEADER + size > len(data):
+            break
+        chunk = data[pos + HEADER : pos + HEADER + size]
+        records.append(
+            {"offset": offset + pos, "run_id": run_id, "stream": "stderr" if stream == "e" else "stdout", "data": chunk}
+        )
+        pos += HEADER + size
+    return records, offset + pos

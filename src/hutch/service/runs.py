@@ -1,0 +1,397 @@
+"""Runs: foreground, streamed and background execution, and everything that follows a run.
+
+A run's output is written to disk inside the sandbox by its supervisor, so a run outlives
+the HTTP request that started it, the client that asked and the daemon itself. The
+Service records each run before it starts and finalizes it exactly once: from the
+supervisor's reply, from its status file (after a daemon restart), or as ``lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import builtins
+import logging
+import signal as signals
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
+from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+log = logging.getLogger("hutch.service")
+WATCH_INTERVAL = 0.2
+OUTPUT_PAGE = 1 << 20
+SIGNALS = {
+    "TERM": signals.SIGTERM,
+    "KILL": signals.SIGKILL,
+    "INT": signals.SIGINT,
+    "HUP": signals.SIGHUP,
+    "QUIT": signals.SIGQUIT,
+    "USR1": signals.SIGUSR1,
+    "USR2": signals.SIGUSR2,
+}
+
+
+def text(data: bytes) -> tuple[str, bool]:
+    """UTF-8 text as is; anything else, or text with NULs (six bytes each in JSON), as base64."""
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return base64.b64encode(data).decode("ascii"), True
+    if "\x00" in decoded:
+        return base64.b64encode(data).decode("ascii"), True
+    return decoded, False
+
+
+def parse_signal(value: str | int) -> int:
+    if isinstance(value, int) or str(value).isdigit():
+        return int(value)
+    name = str(value).upper().removeprefix("SIG")
+    if name not in SIGNALS:
+        raise InvalidError(f"unknown signal {value!r}", hint=f"use one of {', '.join(SIGNALS)} or a number")
+    return int(SIGNALS[name])
+
+
+def outcome(raw: RawOutput) -> tuple[RunStatus, int]:
+    if raw.timed_out:
+        return RunStatus.timed_out, 124
+    if raw.oom_killed:
+        return RunStatus.oom_killed, raw.exit_code
+    if raw.killed or raw.signal:
+        return RunStatus.killed, raw.exit_code
+    return (RunStatus.completed if raw.exit_code == 0 else RunStatus.failed), raw.exit_code
+
+
+class Runs:
+    """The run use-cases of :class:`hutch.service.Service` (one instance per Service)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.store = service.store
+        self.tasks: dict[str, asyncio.Task[ExecResult]] = {}
+
+    # -- starting --------------------------------------------------------------------
+
+    def _prepare(self, rec: SandboxRecord, req: ExecRequest, background: bool) -> tuple[str, list[str], bytes | None]:
+        argv = req.argv()
+        if req.idle_timeout is not None and req.idle_timeout <= 0:
+            raise InvalidError("--idle-output-timeout must be positive")
+        stdin: bytes | None = None
+        if req.stdin is not None:
+            stdin = base64.b64decode(req.stdin) if req.stdin_base64 else req.stdin.encode()
+        if background:
+            running = [r for r in self.store.list_runs(rec.id, "running") if r["background"]]
+            limit = self.svc.settings.max_background_runs
+            if len(running) >= limit:
+                raise CapacityError(
+                    f"sandbox {rec.id} already has {len(running)} background runs (limit {limit})",
+                    hint="wait for one (hutch wait RUN), kill one (hutch kill RUN), or raise HUTCH_MAX_BACKGROUND_RUNS",
+                )
+        run_id = new_id("run")
+        self.store.insert_run(
+            run_id,
+            rec.id,
+            argv,
+            time.time(),
+            background=background,
+            cwd=req.cwd or rec.spec.workdir,
+            env_keys=sorted(req.env),
+            timeout=req.timeout,
+            idle_timeout=req.idle_timeout,
+        )
+        return run_id, argv, stdin
+
+    async def _execute(
+        self,
+        rec: SandboxRecord,
+        run_id: str,
+        argv: list[str],
+        stdin: bytes | None,
+        req: ExecRequest,
+        *,
+        stream: bool,
+        queue: asyncio.Queue[tuple[str, bytes]] | None = None,
+    ) -> ExecResult:
+        """Run to the end and record the outcome; never leaves the run 'running'."""
+        t0 = time.perf_counter()
+
+        async def on_output(name: str, chunk: bytes) -> None:
+            if queue is not None:
+                queue.put_nowait((name, chunk))
+
+        try:
+            raw = await self.svc.provider(rec.provider).exec(
+                rec,
+                run_id,
+                argv,
+                env=req.env,
+                cwd=req.cwd or rec.spec.workdir,
+                stdin=stdin,
+                timeout=req.timeout or self.svc.settings.exec_timeout,
+                idle_timeout=req.idle_timeout,
+                max_output=req.max_output,
+                stream=stream,
+                on_output=on_output if queue is not None else None,
+            )
+        except BaseException as exc:
+            message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
+            if isinstance(exc, UnavailableError):
+                await self.svc._check_lost(rec, message, run_id)
+            lost = ExecResult(
+                run_id=run_id,
+                sandbox_id=rec.id,
+                exit_code=125,
+                status=RunStatus.lost,
+                stdout="",
+                stderr="",
+                duration_ms=(time.perf_counter() - t0) * 1000,
+                error=message,
+            )
+            self._record(lost, oom=False)
+            raise
+        result = self.result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
+        self._record(result, oom=raw.oom_killed)
+        return result
+
+    def _record(self, result: ExecResult, oom: bool) -> None:
+        events: list[tuple[str, dict[str, Any]]] = [
+            (
+                "run_finished",
+                {
+                    "exit_code": result.exit_code,
+                    "status": result.status.value,
+                    "duration_ms": result.duration_ms,
+                    "error": result.error,
+                },
+            )
+        ]
+        if oom:
+            events.append(("limit_hit", {"limit": "memory"}))
+        try:
+            self.store.finish_run(result, events)
+        except HutchError as exc:
+            # The workload ran: its result is returned even when it cannot be recorded
+            # (a full disk). The run stays 'running' and is settled by the next daemon.
+            log.warning("could not record run %s: %s", result.run_id, exc.message)
+            result.error = f"the run could not be recorded: {exc.message}"
+
+    @staticmethod
+    def result(sandbox_id: str, run_id: str, raw: RawOutput, duration_ms: float, cap: int) -> ExecResult:
+        status, code = outcome(raw)
+        out, out_b64 = text(raw.stdout)
+        err, err_b64 = text(raw.stderr)
+        return ExecResult(
+            run_id=run_id,
+            sandbox_id=sandbox_id,
+            exit_code=code,
+            status=status,
+            stdout=out,
+            stderr=err,
+            stdout_base64=out_b64,
+            stderr_base64=err_b64,
+            stdout_bytes=raw.stdout_bytes,
+            stderr_bytes=raw.stderr_bytes,
+            truncated=raw.stdout_bytes > cap or raw.stderr_bytes > cap or raw.truncated_on_disk,
+            duration_ms=round(duration_ms, 3),
+            signal=raw.signal or None,
+            error=raw.spawn_error,
+        )
+
+    def _spawn(self, coro: Any, run_id: str) -> asyncio.Task[ExecResult]:
+        task: asyncio.Task[ExecResult] = asyncio.get_running_loop().create_task(coro)
+        self.tasks[run_id] = task
+        task.add_done_callback(lambda t: self._done(run_id, t))
+        return task
+
+    def _done(self, run_id: str, task: asyncio.Task[ExecResult]) -> None:
+        self.tasks.pop(run_id, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.info("run %s ended with %s", run_id, task.exception())
+
+    async def exec(self, ref: str, req: ExecRequest) -> ExecResult:
+        """Foreground: run to the end. A client that goes away does not stop the run."""
+        rec = self.svc.live(ref)
+        run_id, argv, stdin = self._prepare(rec, req, background=False)
+        task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True), run_id)
+        return await asyncio.shield(task)
+
+    async def stream(self, ref: str, req: ExecRequest) -> AsyncIterator[dict[str, Any]]:
+        """Foreground, streamed: ``run``, then ``stdout``/``stderr`` chunks, then ``exit``."""
+        rec = self.svc.live(ref)
+        run_id, argv, stdin = self._prepare(rec, req, background=False)
+        queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue), run_id)
+        yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
+        while True:
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                name, chunk = getter.result()
+                data, b64 = text(chunk)
+                yield {"type": name, "data": data, "base64": b64}
+                continue
+            getter.cancel()
+            while not queue.empty():
+                name, chunk = queue.get_nowait()
+                data, b64 = text(chunk)
+                yield {"type": name, "data": data, "base64": b64}
+            try:
+                result = task.result()
+            except HutchError as exc:
+                yield {"type": "error"} | exc.to_dict()
+                return
+            yield {"type": "exit"} | result.model_dump(
+                mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"}
+            )
+            return
+
+    async def start(self, ref: str, req: ExecRequest) -> dict[str, Any]:
+        """Background: record and start the run, return at once."""
+        rec = self.svc.live(ref)
+        run_id, argv, stdin = self._prepare(rec, req, background=True)
+        self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=False), run_id)
+        return self.store.get_run(run_id)
+
+    # -- after a daemon restart ------------------------------------------------------
+
+    async def adopt(self, rec: SandboxRecord) -> dict[str, int]:
+        """Settle the runs a previous daemon left 'running' in a sandbox that is still alive."""
+        counts = {"finished": 0, "running": 0, "lost": 0}
+        provider = self.svc.provider(rec.provider)
+        running = self.store.list_runs(rec.id, "running")
+        if not running:
+            return counts
+        try:
+            alive = await provider.runs_alive(rec)
+        except HutchError:
+            alive = set()
+        for run in running:
+            status = await provider.run_status(rec, run["id"])
+            if status is not None:
+                self._settle(rec, run, status)
+                counts["finished"] += 1
+            elif run["id"] in alive:
+                self._spawn(self._watch(rec, run), run["id"])
+                counts["running"] += 1
+            else:
+                self._lose(rec, run, "its processes died while the daemon was down")
+                counts["lost"] += 1
+        return counts
+
+    def _settle(self, rec: SandboxRecord, run: dict[str, Any], raw: RawOutput) -> ExecResult:
+        duration = (time.time() - run["started_at"]) * 1000
+        result = self.result(rec.id, run["id"], raw, duration, 0)
+        result.truncated = raw.truncated_on_disk
+        self._record(result, oom=False)
+        return result
+
+    def _lose(self, rec: SandboxRecord, run: dict[str, Any], why: str) -> ExecResult:
+        lost = ExecResult(
+            run_id=run["id"],
+            sandbox_id=rec.id,
+            exit_code=125,
+            status=RunStatus.lost,
+            stdout="",
+            stderr="",
+            duration_ms=(time.time() - run["started_at"]) * 1000,
+            error=why,
+        )
+        self._record(lost, oom=False)
+        return lost
+
+    async def _watch(self, rec: SandboxRecord, run: dict[str, Any]) -> ExecResult:
+        """Follow an adopted run through its status file until it ends."""
+        provider = self.svc.provider(rec.provider)
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            status = await provider.run_status(rec, run["id"])
+            if status is not None:
+                return self._settle(rec, run, status)
+            try:
+                alive = await provider.runs_alive(rec)
+            except HutchError:
+                alive = set()
+            if run["id"] not in alive:
+                status = await provider.run_status(rec, run["id"])  # it may have just finished
+                return self._settle(rec, run, status) if status else self._lose(rec, run, "its processes died")
+
+    # -- following and controlling ---------------------------------------------------
+
+    def get(self, run_id: str) -> dict[str, Any]:
+        return self.store.get_run(run_id)
+
+    def list(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        return self.store.list_runs(self.svc.get(ref).id, status)
+
+    async def wait(self, run_id: str, timeout: float | None) -> dict[str, Any]:
+        run = self.store.get_run(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while run["status"] == "running":
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError_(f"run {run_id} is still running", hint=f"follow it with: hutch poll {run_id} --follow")
+            task = self.tasks.get(run_id)
+            if task is not None:
+                await asyncio.wait({task}, timeout=left)
+            else:
+                await asyncio.sleep(min(WATCH_INTERVAL, left) if left is not None else WATCH_INTERVAL)
+            run = self.store.get_run(run_id)
+        return run
+
+    async def kill(self, run_id: str, sig: str | int) -> dict[str, Any]:
+        signum = parse_signal(sig)
+        run = self.store.get_run(run_id)
+        if run["status"] != "running":
+            return {"run_id": run_id, "signalled": False, "status": run["status"], "message": f"already {run['status']}"}
+        rec = self.svc.get(run["sandbox_id"])
+        sent = await self.svc.provider(rec.provider).kill_run(rec, run_id, signum)
+        self.store.append_event("run_signalled", rec.id, run_id, signal=signum)
+        message = f"sent signal {signum} to the run's process tree" if sent else "the run had already ended"
+        return {"run_id": run_id, "signalled": sent, "status": run["status"], "message": message}
+
+    async def poll(self, run_id: str, offsets: dict[str, int], limit: int) -> dict[str, Any]:
+        """Status and the output written so far, from the given offsets."""
+        run = self.store.get_run(run_id)
+        rec = self.svc.get(run["sandbox_id"])
+        provider = self.svc.provider(rec.provider)
+        out: dict[str, Any] = {"run": run}
+        for name in ("stdout", "stderr"):
+            offset = max(0, offsets.get(name, 0))
+            data, size = await provider.read_output(rec, run_id, name, offset, min(limit, OUTPUT_PAGE))
+            body, b64 = text(data)
+            out[name] = {"data": body, "base64": b64, "offset": offset, "next_offset": offset + len(data), "size": size}
+        out["done"] = run["status"] != "running" and all(out[n]["next_offset"] >= out[n]["size"] for n in ("stdout", "stderr"))
+        return out
+
+    async def logs(self, ref: str, run_id: str | None, offset: int, limit: int) -> dict[str, Any]:
+        """The sandbox's transcript (all runs, in the order output arrived) from ``offset``."""
+        rec = self.svc.get(ref)
+        if run_id is not None and self.store.get_run(run_id)["sandbox_id"] != rec.id:
+            raise InvalidError(f"run {run_id} is not a run of {ref}", hint=f"list them with: hutch runs {ref}")
+        provider = self.svc.provider(rec.provider)
+        records, next_offset, size = await provider.read_transcript(rec, max(0, offset), min(limit, OUTPUT_PAGE))
+        entries = []
+        for r in records:
+            if run_id is None or r["run_id"] == run_id:
+                body, b64 = text(r["data"])
+                entries.append({"offset": r["offset"], "run_id": r["run_id"], "stream": r["stream"], "data": body, "base64": b64})
+        active = self.store.list_runs(rec.id, "running")
+        if run_id is not None:
+            active = [r for r in active if r["id"] == run_id]
+        return {
+            "sandbox_id": rec.id,
+            "records": entries,
+            "offset": offset,
+            "next_offset": next_offset,
+            "size": size,
+            "eof": next_offset >= size and not active,
+        }
+
+    async def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
+        rec = self.svc.live(ref)
+        return await self.svc._guarded(rec, self.svc.provider(rec.provider).ps(rec))
