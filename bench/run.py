@@ -1,15 +1,17 @@
-"""The hutch benchmark harness: latency, memory and throughput of the local provider.
+"""The hutch benchmark harness: hutch's local provider against bare baselines and local peers.
 
-    python bench/run.py                 # full run, a few minutes
-    python bench/run.py --quick         # under a minute, for CI
+    python bench/run.py                 # full run, a few minutes (installs the peers)
+    python bench/run.py --quick         # under a minute, for CI (no peers)
+    python bench/run.py --quick --guard # and exit 1 on a gross regression (bench/guard.py)
     python bench/run.py --iterations 50 --out bench/results/mine.json
 
-Runs against its own throwaway state directory (``HUTCH_HOME`` in a temp dir) and its
-own daemon; at the end, also on Ctrl-C or an error, it destroys every sandbox it made,
-stops that daemon (``hutch daemon stop``) and removes the directory. Latency metrics are
-measured in interleaved rounds (one sample of every metric per round, the order rotated
-each round) after warm-up rounds that are discarded, so slow drift and noise hit every
-metric alike. Standard library and hutch only. See docs/benchmarks.md.
+Runs in its own temp directory: a throwaway state directory (``HUTCH_HOME``) with its own
+daemon, and the peers' installs. At the end, also on Ctrl-C, SIGTERM or an error, it stops
+the peers, destroys every sandbox it made, stops that daemon (``hutch daemon stop``) and
+removes the directory. Latency metrics are measured in interleaved rounds (one sample of
+every metric, peers included, per round, the order rotated each round) after warm-up
+rounds that are discarded, so slow drift and noise hit every metric alike. Standard
+library and hutch only (the peers bring their own). See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import report  # noqa: E402 - the sibling module, found through the path set above
+import guard  # noqa: E402 - sibling modules, found through the path set above
+import peers  # noqa: E402
+import report  # noqa: E402
 
-HOME = Path(tempfile.mkdtemp(prefix="hutch-bench-"))
+TMP = Path(tempfile.mkdtemp(prefix="hutch-bench-"))
+os.chmod(TMP, 0o711)  # as root, sandbox uids must pass through to the state dir
+HOME = TMP / "home"
+PEERS_DIR = TMP / "peers"
 os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
 
 import hutch  # noqa: E402
@@ -49,6 +56,12 @@ from hutch.server.launcher import prepare_home  # noqa: E402
 
 PAYLOAD = "100M"  # head -c 100M: 100 MiB
 PAYLOAD_BYTES = 100 << 20
+NOT_BUILT = "feature not built yet"
+UNBUILT = (  # measured once hutch has them (issue 8)
+    ("snapshot", "snapshot of a sandbox's workspace"),
+    ("fork", "fork of a sandbox from a snapshot"),
+    ("proxy", "egress proxy overhead per request"),
+)
 
 
 def log(msg: str) -> None:
@@ -74,9 +87,16 @@ class Bench:
         self.created: set[str] = set()
         self.root = os.geteuid() == 0
         self.bwrap = bw.find_bwrap(HOME)
-        self.bwrap_argv = [self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
+        # As root, hutch starts bwrap as an unprivileged uid through setpriv (no fork of a
+        # Python process); the baseline makes the same identity change the same way.
+        setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        uid = self.settings.uid_base
+        self.drop_prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if self.root and setpriv else []
+        self.bwrap_argv = [*self.drop_prefix, self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
         self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
         self.live: hutch.Sandbox | None = None
+        self.peers: list[peers.Peer] = []
+        self.peer_status: list[dict[str, Any]] = []
         self.pending: list[hutch.Sandbox] = []  # made in a timed region, destroyed in the background
         self.pending_lock = threading.Lock()
         self.stop = threading.Event()
@@ -86,7 +106,7 @@ class Bench:
     # -- helpers ---------------------------------------------------------------------
 
     def _drop(self) -> None:
-        """preexec for the bare bwrap baseline: the same identity change hutch makes as root."""
+        """preexec for the bare bwrap baseline when setpriv is missing (as hutch then does)."""
         uid = self.settings.uid_base
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -98,14 +118,10 @@ class Bench:
         return sbx
 
     def _destroy(self, sbx: hutch.Sandbox) -> None:
-        sbx.client.close()  # a kept-alive connection idle > 5 s is stale (see docs/benchmarks.md)
-        try:
-            sbx.destroy()
-        finally:
-            sbx.client.close()
+        sbx.destroy()
 
     def _destroy_many(self, sandboxes: list[hutch.Sandbox]) -> None:
-        """Destroy concurrently: a destroy can take seconds here (see docs/benchmarks.md)."""
+        """Destroy concurrently, outside any timed region."""
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(self._destroy, sandboxes))
 
@@ -147,7 +163,7 @@ class Bench:
         return {"bare_true": (t1 - t0) / 1e6}
 
     def bare_bwrap(self) -> dict[str, float]:
-        pre = self._drop if self.root else None
+        pre = self._drop if self.root and not self.drop_prefix else None
         t0 = time.perf_counter_ns()
         r = subprocess.run(self.bwrap_argv, stderr=subprocess.PIPE, check=False, preexec_fn=pre)
         t1 = time.perf_counter_ns()
@@ -167,22 +183,14 @@ class Bench:
         return {"sdk_create_first": (t1 - t0) / 1e6}
 
     def sdk_exec(self) -> dict[str, float]:
-        """Two execs: the first on a new connection, the second reusing it (keep-alive).
-
-        The connection is reopened on purpose: the daemon closes idle keep-alive
-        connections after 5 s and the client does not retry on a stale one.
-        """
+        """One exec in the live sandbox (the client opens a connection per request)."""
         assert self.live is not None
-        self.live.client.close()
-        out = {}
-        for name in ("sdk_exec_fresh", "sdk_exec"):
-            t0 = time.perf_counter_ns()
-            r = self.live.exec(["true"])
-            t1 = time.perf_counter_ns()
-            if r.exit_code != 0:
-                raise RuntimeError(f"exec failed: {r}")
-            out[name] = (t1 - t0) / 1e6
-        return out
+        t0 = time.perf_counter_ns()
+        r = self.live.exec(["true"])
+        t1 = time.perf_counter_ns()
+        if r.exit_code != 0:
+            raise RuntimeError(f"exec failed: {r}")
+        return {"sdk_exec": (t1 - t0) / 1e6}
 
     def cli_exec(self) -> dict[str, float]:
         assert self.live is not None
@@ -208,6 +216,44 @@ class Bench:
         self._check(r, "hutch daemon start")
         return (t1 - t0) / 1e6
 
+    def install_peers(self) -> None:
+        """Install every peer into the temp dir; a failure is recorded as "not measured: reason"."""
+        PEERS_DIR.mkdir()
+        for peer in (peers.SandboxRuntime(PEERS_DIR, self.bwrap.path), peers.SweRex(PEERS_DIR), peers.Runc(PEERS_DIR)):
+            log(f"peer {peer.name}: installing")
+            t0 = time.monotonic()
+            try:
+                peer.install()
+            except (peers.NotMeasuredError, OSError, ValueError, KeyError) as exc:
+                peer.close()
+                log(f"peer {peer.name}: not measured: {exc}")
+                self.peer_status.append(peer.info | {"status": "not measured", "reason": str(exc), "keys": list(peer.keys)})
+                continue
+            self.peers.append(peer)
+            peer.info |= {"status": "measured", "keys": list(peer.keys), "install_s": round(time.monotonic() - t0, 1)}
+            self.peer_status.append(peer.info)
+            log(f"peer {peer.name} {peer.info.get('version', '')}: installed in {peer.info['install_s']:.0f} s")
+
+    def _peer_funcs(self) -> list[Callable[[], dict[str, float]]]:
+        """One function per peer metric, each returning {key: ms}; a peer failing mid-run is dropped."""
+        funcs: list[Callable[[], dict[str, float]]] = []
+        for peer in self.peers:
+            for key, sample in peer.samplers().items():
+
+                def one(key: str = key, sample: Callable[[], float] = sample, peer: peers.Peer = peer) -> dict[str, float]:
+                    if peer.info.get("status") != "measured":
+                        return {}
+                    try:
+                        return {key: sample()}
+                    except (peers.NotMeasuredError, RuntimeError, OSError) as exc:
+                        reason = f"failed during the run: {peers.sanitize(str(exc))}"
+                        log(f"peer {peer.name}: {reason}")
+                        peer.info |= {"status": "not measured", "reason": reason}
+                        return {}
+
+                funcs.append(one)
+        return funcs
+
     def latency(self, rounds: int, warmup: int) -> dict[str, Any]:
         self.live = self._create()
         funcs: list[Callable[[], dict[str, float]]] = [
@@ -217,6 +263,7 @@ class Bench:
             self.sdk_exec,
             self.cli_exec,
             self.cli_run,
+            *self._peer_funcs(),
         ]
         samples: dict[str, list[float]] = {n: [] for n in report.LATENCY}
         warm: dict[str, list[float]] = {n: [] for n in report.LATENCY}
@@ -232,6 +279,7 @@ class Bench:
         self._destroy(self.live)
         self.live = None
         self.drain()
+        failed = {k for p in self.peers if p.info.get("status") != "measured" for k in p.keys}
         return {
             n: {
                 "label": report.LATENCY[n][0],
@@ -242,17 +290,72 @@ class Bench:
                 "warmup_samples_ms": [round(x, 4) for x in warm[n]],
             }
             for n in report.LATENCY
-            if samples[n]
+            if samples[n] and n not in failed
+        }
+
+    def _batch(self, count: int, start: Callable[[], Any]) -> tuple[float, list[Any]]:
+        """``count`` threads call ``start`` at once; ms until the last one returned, and the results."""
+        gate = threading.Barrier(count + 1)
+        out: list[Any] = []
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def worker() -> None:
+            gate.wait()
+            try:
+                value = start()
+            except BaseException as exc:  # noqa: BLE001 - reported by the caller
+                with lock:
+                    errors.append(exc)
+                return
+            with lock:
+                out.append(value)
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(count)]
+        for t in threads:
+            t.start()
+        gate.wait()
+        t0 = time.perf_counter_ns()
+        for t in threads:
+            t.join()
+        t1 = time.perf_counter_ns()
+        if errors:
+            raise RuntimeError(f"{len(errors)} of {count} concurrent starts failed, first: {errors[0]!r}") from errors[0]
+        return (t1 - t0) / 1e6, out
+
+    def concurrent(self, count: int, rounds: int) -> dict[str, Any]:
+        """``count`` concurrent creates, time to all created, alternating with ``count`` concurrent bare bwraps."""
+        times: dict[str, list[float]] = {"hutch": [], "bare_bwrap": []}
+        pre = self._drop if self.root and not self.drop_prefix else None
+
+        def bare() -> None:
+            r = subprocess.run(self.bwrap_argv, stderr=subprocess.PIPE, check=False, preexec_fn=pre)
+            self._check(r, "bare bwrap")
+
+        for i in range(rounds):
+            for side in ("bare_bwrap", "hutch") if i % 2 == 0 else ("hutch", "bare_bwrap"):
+                if side == "hutch":
+                    ms, made = self._batch(count, self._create)
+                    self._destroy_many(made)
+                else:
+                    ms, _ = self._batch(count, bare)
+                times[side].append(ms)
+                log(f"concurrency: {count} {'creates' if side == 'hutch' else 'bare bwraps'} in {ms:.0f} ms")
+        return {
+            "count": count,
+            "hutch": {"label": f"{count} concurrent `Sandbox.create()` (time to all created)", "samples_ms": times["hutch"]},
+            "bare_bwrap": {"label": f"{count} concurrent bare hardened bwraps of `true`", "samples_ms": times["bare_bwrap"]},
         }
 
     def memory(self, count: int) -> dict[str, Any]:
         before = settle_used()
-        sandboxes = []
+        sandboxes: list[hutch.Sandbox] = []
         try:
-            for _ in range(count):
-                sandboxes.append(self._create())
+            with ThreadPoolExecutor(4) as pool:  # not timed: 4 at a time to keep 500 short
+                futures = [pool.submit(self._create) for _ in range(count)]
+                for f in futures:
+                    sandboxes.append(f.result())
             for sbx in sandboxes:  # every agent is up and answering
-                sbx.client.close()
                 sbx.exec(["true"])
             after = settle_used()
             ids = {s.id for s in sandboxes}
@@ -312,8 +415,13 @@ class Bench:
     # -- cleanup ---------------------------------------------------------------------
 
     def cleanup(self) -> list[str]:
-        """Destroy every sandbox in our state dir, stop our daemon; returns problems found."""
+        """Stop the peers, destroy every sandbox in our state dir, stop our daemon; returns problems found."""
         problems: list[str] = []
+        for peer in self.peers:
+            try:
+                peer.close()
+            except OSError as exc:
+                problems.append(f"stopping peer {peer.name}: {exc}")
         self.stop.set()
         self.destroyer.join(timeout=30)
         live: list[dict[str, Any]] = []
@@ -417,24 +525,36 @@ def machine_info(b: Bench) -> dict[str, Any]:
             model = line.split(":", 1)[1].strip()
             break
     layout = cgroups.detect()
-    commit = subprocess.run(["git", "-C", str(HERE), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
-    dirty = subprocess.run(["git", "-C", str(HERE), "status", "--porcelain", "--", "../src"], capture_output=True, text=True)
+    src = Path(hutch.__file__).resolve().parent  # the hutch actually measured (PYTHONPATH may point elsewhere)
+    commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    dirty = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "."], capture_output=True, text=True)
     return {
         "cpu_count": os.cpu_count(),
         "cpu_model": model,
+        "loadavg_at_start": os.getloadavg(),
         "mem_total_mib": meminfo()["MemTotal"] // 1024,
         "kernel": platform.release(),
         "python": platform.python_version(),
         "hutch": hutch.__version__,
+        "hutch_path": str(src),
         "git_commit": commit.stdout.strip() or None,
         "src_dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None,
         "bwrap": {"path": b.bwrap.path, "version": ".".join(map(str, b.bwrap.version)), "source": b.bwrap.source},
         "bwrap_baseline_argv": b.bwrap_argv,
+        "node": _version_of(["node", "--version"]),
         "root": b.root,
         "sandbox_host_uid_baseline": b.settings.uid_base if b.root else os.getuid(),
         "cgroup_mode": layout.mode,
         "cgroup_controllers": layout.controllers,
     }
+
+
+def _version_of(argv: list[str]) -> str | None:
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() or None if r.returncode == 0 else None
 
 
 def print_summary(results: dict[str, Any]) -> None:
@@ -444,20 +564,31 @@ def print_summary(results: dict[str, Any]) -> None:
     for row in rows:
         mark = "n/a   " if row["met"] is None else ("MET   " if row["met"] else "MISSED")
         print(f"{mark} {row['target']}: {row['measured']} (goal {row['goal']})")
+    for line in guard.describe(results.get("guard") or guard.evaluate(results)):
+        print(line)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="Benchmark hutch's local provider against bare baselines.")
-    ap.add_argument("--quick", action="store_true", help="fewer iterations, no 50-sandbox memory run (under a minute)")
+    ap = argparse.ArgumentParser(description="Benchmark hutch's local provider against bare baselines and local peers.")
+    ap.add_argument("--quick", action="store_true", help="fewer rounds, memory at 10 and 100 only, no peers (under a minute)")
     ap.add_argument("--iterations", type=int, help="interleaved latency rounds (default 80, quick 10)")
     ap.add_argument("--warmup", type=int, help="discarded warm-up rounds (default 5, quick 2)")
+    ap.add_argument("--concurrency", type=int, default=100, help="sandboxes created at once (default 100)")
     ap.add_argument("--out", type=Path, help="results JSON (default bench/results/MODE-TIMESTAMP.json)")
     ap.add_argument("--skip-memory", action="store_true", help="skip the idle-sandbox memory measurement")
+    ap.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="install and measure the peers (default: yes, no with --quick)",
+    )
+    ap.add_argument("--guard", action="store_true", help="exit 1 on a gross regression against this run's baselines")
     args = ap.parse_args(argv)
     args.iterations = args.iterations or (10 if args.quick else 80)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
-    if args.iterations < 1 or args.warmup < 0:
-        ap.error("--iterations must be >= 1 and --warmup >= 0")
+    args.peers = (not args.quick) if args.peers is None else args.peers
+    if args.iterations < 1 or args.warmup < 0 or args.concurrency < 1:
+        ap.error("--iterations and --concurrency must be >= 1 and --warmup >= 0")
     return args
 
 
@@ -473,12 +604,13 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, terminate)
     bench: Bench | None = None
     t_start = time.monotonic()
+    code = 0
     try:
         prepare_home(HOME)
         bench = Bench(args)
-        log(f"state dir {HOME}; bwrap {bench.bwrap.path}; {mode} mode, {args.iterations} rounds + {args.warmup} warm-up")
+        log(f"temp dir {TMP}; bwrap {bench.bwrap.path}; {mode} mode, {args.iterations} rounds + {args.warmup} warm-up")
         results: dict[str, Any] = {
-            "schema": 1,
+            "schema": 2,
             "timestamp": stamp.isoformat(timespec="seconds"),
             "command": [Path(sys.executable).name, *sys.argv] if argv is None else ["bench/run.py", *argv],
             "mode": mode,
@@ -488,9 +620,17 @@ def main(argv: list[str] | None = None) -> int:
         }
         results["daemon_cold_start_ms"] = round(bench.start_daemon(), 3)
         log(f"daemon up in {results['daemon_cold_start_ms']:.0f} ms")
+        if args.peers:
+            bench.install_peers()
         results["metrics"] = bench.latency(args.iterations, args.warmup)
+        results["peers"] = bench.peer_status
+        for peer in bench.peers:
+            peer.close()
+        conc_rounds = 2 if args.quick else 6
+        log(f"concurrency: {args.concurrency} at once, {conc_rounds} rounds alternating with bare bwrap")
+        results["concurrent"] = bench.concurrent(args.concurrency, conc_rounds)
         if not args.skip_memory:
-            counts = [10] if args.quick else [10, 50]
+            counts = [10, 100] if args.quick else [10, 100, 500]
             results["memory"] = []
             for count in counts:
                 log(f"memory: {count} idle sandboxes")
@@ -498,18 +638,29 @@ def main(argv: list[str] | None = None) -> int:
         tp_rounds = 3 if args.quick else 10
         log(f"throughput: {tp_rounds} rounds of {PAYLOAD} through hutch and a raw pipe")
         results["throughput"] = bench.throughput(tp_rounds, 1)
+        results["not_measured"] = [{"what": f"{what}: {label}", "reason": NOT_BUILT} for what, label in UNBUILT]
+        if not args.peers:
+            results["not_measured"].append({"what": "peers", "reason": "skipped (--no-peers or --quick)"})
         results["targets"] = report.evaluate_targets(results)
+        results["guard"] = guard.evaluate(results)
         results["elapsed_s"] = round(time.monotonic() - t_start, 1)
+        results["machine"]["loadavg_at_end"] = os.getloadavg()
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=1) + "\n")
         print_summary(results)
         print(f"\nwrote {out} in {results['elapsed_s']:.0f} s; render it with: python bench/report.py {out}")
-        return 0
+        if args.guard:
+            failed = guard.failures(results["guard"])
+            for line in failed:
+                log(f"regression: {line}")
+            code = 1 if failed else 0
+        return code
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         return 130
     finally:
         signal.signal(signal.SIGINT, lambda *_: log("cleaning up, please wait"))
+        signal.signal(signal.SIGTERM, lambda *_: log("cleaning up, please wait"))
         problems = []
         if bench is not None:
             problems = bench.cleanup()
@@ -518,9 +669,9 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             log(f"cleanup: {problem}")
         if problems:
-            log(f"kept the state dir {HOME} for inspection")
+            log(f"kept the temp dir {TMP} for inspection")
         else:
-            shutil.rmtree(HOME, ignore_errors=True)
+            shutil.rmtree(TMP, ignore_errors=True)
 
 
 if __name__ == "__main__":

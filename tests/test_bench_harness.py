@@ -109,3 +109,109 @@ def test_update_doc_replaces_only_between_markers(report: ModuleType, tmp_path: 
     doc.write_text("no markers here\n")
     with pytest.raises(SystemExit):
         report.update_doc(doc, "x\n")
+
+
+def test_concurrency_target_and_not_measured_rows(report: ModuleType) -> None:
+    data = results()
+    data["concurrent"] = {
+        "count": 100,
+        "hutch": {"label": "100 concurrent creates", "samples_ms": [3000.0, 3200.0, 2800.0]},
+        "bare_bwrap": {"label": "100 concurrent bare bwraps", "samples_ms": [400.0, 350.0, 380.0]},
+    }
+    data["peers"] = [
+        {"name": "sandbox-runtime", "status": "measured", "version": "1.0", "installed": "npm", "timed": "srt true"},
+        {"name": "runc", "status": "not measured", "reason": "runc is not installed on this machine"},
+    ]
+    data["not_measured"] = [{"what": "snapshot", "reason": "feature not built yet"}]
+    md = report.render(data)
+    assert target_rows(md)["100 concurrent creates"] == "**missed**"
+    assert "| 100 concurrent creates | 3000.0 | 2800.0 | 3200.0 | 3 | 7.9x |" in md  # 3000 / 380
+    assert "| runc | not measured: runc is not installed on this machine |" in md
+    assert "| snapshot | not measured: feature not built yet |" in md
+    assert "| sandbox-runtime | 1.0 | npm | srt true |" in md
+    data["concurrent"]["hutch"]["samples_ms"] = [900.0]
+    assert target_rows(report.render(data))["100 concurrent creates"] == "**met**"
+    data["concurrent"]["count"] = 10  # the target is about 100 at once
+    assert target_rows(report.render(data))["100 concurrent creates"] == "not measured"
+
+
+# -- the regression guard (bench/guard.py), on synthetic results: no timing here ----------
+
+GUARD = Path(__file__).resolve().parents[1] / "bench" / "guard.py"
+
+
+@pytest.fixture(scope="module")
+def guard() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_guard", GUARD)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def healthy(scale: float = 1.0) -> dict:
+    """Ratios like the ones measured when the guard was written; ``scale`` slows every time alike."""
+
+    def ms(*values: float) -> dict:
+        return {"samples_ms": [v * scale for v in values]}
+
+    return {
+        "metrics": {
+            "bare_true": ms(0.9, 1.0, 1.1),
+            "bare_bwrap": ms(6.0, 6.5, 7.0),
+            "sdk_create_first": ms(55.0, 57.0, 60.0),
+            "sdk_exec": ms(5.5, 6.0, 6.5),
+            "cli_exec": ms(110.0, 120.0, 130.0),
+            "cli_run": ms(150.0, 170.0, 190.0),
+        },
+        "concurrent": {"count": 100, "hutch": ms(3000.0, 3200.0), "bare_bwrap": ms(360.0, 380.0)},
+        "throughput": {"hutch": {"median_mb_s": 900.0 / scale}, "raw_pipe": {"median_mb_s": 1000.0 / scale}},
+    }
+
+
+def test_guard_passes_on_healthy_ratios(guard: ModuleType) -> None:
+    rows = guard.evaluate(healthy())
+    assert [r["ok"] for r in rows] == [True] * len(guard.CHECKS)
+    assert guard.failures(rows) == []
+
+
+def test_guard_ignores_absolute_times(guard: ModuleType) -> None:
+    """A machine 20x slower (or faster) everywhere passes: only ratios are judged."""
+    for scale in (0.05, 20.0):
+        assert guard.failures(guard.evaluate(healthy(scale))) == []
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "factor", "check"),
+    [
+        ("metrics", "sdk_exec", 4.0, "exec round trip"),  # 24x bare true > 20x
+        ("metrics", "sdk_create_first", 3.0, "create -> first result"),  # 26x bare bwrap > 25x
+        ("metrics", "cli_exec", 3.0, "CLI exec"),  # 55x bare bwrap > 50x
+        ("metrics", "cli_run", 3.0, "CLI run"),  # 78x bare bwrap > 75x
+        ("concurrent", "hutch", 3.5, "concurrent creates"),  # 29x > 25x
+    ],
+)
+def test_guard_fails_on_a_gross_regression(guard: ModuleType, section: str, key: str, factor: float, check: str) -> None:
+    data = healthy()
+    data[section][key]["samples_ms"] = [v * factor for v in data[section][key]["samples_ms"]]
+    failed = guard.failures(guard.evaluate(data))
+    assert len(failed) == 1 and failed[0].startswith(f"{check}: ")
+
+
+def test_guard_fails_when_throughput_collapses(guard: ModuleType) -> None:
+    data = healthy()
+    data["throughput"]["hutch"]["median_mb_s"] = 50.0  # 5% of the raw pipe
+    failed = guard.failures(guard.evaluate(data))
+    assert len(failed) == 1 and failed[0].startswith("stdout throughput: 0.05x, allowed >= 0.1x")
+
+
+def test_guard_does_not_judge_what_was_not_measured(guard: ModuleType) -> None:
+    data = healthy()
+    del data["concurrent"], data["throughput"], data["metrics"]["bare_bwrap"]
+    rows = {r["check"]: r["ok"] for r in guard.evaluate(data)}
+    assert rows["exec round trip"] is True
+    assert rows["create -> first result"] is None and rows["CLI exec"] is None
+    assert rows["concurrent creates"] is None and rows["stdout throughput"] is None
+    assert guard.failures(guard.evaluate(data)) == []
+    assert any(line.startswith("guard n/a") for line in guard.describe(guard.evaluate(data)))

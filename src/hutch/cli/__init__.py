@@ -8,6 +8,7 @@ import click
 
 from hutch import __version__
 from hutch.cli.agents import mcp
+from hutch.cli.benchmark import benchmark
 from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.cli.files import ls, read, write
@@ -41,7 +42,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
         obj.settings_flags["home"] = home
 
 
-for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve, mcp, skill, catalog):
+for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve, mcp, skill, catalog, benchmark):
     cli.add_command(command)
 
 
