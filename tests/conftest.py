@@ -71,6 +71,24 @@ class Daemon:
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
 
 
+def sweep(home: Path) -> list[str]:
+    """Kill whatever sandbox of ``home`` is still running (a failed test must not leak one)."""
+    from hutch.providers.local import cgroups
+
+    sandboxes = home / "sandboxes"
+    ids = [p.name for p in sandboxes.iterdir()] if sandboxes.is_dir() else []
+    if not ids:
+        return []
+    layout = cgroups.detect()
+    parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
+    for sid in ids:
+        group = cgroups.SandboxCgroup([p / sid for p in parents if (p / sid).exists()], v2=False)
+        group.kill_all()
+        with contextlib.suppress(OSError):
+            group.remove()
+    return ids
+
+
 def destroy_all(home: Path) -> None:
     settings = Settings.load(home=home)
     if not socket_answers(settings.socket_path):
@@ -86,6 +104,11 @@ def hutch_home() -> Iterator[Path]:
     # directory to an unprivileged user.
     home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
     yield home
+    pid_file = home / "hutchd.pid"  # a daemon a test's CLI call started on demand
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    sweep(home)
     subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
@@ -99,3 +122,4 @@ def daemon(hutch_home: Path) -> Iterator[Daemon]:
             destroy_all(hutch_home)
         finally:
             d.stop()
+            sweep(hutch_home)

@@ -5,6 +5,16 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from hutch.errors import HutchError
-from hutch.sdk import AsyncSandbox, ExecResult, FileInfo, Sandbox
+from hutch.sdk import AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Run, Sandbox
 
-__all__ = ["AsyncSandbox", "ExecResult", "FileInfo", "HutchError", "Sandbox", "__version__"]
+__all__ = [
+    "AsyncRun",
+    "AsyncSandbox",
+    "ExecResult",
+    "FileInfo",
+    "HutchError",
+    "OutputChunk",
+    "Run",
+    "Sandbox",
+    "__version__",
+]

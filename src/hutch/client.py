@@ -10,6 +10,7 @@ import builtins
 import http.client
 import json
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -116,7 +117,7 @@ class Client(_Base):
         self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None, content: bytes | None = None
     ) -> Response:
         if params:
-            url += "?" + urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in params.items()})
+            url += _query(params)
         headers = {}
         body = content
         if json is not None:
@@ -134,6 +135,41 @@ class Client(_Base):
                 raise self._unavailable(exc) from exc
             _raise_for(resp)
             return resp
+        raise AssertionError("unreachable")
+
+    def stream(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Iterator[Any]:
+        """An NDJSON response, one parsed line at a time, as the daemon sends them."""
+        if params:
+            url += _query(params)
+        body = _dumps(json) if json is not None else None
+        headers = {"content-type": "application/json"} if json is not None else {}
+        for attempt in (0, 1):
+            conn = _UnixConnection(str(self.settings.socket_path))
+            try:
+                conn.request(method, url, body=body, headers=headers)
+                raw = conn.getresponse()
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                conn.close()
+                if attempt == 0 and self.autostart:
+                    ensure_daemon(self.settings)
+                    continue
+                raise self._unavailable(exc) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise self._unavailable(exc) from exc
+            try:
+                if raw.status >= 400:
+                    _raise_for(Response(raw.status, {}, raw.read(MAX_RESPONSE)))
+                while True:
+                    try:
+                        line = raw.readline(MAX_RESPONSE)
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise self._unavailable(exc) from exc
+                    if not line:
+                        return
+                    yield _loads(line)
+            finally:
+                conn.close()
         raise AssertionError("unreachable")
 
     def json(self, method: str, url: str, **kw: Any) -> Any:
@@ -164,11 +200,48 @@ class Client(_Base):
     def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(self.json("POST", _path(ref) + "/exec", json=req))
 
-    def runs(self, ref: str) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", _path(ref) + "/runs"))
+    def exec_stream(self, ref: str, req: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        return self.stream("POST", _path(ref) + "/exec", params={"stream": True}, json=req)
 
-    def events(self, ref: str) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", _path(ref) + "/events"))
+    def runs(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return dict(self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+        params = {"timeout": timeout} if timeout is not None else None
+        return dict(self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
+
+    def kill(self, run_id: str, signal: str | int = "TERM") -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
+
+    def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
+        return dict(self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
+
+    def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
+        return dict(self.json("GET", _path(ref) + "/logs", params=params))
+
+    def events(
+        self,
+        ref: str | None = None,
+        *,
+        types: builtins.list[str] | None = None,
+        since: float | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        run: str | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
+            if value:
+                params[key] = value
+        return list(self.json("GET", "/v1/events", params=params))
+
+    def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", _path(ref) + "/ps"))
 
     def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = self.request("GET", _path(ref) + "/files", params={"path": path})
@@ -183,6 +256,15 @@ class Client(_Base):
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data)
+
+
+def _query(params: dict[str, Any]) -> str:
+    clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+    return "?" + urlencode(clean, doseq=True) if clean else ""
 
 
 class AsyncClient(_Base):
@@ -242,3 +324,27 @@ class AsyncClient(_Base):
 
     async def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
         return list(await self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
+
+    async def runs(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
+        return list(await self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None))
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        return dict(await self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+        params = {"timeout": timeout} if timeout is not None else None
+        return dict(await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
+
+    async def kill(self, run_id: str, signal: str | int = "TERM") -> dict[str, Any]:
+        return dict(await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
+
+    async def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
+        return dict(await self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
+
+    async def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
+        return dict(await self.json("GET", _path(ref) + "/logs", params=params))
+
+    async def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
+        return list(await self.json("GET", _path(ref) + "/ps"))

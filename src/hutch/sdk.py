@@ -10,11 +10,14 @@ hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import builtins
 import os
+import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
@@ -114,8 +117,11 @@ def _exec_req(
     timeout: float | None,
     stdin: bytes | str | None,
     max_output: int | None,
+    idle_timeout: float | None = None,
+    background: bool = False,
 ) -> dict[str, Any]:
     req: dict[str, Any] = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout}
+    req |= {"idle_timeout": idle_timeout, "background": background}
     if stdin is not None:
         raw = stdin.encode() if isinstance(stdin, str) else stdin
         req |= {"stdin": base64.b64encode(raw).decode(), "stdin_base64": True}
@@ -126,6 +132,169 @@ def _exec_req(
 
 def _data(data: bytes | str) -> bytes:
     return data.encode() if isinstance(data, str) else data
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of a run's output, with where it starts in its stream."""
+
+    stream: str
+    data: bytes
+    offset: int
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", errors="replace")
+
+
+def _chunks(res: dict[str, Any]) -> list[OutputChunk]:
+    out = []
+    for name in ("stdout", "stderr"):
+        part = res[name]
+        if part["data"]:
+            data = base64.b64decode(part["data"]) if part["base64"] else part["data"].encode()
+            out.append(OutputChunk(name, data, part["offset"]))
+    return out
+
+
+def _result_of(run: dict[str, Any], stdout: bytes, stderr: bytes, cap: int) -> ExecResult:
+    return ExecResult(
+        run_id=run["id"],
+        sandbox_id=run["sandbox_id"],
+        exit_code=125 if run["exit_code"] is None else run["exit_code"],
+        status=run["status"],
+        stdout=stdout.decode("utf-8", errors="replace"),
+        stderr=stderr.decode("utf-8", errors="replace"),
+        stdout_raw=stdout,
+        stderr_raw=stderr,
+        truncated=bool(run["truncated"]) or run["stdout_bytes"] > cap or run["stderr_bytes"] > cap,
+        duration_ms=run["duration_ms"] or 0.0,
+        stdout_bytes=run["stdout_bytes"],
+        stderr_bytes=run["stderr_bytes"],
+        signal=run.get("signal"),
+        error=run.get("error"),
+    )
+
+
+class Run:
+    """A run started with ``background=True`` (or found with ``sbx.runs``)."""
+
+    def __init__(self, info: dict[str, Any], client: Client) -> None:
+        self.info = info
+        self.client = client
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.info["status"])
+
+    def __repr__(self) -> str:
+        return f"Run(id={self.id!r}, status={self.status!r})"
+
+    def refresh(self) -> dict[str, Any]:
+        self.info = self.client.run(self.id)
+        return self.info
+
+    def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
+        """Block until the run ends (TimeoutError_ kind ``timeout`` after ``timeout`` s)."""
+        self.info = self.client.wait(self.id, timeout)
+        res = self.client.output(self.id, 0, 0, max_output)
+        return _result_of(self.info, *_raw_pair(res), cap=max_output)
+
+    def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
+        return self.client.kill(self.id, signal)
+
+    def stream(self, interval: float = 0.2) -> Iterator[OutputChunk]:
+        """Output as it is written, until the run ends; resumable by offset."""
+        offsets = {"stdout": 0, "stderr": 0}
+        while True:
+            res = self.client.output(self.id, offsets["stdout"], offsets["stderr"])
+            yield from _chunks(res)
+            for name in offsets:
+                offsets[name] = res[name]["next_offset"]
+            self.info = res["run"]
+            if res["done"]:
+                return
+            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
+                time.sleep(interval)
+
+
+def _raw_pair(res: dict[str, Any]) -> tuple[bytes, bytes]:
+    pair = []
+    for name in ("stdout", "stderr"):
+        part = res[name]
+        pair.append(base64.b64decode(part["data"]) if part["base64"] else part["data"].encode())
+    return pair[0], pair[1]
+
+
+class Runs:
+    def __init__(self, sbx: Sandbox) -> None:
+        self._sbx = sbx
+
+    def list(self, status: str | None = None) -> builtins.list[Run]:
+        return [Run(r, self._sbx.client) for r in self._sbx.client.runs(self._sbx.id, status)]
+
+    def get(self, run_id: str) -> Run:
+        return Run(self._sbx.client.run(run_id), self._sbx.client)
+
+
+class AsyncRun:
+    """The asynchronous twin of :class:`Run`."""
+
+    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
+        self.info = info
+        self.client = client
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.info["status"])
+
+    def __repr__(self) -> str:
+        return f"AsyncRun(id={self.id!r}, status={self.status!r})"
+
+    async def refresh(self) -> dict[str, Any]:
+        self.info = await self.client.run(self.id)
+        return self.info
+
+    async def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
+        self.info = await self.client.wait(self.id, timeout)
+        res = await self.client.output(self.id, 0, 0, max_output)
+        return _result_of(self.info, *_raw_pair(res), cap=max_output)
+
+    async def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
+        return await self.client.kill(self.id, signal)
+
+    async def stream(self, interval: float = 0.2) -> AsyncIterator[OutputChunk]:
+        offsets = {"stdout": 0, "stderr": 0}
+        while True:
+            res = await self.client.output(self.id, offsets["stdout"], offsets["stderr"])
+            for chunk in _chunks(res):
+                yield chunk
+            for name in offsets:
+                offsets[name] = res[name]["next_offset"]
+            self.info = res["run"]
+            if res["done"]:
+                return
+            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
+                await asyncio.sleep(interval)
+
+
+class AsyncRuns:
+    def __init__(self, sbx: AsyncSandbox) -> None:
+        self._sbx = sbx
+
+    async def list(self, status: str | None = None) -> builtins.list[AsyncRun]:
+        return [AsyncRun(r, self._sbx.client) for r in await self._sbx.client.runs(self._sbx.id, status)]
+
+    async def get(self, run_id: str) -> AsyncRun:
+        return AsyncRun(await self._sbx.client.run(run_id), self._sbx.client)
 
 
 class Files:
@@ -152,6 +321,7 @@ class Sandbox:
         self.info = info
         self.client = client
         self.files = Files(self)
+        self.runs = Runs(self)
 
     @property
     def _cap(self) -> int:
@@ -211,6 +381,7 @@ class Sandbox:
         self.info = self.client.get(self.id)
         return self.info
 
+    @overload
     def exec(
         self,
         command: str | builtins.list[str],
@@ -220,12 +391,45 @@ class Sandbox:
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         max_output: int | None = None,
-    ) -> ExecResult:
-        return ExecResult.from_dict(
-            self.client.exec(
-                self.id, _exec_req(command, env, cwd, timeout, stdin, self._cap if max_output is None else max_output)
-            )
-        )
+        idle_timeout: float | None = None,
+        background: Literal[False] = False,
+    ) -> ExecResult: ...
+
+    @overload
+    def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        background: Literal[True],
+    ) -> Run: ...
+
+    def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        background: bool = False,
+    ) -> ExecResult | Run:
+        """Run a command. Returns an :class:`ExecResult`, or a :class:`Run` with ``background=True``.
+
+        A non-zero exit never raises: read ``exit_code`` and ``status``.
+        """
+        cap = self._cap if max_output is None else max_output
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background)
+        if background:
+            return Run(self.client.exec(self.id, req), self.client)
+        return ExecResult.from_dict(self.client.exec(self.id, req))
 
     def destroy(self) -> dict[str, Any]:
         return self.client.destroy(self.id)
@@ -261,6 +465,7 @@ class AsyncSandbox:
         self.info = info
         self.client = client
         self.files = AsyncFiles(self)
+        self.runs = AsyncRuns(self)
 
     @property
     def _cap(self) -> int:
@@ -320,6 +525,7 @@ class AsyncSandbox:
         self.info = await self.client.get(self.id)
         return self.info
 
+    @overload
     async def exec(
         self,
         command: str | builtins.list[str],
@@ -329,8 +535,41 @@ class AsyncSandbox:
         timeout: float | None = None,
         stdin: bytes | str | None = None,
         max_output: int | None = None,
-    ) -> ExecResult:
-        req = _exec_req(command, env, cwd, timeout, stdin, self._cap if max_output is None else max_output)
+        idle_timeout: float | None = None,
+        background: Literal[False] = False,
+    ) -> ExecResult: ...
+
+    @overload
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        background: Literal[True],
+    ) -> AsyncRun: ...
+
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        background: bool = False,
+    ) -> ExecResult | AsyncRun:
+        """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
+        cap = self._cap if max_output is None else max_output
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background)
+        if background:
+            return AsyncRun(await self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
 
     async def destroy(self) -> dict[str, Any]:

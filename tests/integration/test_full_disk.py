@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import Daemon, destroy_all
+from tests.conftest import Daemon, destroy_all, sweep
 
 from hutch import HutchError, Sandbox
 
@@ -50,4 +50,8 @@ def test_full_workspace_disk(small_home: Path) -> None:
         destroy_all(small_home)
         assert list((small_home / "sandboxes").iterdir()) == []
     finally:
-        d.stop()
+        try:
+            destroy_all(small_home)
+        finally:
+            d.stop()
+            sweep(small_home)

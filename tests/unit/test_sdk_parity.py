@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 import hutch
-from hutch.sdk import AsyncFiles, AsyncSandbox, Files, Sandbox
+from hutch.sdk import AsyncFiles, AsyncRun, AsyncRuns, AsyncSandbox, Files, Run, Runs, Sandbox
 
 SYNC_TO_ASYNC_DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
@@ -27,13 +27,17 @@ def instance_attributes(cls: type) -> set[str]:
     return {line.split("=")[0].strip().removeprefix("self.") for line in src.splitlines() if line.strip().startswith("self.")}
 
 
-@pytest.mark.parametrize(("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles)])
+@pytest.mark.parametrize(
+    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+)
 def test_same_public_members(sync_cls: type, async_cls: type) -> None:
     assert set(public_members(sync_cls)) == set(public_members(async_cls))
     assert instance_attributes(sync_cls) == instance_attributes(async_cls)
 
 
-@pytest.mark.parametrize(("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles)])
+@pytest.mark.parametrize(
+    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+)
 def test_same_signatures(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
         twin = getattr(async_cls, name)
@@ -44,13 +48,16 @@ def test_same_signatures(sync_cls: type, async_cls: type) -> None:
         assert params(member) == params(twin), name
 
 
-@pytest.mark.parametrize(("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles)])
+@pytest.mark.parametrize(
+    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+)
 def test_async_twin_is_awaitable_and_sync_is_not(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
         if isinstance(member, property):
             continue
         assert not inspect.iscoroutinefunction(member), name
-        assert inspect.iscoroutinefunction(getattr(async_cls, name)), name
+        twin = getattr(async_cls, name)
+        assert inspect.iscoroutinefunction(twin) or inspect.isasyncgenfunction(twin), name
 
 
 def test_same_constructor_shape() -> None:
@@ -72,7 +79,7 @@ def test_exec_never_takes_check_or_raise_flags() -> None:
 
 # -- the public surface ---------------------------------------------------------------
 
-PINNED_ALL = ["AsyncSandbox", "ExecResult", "FileInfo", "HutchError", "Sandbox", "__version__"]
+PINNED_ALL = ["AsyncRun", "AsyncSandbox", "ExecResult", "FileInfo", "HutchError", "OutputChunk", "Run", "Sandbox", "__version__"]
 
 
 def test_all_is_sorted() -> None:

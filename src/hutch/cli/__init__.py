@@ -13,6 +13,7 @@ from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.cli.files import ls, read, write
 from hutch.cli.run import exec_, run
+from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
 from hutch.cli.sandbox import create, destroy, get, list_
 from hutch.cli.skill import skill
 from hutch.cli.system import daemon, doctor, serve
@@ -42,7 +43,31 @@ def cli(ctx: click.Context, home: str | None) -> None:
         obj.settings_flags["home"] = home
 
 
-for command in (run, create, exec_, list_, get, destroy, write, read, ls, doctor, daemon, serve, mcp, skill, catalog, benchmark):
+for command in (
+    run,
+    create,
+    exec_,
+    list_,
+    get,
+    destroy,
+    runs_,
+    poll,
+    wait,
+    kill,
+    logs,
+    events,
+    ps,
+    write,
+    read,
+    ls,
+    doctor,
+    daemon,
+    serve,
+    mcp,
+    skill,
+    catalog,
+    benchmark,
+):
     cli.add_command(command)
 
 

@@ -11,7 +11,7 @@ import click
 
 from hutch.cli.common import EXIT_TIMEOUT, Ctx, emit, exit_code_for, fail, json_option, parse_pairs
 from hutch.cli.sandbox import build_spec, create_options
-from hutch.errors import HutchError, InvalidError
+from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
 
 SHELL_CHARS = set(" \t\n|&;<>()$`\\\"'*?[]#~=%")
@@ -31,11 +31,18 @@ def exec_options(f: Any) -> Any:
         click.option("--cwd", help="Working directory inside the sandbox."),
         click.option("--timeout", type=float, help="Wall timeout in seconds; the whole process tree is killed (exit 124)."),
         click.option(
+            "--idle-output-timeout",
+            "idle_timeout",
+            type=float,
+            help="Kill the process tree when it prints nothing for this many seconds (exit 124).",
+        ),
+        click.option(
             "--stdin-file",
             type=click.Path(dir_okay=False, allow_dash=True),
             help="Feed this file (or - for stdin) to the command.",
         ),
-        click.option("--max-output", help="Cap on captured stdout and stderr each (default 1M)."),
+        click.option("--max-output", help="Cap on stdout and stderr each kept in the result (default 1M)."),
+        click.option("--stream", is_flag=True, help="With --json: print NDJSON events (stdout, stderr, exit) as they come."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -48,12 +55,20 @@ def exec_request(
     env: dict[str, str],
     cwd: str | None,
     timeout: float | None,
+    idle_timeout: float | None,
     stdin_file: str | None,
     max_output: str | None,
 ) -> dict[str, Any]:
-    req: dict[str, Any] = {"command": command_of(command), "env": env, "cwd": cwd, "timeout": timeout}
-    if timeout is not None and timeout <= 0:
-        raise InvalidError(f"--timeout must be positive, got {timeout}")
+    for name, value in (("--timeout", timeout), ("--idle-output-timeout", idle_timeout)):
+        if value is not None and not 0 < value <= 7 * 86400:
+            raise InvalidError(f"{name} must be between 0 and 604800 seconds, got {value}", hint="e.g. --timeout 600")
+    req: dict[str, Any] = {
+        "command": command_of(command),
+        "env": env,
+        "cwd": cwd,
+        "timeout": timeout,
+        "idle_timeout": idle_timeout,
+    }
     req["max_output"] = parse_size(max_output) if max_output else obj.settings.output_cap
     if stdin_file:
         try:
@@ -64,28 +79,55 @@ def exec_request(
     return req
 
 
-def render(obj: Ctx, result: dict[str, Any]) -> None:
+def _write(stream: str, data: str, b64: bool) -> None:
+    out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+    out.write(base64.b64decode(data) if b64 else data.encode())
+    out.flush()
+
+
+def _explain(result: dict[str, Any]) -> None:
     code = int(result["exit_code"])
-    if obj.json:
+    if result.get("truncated"):
+        click.echo(
+            f"hutch: output truncated (stdout {result['stdout_bytes']} bytes, stderr {result['stderr_bytes']} bytes); "
+            f"the whole output: hutch poll {result['run_id']}",
+            err=True,
+        )
+    if result["status"] == "timed_out":
+        click.echo("hutch: timed out; the command's process tree was killed", err=True)
+    elif result["status"] == "oom_killed":
+        click.echo("hutch: the command was killed: out of memory (raise --memory)", err=True)
+    elif result["status"] == "killed":
+        click.echo(f"hutch: the command was killed (signal {result.get('signal')})", err=True)
+    elif result.get("error") and code in (125, 126, 127):
+        click.echo(f"hutch: {result['error']}", err=True)
+
+
+def exit_with(result: dict[str, Any]) -> None:
+    raise SystemExit(EXIT_TIMEOUT if result["status"] == "timed_out" else int(result["exit_code"]))
+
+
+def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run in the foreground: live output on a terminal or NDJSON with --stream, else one result."""
+    if obj.json and not stream:
+        result = obj.client.exec(ref, req) | (extra or {})
         emit(result)
-    else:
-        for name, stream in (("stdout", sys.stdout.buffer), ("stderr", sys.stderr.buffer)):
-            data = result[name]
-            stream.write(base64.b64decode(data) if result.get(f"{name}_base64") else data.encode())
-            stream.flush()
-        if result["truncated"]:
-            click.echo(
-                f"hutch: output truncated (stdout {result['stdout_bytes']} bytes, stderr {result['stderr_bytes']} bytes); "
-                "raise --max-output",
-                err=True,
-            )
-        if result["status"] == "timed_out":
-            click.echo("hutch: timed out; the command's process tree was killed", err=True)
-        elif result["status"] == "oom_killed":
-            click.echo("hutch: the command was killed: out of memory (raise --memory)", err=True)
-        elif result.get("error") and code in (126, 127):
-            click.echo(f"hutch: {result['error']}", err=True)
-    raise SystemExit(EXIT_TIMEOUT if result["status"] == "timed_out" else code)
+        return result
+    final: dict[str, Any] | None = None
+    for event in obj.client.exec_stream(ref, req):
+        if obj.json:
+            emit(event | (extra or {}) if event.get("type") == "exit" else event)
+        elif event["type"] in ("stdout", "stderr"):
+            _write(event["type"], event["data"], event.get("base64", False))
+        if event.get("type") == "exit":
+            final = event
+        elif event.get("type") == "error":
+            raise HutchError.from_dict(event)
+    if final is None:
+        raise UnavailableError("the output stream ended before the run did", hint="see hutch runs SANDBOX and hutch poll RUN")
+    if not obj.json:
+        _explain(final)
+    return final
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": False})
@@ -99,19 +141,36 @@ def render(obj: Ctx, result: dict[str, Any]) -> None:
     metavar="K=V",
     help="Environment variable for this command (repeatable); a bare K copies it from this environment.",
 )
+@click.option("--background", "-d", is_flag=True, help="Start the command and print its run id at once.")
 @click.option("--session-id", "session_id", hidden=True)
 @exec_options
 @json_option
 @click.pass_obj
-def exec_(obj: Ctx, /, sandbox: str, command: tuple[str, ...], env: tuple[str, ...], session_id: str | None, **kw: Any) -> None:
+def exec_(
+    obj: Ctx,
+    /,
+    sandbox: str,
+    command: tuple[str, ...],
+    env: tuple[str, ...],
+    background: bool,
+    session_id: str | None,
+    stream: bool,
+    **kw: Any,
+) -> None:
     """Run a command in a sandbox: hutch exec SANDBOX -- CMD [ARGS...]
 
-    The exit code is the command's own. A single argument with shell syntax
-    (e.g. "make && make test") runs under /bin/sh -c.
+    Output streams live and the exit code is the command's own. A single argument with
+    shell syntax (e.g. "make && make test") runs under /bin/sh -c. With --background the
+    run id is printed at once: follow it with hutch poll, wait, kill.
     """
     try:
         req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
-        render(obj, obj.client.exec(session_id or sandbox, req))
+        ref = session_id or sandbox
+        if background:
+            run = obj.client.exec(ref, req | {"background": True})
+            emit(run) if obj.json else click.echo(run["id"])
+            return
+        exit_with(execute(obj, ref, req, stream))
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
 
@@ -132,8 +191,10 @@ def run(
     reuse: str | None,
     cwd: str | None,
     timeout: float | None,
+    idle_timeout: float | None,
     stdin_file: str | None,
     max_output: str | None,
+    stream: bool,
     **create_kw: Any,
 ) -> None:
     """Create a sandbox, run one command, print its output, destroy the sandbox.
@@ -142,15 +203,16 @@ def run(
     """
     sbx: str | None = None
     try:
-        req = exec_request(obj, command, {}, cwd, timeout, stdin_file, max_output)
+        req = exec_request(obj, command, {}, cwd, timeout, idle_timeout, stdin_file, max_output)
         sbx = reuse or obj.client.create(build_spec(obj, **create_kw))["id"]
+        kept = keep and not reuse
         try:
-            result = obj.client.exec(sbx, req)
+            result = execute(obj, sbx, req, stream, {"kept": sbx} if kept else None)
         finally:
             if not reuse and not keep:
                 obj.client.destroy(sbx)
-        if keep and not reuse and not obj.json:
+        if kept and not obj.json:
             click.echo(f"hutch: kept sandbox {sbx}", err=True)
-        render(obj, result | ({"kept": sbx} if keep and not reuse else {}))
+        exit_with(result)
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))

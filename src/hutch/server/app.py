@@ -13,7 +13,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import __version__
 from hutch.errors import HutchError, InvalidError
-from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
+from hutch.models import FileEntry, SandboxRecord, SandboxSpec
+from hutch.server.runs import router as runs_router
 from hutch.service import Service
 
 
@@ -94,18 +95,6 @@ def create_app(service: Service) -> FastAPI:
     async def destroy(ref: str) -> DestroyResult:
         return DestroyResult(**await service.destroy(ref))
 
-    @app.post("/v1/sandboxes/{ref}/exec")
-    async def exec_(ref: str, req: ExecRequest) -> ExecResult:
-        return await service.exec(ref, req)
-
-    @app.get("/v1/sandboxes/{ref}/runs")
-    async def runs(ref: str) -> list[dict[str, Any]]:
-        return service.store.list_runs(service.get(ref).id)
-
-    @app.get("/v1/sandboxes/{ref}/events")
-    async def events(ref: str, limit: int = Query(1000, ge=1, le=100000)) -> list[dict[str, Any]]:
-        return service.store.list_events(service.get(ref).id, limit)
-
     @app.get("/v1/sandboxes/{ref}/files", response_model=None)
     async def read_file(ref: str, path: str, limit: int = Query(64 << 20, ge=0)) -> Response:
         data, truncated = await service.read_file(ref, path, limit)
@@ -123,4 +112,5 @@ def create_app(service: Service) -> FastAPI:
     async def list_files(ref: str, path: str | None = None) -> list[FileEntry]:
         return await service.list_files(ref, path)
 
+    app.include_router(runs_router(service))
     return app

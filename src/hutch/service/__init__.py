@@ -21,8 +21,6 @@ from hutch.models import (
     ExecRequest,
     ExecResult,
     FileEntry,
-    RawOutput,
-    RunStatus,
     SandboxRecord,
     SandboxSpec,
     SandboxState,

@@ -1,0 +1,270 @@
+"""runs, poll, wait, kill, logs, events, ps: following and controlling runs."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+import click
+
+from hutch.cli.common import Ctx, emit, json_option, table
+from hutch.cli.run import _write, exit_with
+from hutch.errors import InvalidError
+from hutch.units import format_size
+
+FOLLOW_INTERVAL = 0.25
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+
+
+def parse_since(value: str) -> float:
+    """``30s``/``10m``/``2h``/``1d`` ago, an ISO 8601 time, or epoch seconds."""
+    m = _DURATION.match(value.strip())
+    if m:
+        return time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise InvalidError(f"invalid --since {value!r}", hint="use 10m, 2h, 1d, 2026-11-29T10:00 or epoch seconds") from None
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _command(cmd: Any) -> str:
+    text = cmd if isinstance(cmd, str) else " ".join(cmd)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+@click.command("runs")
+@click.argument("sandbox")
+@click.option(
+    "--status",
+    type=click.Choice(["running", "completed", "failed", "timed_out", "killed", "oom_killed", "lost"]),
+    help="Only runs in this state.",
+)
+@json_option
+@click.pass_obj
+def runs_(obj: Ctx, /, sandbox: str, status: str | None) -> None:
+    """List a sandbox's runs, oldest first."""
+    runs = obj.client.runs(sandbox, status)
+    if obj.json:
+        emit(runs)
+        return
+    rows = [
+        [
+            r["id"],
+            r["status"],
+            "-" if r["exit_code"] is None else str(r["exit_code"]),
+            "bg" if r["background"] else "fg",
+            _when(r["started_at"]),
+            f"{(r['duration_ms'] or 0) / 1000:.2f}s" if r["duration_ms"] else "-",
+            _command(r["command"]),
+        ]
+        for r in runs
+    ]
+    table(rows, ["run", "status", "exit", "mode", "started", "took", "command"])
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing output until the run ends.")
+@click.option("--stdout-offset", default=0, type=click.IntRange(min=0), help="Resume stdout from this byte.")
+@click.option("--stderr-offset", default=0, type=click.IntRange(min=0), help="Resume stderr from this byte.")
+@click.option("--limit", default="1M", show_default=True, help="At most this much of each stream per request.")
+@json_option
+@click.pass_obj
+def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offset: int, limit: str) -> None:
+    """Print a run's status and output so far (with offsets to resume from).
+
+    With --json: one document (output and next offsets); with --follow, NDJSON events
+    (stdout, stderr, then status) until the run ends.
+    """
+    from hutch.units import parse_size
+
+    page = parse_size(limit)
+    offsets = {"stdout": stdout_offset, "stderr": stderr_offset}
+    while True:
+        res = obj.client.output(run_id, offsets["stdout"], offsets["stderr"], page)
+        if obj.json and not follow:
+            emit(res)
+            return
+        for name in ("stdout", "stderr"):
+            chunk = res[name]
+            if chunk["data"]:
+                if obj.json:
+                    emit(
+                        {
+                            "type": name,
+                            "data": chunk["data"],
+                            "base64": chunk["base64"],
+                            "offset": chunk["offset"],
+                            "next_offset": chunk["next_offset"],
+                        }
+                    )
+                else:
+                    _write(name, chunk["data"], chunk["base64"])
+            offsets[name] = chunk["next_offset"]
+        run = res["run"]
+        if res["done"] or (not follow and not _more(res)):
+            if obj.json:
+                emit({"type": "status", "run": run, "next_offsets": offsets})
+            else:
+                state = run["status"] + ("" if run["exit_code"] is None else f" (exit {run['exit_code']})")
+                click.echo(
+                    f"hutch: {run_id} {state}; resume with --stdout-offset {offsets['stdout']} "
+                    f"--stderr-offset {offsets['stderr']}",
+                    err=True,
+                )
+            return
+        if not _more(res):
+            time.sleep(FOLLOW_INTERVAL)
+
+
+def _more(res: dict[str, Any]) -> bool:
+    return any(res[n]["next_offset"] < res[n]["size"] for n in ("stdout", "stderr"))
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Give up after this many seconds (exit 124).")
+@json_option
+@click.pass_obj
+def wait(obj: Ctx, /, run_id: str, timeout: float | None) -> None:
+    """Block until a run ends; exit with its exit code (124 if it timed out)."""
+    run = obj.client.wait(run_id, timeout)
+    if obj.json:
+        emit(run)
+    else:
+        click.echo(f"{run_id} {run['status']}" + ("" if run["exit_code"] is None else f" (exit {run['exit_code']})"))
+    exit_with({"status": run["status"], "exit_code": 125 if run["exit_code"] is None else run["exit_code"]})
+
+
+@click.command()
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--signal", "-s", "sig", default="TERM", show_default=True, help="TERM, KILL, INT, HUP, QUIT, USR1, USR2 or a number."
+)
+@json_option
+@click.pass_obj
+def kill(obj: Ctx, /, run_id: str, sig: str) -> None:
+    """Signal a run's whole process tree (succeeds, and says so, if it already ended)."""
+    res = obj.client.kill(run_id, sig)
+    emit(res) if obj.json else click.echo(f"{run_id}: {res['message']}")
+
+
+@click.command()
+@click.argument("sandbox")
+@click.option("--run", "run_id", metavar="RUN", help="Only this run's output.")
+@click.option("--offset", default=0, type=click.IntRange(min=0), help="Start at this transcript offset (from next_offset).")
+@click.option("--limit", default="1M", show_default=True, help="Read at most this much of the transcript per request.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing until every run has ended.")
+@json_option
+@click.pass_obj
+def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, limit: str, follow: bool) -> None:
+    """The sandbox's combined, ordered output of its runs (resumable with --offset).
+
+    --json prints one document per read: records, offset, next_offset, eof.
+    """
+    from hutch.units import parse_size
+
+    page = parse_size(limit)
+    while True:
+        res = obj.client.logs(sandbox, run_id, offset, page)
+        if obj.json:
+            emit(res)
+        else:
+            for r in res["records"]:
+                _write(r["stream"], r["data"], r["base64"])
+        moved = res["next_offset"] > offset
+        offset = res["next_offset"]
+        if not follow or res["eof"]:
+            if not obj.json and follow:
+                click.echo(f"hutch: end of transcript at offset {offset}", err=True)
+            return
+        if not moved:
+            time.sleep(FOLLOW_INTERVAL)
+
+
+@click.command()
+@click.argument("sandbox", required=False)
+@click.option("--all", "all_", is_flag=True, help="Events of every sandbox.")
+@click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable), e.g. run_finished.")
+@click.option("--since", help="Only events since 10m, 2h, 1d, an ISO time or epoch seconds.")
+@click.option("--run", "run_id", metavar="RUN", help="Only this run's events.")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000), help="At most this many events.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
+@json_option
+@click.pass_obj
+def events(
+    obj: Ctx,
+    /,
+    sandbox: str | None,
+    all_: bool,
+    types: tuple[str, ...],
+    since: str | None,
+    run_id: str | None,
+    limit: int,
+    follow: bool,
+) -> None:
+    """The audit stream, one JSON object per line, oldest first (always NDJSON)."""
+    if not sandbox and not all_:
+        raise click.UsageError("give a SANDBOX, or --all for every sandbox")
+    after, left = 0, limit
+    when = parse_since(since) if since else None
+    while True:
+        batch = obj.client.events(
+            sandbox if not all_ else None,
+            types=list(types) or None,
+            since=when,
+            after=after,
+            limit=min(left, 1000) if not follow else 1000,
+            run=run_id,
+        )
+        for ev in batch:
+            click.echo(_json_line(ev))
+            after = ev["seq"]
+        left -= len(batch)
+        if not follow and (left <= 0 or len(batch) < 1000):
+            return
+        if follow and not batch:
+            sys.stdout.flush()
+            time.sleep(FOLLOW_INTERVAL)
+
+
+def _json_line(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj)
+
+
+@click.command()
+@click.argument("sandbox")
+@json_option
+@click.pass_obj
+def ps(obj: Ctx, /, sandbox: str) -> None:
+    """Processes in a sandbox (pids as seen inside it)."""
+    procs = obj.client.ps(sandbox)
+    if obj.json:
+        emit(procs)
+        return
+    rows = [
+        [
+            str(p["pid"]),
+            str(p["ppid"]),
+            p["user"],
+            p["state"],
+            f"{p['cpu_seconds']:.2f}",
+            format_size(p["rss"]) if p["rss"] else "0",
+            p["command"][:80],
+        ]
+        for p in procs
+    ]
+    table(rows, ["pid", "ppid", "user", "state", "cpu", "rss", "command"])

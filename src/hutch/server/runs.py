@@ -1,0 +1,104 @@
+"""HTTP routes for runs: exec (JSON, NDJSON stream or background), runs, output, logs, events, ps."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from hutch.errors import InvalidError
+from hutch.models import ExecRequest, ExecResult
+from hutch.service import Service
+
+NDJSON = "application/x-ndjson"
+
+
+class KillRequest(BaseModel):
+    signal: str | int = "TERM"
+
+
+async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for item in items:
+        yield json.dumps(item).encode() + b"\n"
+
+
+def router(service: Service) -> APIRouter:
+    r = APIRouter()
+    runs = service.runs
+
+    @r.post("/v1/sandboxes/{ref}/exec", response_model=None, responses={200: {"model": ExecResult}})
+    async def exec_(ref: str, req: ExecRequest, stream: bool = False) -> ExecResult | dict[str, Any] | StreamingResponse:
+        """Foreground (JSON result), streamed (``?stream=true``: NDJSON), or ``background``."""
+        if req.background:
+            return await runs.start(ref, req)
+        if stream:
+            items = runs.stream(ref, req)
+            first = await anext(items)  # errors before the run starts are plain JSON errors
+            return StreamingResponse(_ndjson(_prepend(first, items)), media_type=NDJSON)
+        return await runs.exec(ref, req)
+
+    @r.get("/v1/sandboxes/{ref}/runs")
+    async def list_runs(ref: str, status: str | None = None) -> list[dict[str, Any]]:
+        return runs.list(ref, status)
+
+    @r.get("/v1/runs/{run_id}")
+    async def get_run(run_id: str) -> dict[str, Any]:
+        return runs.get(run_id)
+
+    @r.post("/v1/runs/{run_id}/wait")
+    async def wait(run_id: str, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
+        return await runs.wait(run_id, timeout)
+
+    @r.post("/v1/runs/{run_id}/kill")
+    async def kill(run_id: str, req: KillRequest) -> dict[str, Any]:
+        return await runs.kill(run_id, req.signal)
+
+    @r.get("/v1/runs/{run_id}/output")
+    async def output(
+        run_id: str,
+        stdout_offset: int = Query(0, ge=0),
+        stderr_offset: int = Query(0, ge=0),
+        limit: int = Query(1 << 20, ge=1, le=16 << 20),
+    ) -> dict[str, Any]:
+        return await runs.poll(run_id, {"stdout": stdout_offset, "stderr": stderr_offset}, limit)
+
+    @r.get("/v1/sandboxes/{ref}/logs")
+    async def logs(
+        ref: str, run: str | None = None, offset: int = Query(0, ge=0), limit: int = Query(1 << 20, ge=1, le=16 << 20)
+    ) -> dict[str, Any]:
+        return await runs.logs(ref, run, offset, limit)
+
+    @r.get("/v1/events")
+    async def events(
+        sandbox: str | None = None,
+        type: list[str] | None = Query(None),  # noqa: A002, B008 - the query's name; FastAPI style
+        since: float | None = None,
+        after: int = Query(0, ge=0),
+        limit: int = Query(1000, ge=1, le=100000),
+        run: str | None = None,
+    ) -> list[dict[str, Any]]:
+        sandbox_id = service.get(sandbox).id if sandbox else None
+        if since is not None and since > time.time() + 86400:
+            raise InvalidError("--since is in the future", hint="give a past time, e.g. 10m or 2026-11-29T10:00")
+        return service.store.list_events(sandbox_id, limit, types=type, since=since, after_seq=after, run_id=run)
+
+    @r.get("/v1/sandboxes/{ref}/events")
+    async def sandbox_events(ref: str, limit: int = Query(1000, ge=1, le=100000)) -> list[dict[str, Any]]:
+        return service.store.list_events(service.get(ref).id, limit)
+
+    @r.get("/v1/sandboxes/{ref}/ps")
+    async def ps(ref: str) -> list[dict[str, Any]]:
+        return await runs.ps(ref)
+
+    return r
+
+
+async def _prepend(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    yield first
+    async for item in rest:
+        yield item
