@@ -67,6 +67,25 @@ def outcome(raw: RawOutput) -> tuple[RunStatus, int]:
     return (RunStatus.completed if raw.exit_code == 0 else RunStatus.failed), raw.exit_code
 
 
+class Feed(asyncio.Queue[tuple[str, bytes]]):
+    """Live output for one streaming client: bounded, so a slow client slows the run down
+    (backpressure reaches the workload) instead of growing the daemon; once the client is
+    gone, chunks are dropped and the run carries on, its output kept on disk."""
+
+    def __init__(self) -> None:
+        super().__init__(maxsize=32)
+        self.closed = False
+
+    async def put(self, item: tuple[str, bytes]) -> None:
+        if not self.closed:
+            await super().put(item)
+
+    def close(self) -> None:
+        self.closed = True
+        while not self.empty():
+            self.get_nowait()
+
+
 class Runs:
     """The run use-cases of :class:`hutch.service.Service` (one instance per Service)."""
 
@@ -115,14 +134,14 @@ class Runs:
         req: ExecRequest,
         *,
         stream: bool,
-        queue: asyncio.Queue[tuple[str, bytes]] | None = None,
+        queue: Feed | None = None,
     ) -> ExecResult:
         """Run to the end and record the outcome; never leaves the run 'running'."""
         t0 = time.perf_counter()
 
         async def on_output(name: str, chunk: bytes) -> None:
             if queue is not None:
-                queue.put_nowait((name, chunk))
+                await queue.put((name, chunk))
 
         try:
             raw = await self.svc.provider(rec.provider).exec(
@@ -224,31 +243,33 @@ class Runs:
         """Foreground, streamed: ``run``, then ``stdout``/``stderr`` chunks, then ``exit``."""
         rec = self.svc.live(ref)
         run_id, argv, stdin = self._prepare(rec, req, background=False)
-        queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
+        queue = Feed()
         task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue), run_id)
-        yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
-        while True:
-            getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if getter in done:
-                name, chunk = getter.result()
-                data, b64 = text(chunk)
-                yield {"type": name, "data": data, "base64": b64}
-                continue
-            getter.cancel()
-            while not queue.empty():
-                name, chunk = queue.get_nowait()
-                data, b64 = text(chunk)
-                yield {"type": name, "data": data, "base64": b64}
-            try:
-                result = task.result()
-            except HutchError as exc:
-                yield {"type": "error"} | exc.to_dict()
+        try:
+            yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter in done:
+                    name, chunk = getter.result()
+                    data, b64 = text(chunk)
+                    yield {"type": name, "data": data, "base64": b64}
+                    continue
+                getter.cancel()
+                while not queue.empty():
+                    name, chunk = queue.get_nowait()
+                    data, b64 = text(chunk)
+                    yield {"type": name, "data": data, "base64": b64}
+                try:
+                    result = task.result()
+                except HutchError as exc:
+                    yield {"type": "error"} | exc.to_dict()
+                    return
+                summary = result.model_dump(mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"})
+                yield {"type": "exit"} | summary
                 return
-            yield {"type": "exit"} | result.model_dump(
-                mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"}
-            )
-            return
+        finally:
+            queue.close()  # the client went away (or we are done): the run goes on, on disk
 
     async def start(self, ref: str, req: ExecRequest) -> dict[str, Any]:
         """Background: record and start the run, return at once."""
