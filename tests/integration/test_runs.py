@@ -248,3 +248,20 @@ def test_client_disconnect_mid_stream_leaves_the_run_running(daemon: Daemon) -> 
     run = c.wait(first["run_id"], timeout=30)
     assert run["status"] == "completed"
     assert c.output(first["run_id"])["stdout"]["data"] == "".join(f"n{i}\n" for i in range(1, 21))
+
+
+def test_code_snippets(daemon: Daemon, tmp_path: Path) -> None:
+    r = _cli(daemon, "run", "--lang", "python", "print(6 * 7)")
+    assert (r.returncode, r.stdout) == (0, b"42\n")
+    multi = _cli(daemon, "run", "--lang", "python", "import sys\nprint('two lines')\nsys.exit(3)")
+    assert (multi.returncode, multi.stdout) == (3, b"two lines\n")
+    r = _cli(daemon, "run", "--lang", "bash", "echo $((1 + 2)); exit 5")
+    assert (r.returncode, r.stdout) == (5, b"3\n")
+    script = tmp_path / "job.sh"
+    script.write_text("echo from a file\n")
+    r = _cli(daemon, "run", "--file", str(script))
+    assert (r.returncode, r.stdout) == (0, b"from a file\n")
+    unknown = tmp_path / "job.xyz"
+    unknown.write_text("x")
+    r = _cli(daemon, "run", "--file", str(unknown))
+    assert r.returncode == 2 and b"--lang" in r.stderr

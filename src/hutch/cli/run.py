@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -175,10 +176,47 @@ def exec_(
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
 
 
+LANGS = {
+    # lang: (interpreter, one-liner flag, file suffix)
+    "python": ("python3", "-c", ".py"),
+    "node": ("node", "-e", ".js"),
+    "bash": ("bash", "-c", ".sh"),
+    "sh": ("sh", "-c", ".sh"),
+}
+
+
+def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tuple[list[str] | None, bytes | None, str]:
+    """(argv for a one-liner, or the script to upload, and its interpreter) for --lang/--file."""
+    if file:
+        try:
+            code = Path(file).read_bytes()
+        except OSError as exc:
+            raise InvalidError(f"cannot read --file {file}: {exc.strerror}", hint="check the path") from exc
+        if lang is None:
+            lang = next((k for k, v in LANGS.items() if file.endswith(v[2])), None)
+            if lang is None:
+                raise InvalidError(f"cannot tell the language of {file}", hint=f"add --lang {'|'.join(LANGS)}")
+        return None, code, LANGS[lang][0]
+    assert lang is not None
+    if not command:
+        raise InvalidError("no code given", hint=f"hutch run --lang {lang} 'CODE'")
+    code_text = " ".join(command)
+    interpreter, flag, _ = LANGS[lang]
+    if "\n" not in code_text:
+        return [interpreter, flag, code_text], None, interpreter
+    return None, code_text.encode(), interpreter
+
+
 @click.command()
-@click.argument("command", nargs=-1, required=True)
+@click.argument("command", nargs=-1, required=False)
 @create_options
 @exec_options
+@click.option(
+    "--lang", type=click.Choice(sorted(LANGS)), help="COMMAND is code in this language (one line: -c/-e; more: a file)."
+)
+@click.option(
+    "--file", "code_file", type=click.Path(dir_okay=False), help="Run this local script (language from --lang or its suffix)."
+)
 @click.option("--keep", is_flag=True, help="Keep the sandbox after the command (its id goes to stderr).")
 @click.option("--sandbox", "reuse", metavar="ID|NAME", help="Run in this existing sandbox instead of a new one.")
 @json_option
@@ -195,19 +233,38 @@ def run(
     stdin_file: str | None,
     max_output: str | None,
     stream: bool,
+    lang: str | None,
+    code_file: str | None,
     **create_kw: Any,
 ) -> None:
     """Create a sandbox, run one command, print its output, destroy the sandbox.
 
     hutch run [OPTIONS] -- CMD [ARGS...]. Accepts every option of create and exec.
+    With --lang python|node|bash|sh, COMMAND is code; with --file, a local script.
     """
     sbx: str | None = None
     try:
-        req = exec_request(obj, command, {}, cwd, timeout, idle_timeout, stdin_file, max_output)
+        argv, script, interpreter = (None, None, None) if not (lang or code_file) else snippet(lang, code_file, command)
+        if not command and argv is None and script is None:
+            raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
+        req = exec_request(
+            obj, tuple(argv) if argv else command or ("true",), {}, cwd, timeout, idle_timeout, stdin_file, max_output
+        )
+        if argv:
+            req["command"] = argv  # code is never re-split by a shell
         sbx = reuse or obj.client.create(build_spec(obj, **create_kw))["id"]
         kept = keep and not reuse
         try:
+            if script is not None:
+                path = f"/tmp/hutch-snippet-{os.getpid()}"
+                obj.client.write_file(sbx, path, script, 0o600)
+                req["command"] = [str(interpreter), path]
             result = execute(obj, sbx, req, stream, {"kept": sbx} if kept else None)
+            if interpreter and result["exit_code"] == 127 and result.get("error"):
+                raise UnavailableError(
+                    f"{interpreter} is not installed in the sandbox (needed for --lang/--file)",
+                    hint=f"install {interpreter} on the host (its /usr is the sandbox's), or use another --lang",
+                )
         finally:
             if not reuse and not keep:
                 obj.client.destroy(sbx)
