@@ -8,6 +8,7 @@ timeouts belong to the Service. Built-in providers are found first, then the
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import import_module
@@ -18,6 +19,18 @@ from hutch.errors import InvalidError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 
 OnOutput = Callable[[str, bytes], Awaitable[None]]
+
+
+@dataclass
+class Interactive:
+    """A run that takes input while it runs: ``inbox`` carries ``{"stdin": bytes}``,
+    ``{"resize": (rows, cols)}`` and ``{"eof": True}``; ``tty`` gives it a terminal."""
+
+    inbox: asyncio.Queue[dict[str, Any]]
+    tty: bool = False
+    rows: int = 24
+    cols: int = 80
+
 
 if TYPE_CHECKING:
     from hutch.config import Settings
@@ -73,6 +86,7 @@ class Provider(Protocol):
         max_output: int,
         stream: bool = True,
         on_output: OnOutput | None = None,
+        interactive: Interactive | None = None,
     ) -> RawOutput:
         """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
         per stream; ``on_output`` sees every chunk as it comes. The run's output is also

@@ -143,6 +143,8 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
     help="Environment variable for this command (repeatable); a bare K copies it from this environment.",
 )
 @click.option("--background", "-d", is_flag=True, help="Start the command and print its run id at once.")
+@click.option("--interactive", "-i", is_flag=True, help="Forward this process's stdin to the command as it comes.")
+@click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
 @click.option("--session-id", "session_id", hidden=True)
 @exec_options
 @json_option
@@ -154,6 +156,8 @@ def exec_(
     command: tuple[str, ...],
     env: tuple[str, ...],
     background: bool,
+    interactive: bool,
+    tty: bool,
     session_id: str | None,
     stream: bool,
     **kw: Any,
@@ -171,6 +175,12 @@ def exec_(
             run = obj.client.exec(ref, req | {"background": True})
             emit(run) if obj.json else click.echo(run["id"])
             return
+        if interactive or tty:
+            from hutch.cli.interactive import attach
+
+            if tty:
+                req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req["env"]
+            exit_with(attach(obj, ref, req, tty))
         exit_with(execute(obj, ref, req, stream))
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))

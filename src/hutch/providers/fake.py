@@ -16,7 +16,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, OnOutput
+from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 
 
 class FakeProvider:
@@ -60,6 +60,7 @@ class FakeProvider:
         max_output: int,
         stream: bool = True,
         on_output: OnOutput | None = None,
+        interactive: Interactive | None = None,
     ) -> RawOutput:
         self._files(rec)
         self.calls.append(("exec", rec.id))

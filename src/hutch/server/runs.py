@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from hutch.errors import InvalidError
+from hutch.errors import HutchError, InvalidError
 from hutch.models import ExecRequest, ExecResult
+from hutch.provider import Interactive
 from hutch.service import Service
 
 NDJSON = "application/x-ndjson"
@@ -95,6 +99,7 @@ def router(service: Service) -> APIRouter:
     async def ps(ref: str) -> list[dict[str, Any]]:
         return await runs.ps(ref)
 
+    attach_route(r, service)
     return r
 
 
@@ -102,3 +107,65 @@ async def _prepend(first: dict[str, Any], rest: AsyncIterator[dict[str, Any]]) -
     yield first
     async for item in rest:
         yield item
+
+
+def attach_route(r: APIRouter, service: Service) -> None:
+    """``/v1/sandboxes/{ref}/attach``: a WebSocket for interactive runs (stdin, terminal, resize).
+
+    The client sends ``{"type": "start", ...exec request, "tty", "rows", "cols"}``, then
+    ``stdin`` (base64 ``data``), ``resize`` (``rows``, ``cols``) and ``eof`` messages; it
+    receives the same events as the NDJSON stream. A client that leaves hangs the run up.
+    """
+
+    @r.websocket("/v1/sandboxes/{ref}/attach")
+    async def attach(ws: WebSocket, ref: str) -> None:
+        await ws.accept()
+        try:
+            start = await ws.receive_json()
+            req = ExecRequest.model_validate({k: v for k, v in start.items() if k not in ("type", "tty", "rows", "cols")})
+            interactive = Interactive(
+                asyncio.Queue(), tty=bool(start.get("tty")), rows=int(start.get("rows") or 24), cols=int(start.get("cols") or 80)
+            )
+            events = service.runs.stream(ref, req, interactive)
+            first = await anext(events)
+        except HutchError as exc:
+            await ws.send_json(exc.to_dict() | {"type": "error"})
+            await ws.close()
+            return
+        except (ValidationError, ValueError, TypeError) as exc:
+            await ws.send_json({"type": "error", "error": {"kind": "invalid", "message": str(exc)}})
+            await ws.close()
+            return
+
+        async def send_all() -> None:
+            await ws.send_json(first)
+            async for event in events:
+                await ws.send_json(event)
+
+        reader = asyncio.create_task(_client_input(ws, interactive.inbox))
+        sender = asyncio.create_task(send_all())
+        try:
+            done, _ = await asyncio.wait({reader, sender}, return_when=asyncio.FIRST_COMPLETED)
+            if reader in done and sender not in done:
+                await interactive.inbox.put({"hangup": True})  # the client left: hang the run up
+        finally:
+            for task in (reader, sender):
+                task.cancel()
+            await events.aclose()
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await ws.close()
+
+
+async def _client_input(ws: WebSocket, inbox: asyncio.Queue[dict[str, Any]]) -> None:
+    while True:
+        try:
+            msg = await ws.receive_json()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        kind = msg.get("type")
+        if kind == "stdin":
+            await inbox.put({"stdin": base64.b64decode(msg.get("data", ""))})
+        elif kind == "resize":
+            await inbox.put({"resize": (int(msg["rows"]), int(msg["cols"]))})
+        elif kind == "eof":
+            await inbox.put({"eof": True})

@@ -14,11 +14,12 @@ import builtins
 import logging
 import signal as signals
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
+from hutch.provider import Interactive
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -135,6 +136,7 @@ class Runs:
         *,
         stream: bool,
         queue: Feed | None = None,
+        interactive: Interactive | None = None,
     ) -> ExecResult:
         """Run to the end and record the outcome; never leaves the run 'running'."""
         t0 = time.perf_counter()
@@ -156,6 +158,7 @@ class Runs:
                 max_output=req.max_output,
                 stream=stream,
                 on_output=on_output if queue is not None else None,
+                interactive=interactive,
             )
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
@@ -239,12 +242,18 @@ class Runs:
         task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True), run_id)
         return await asyncio.shield(task)
 
-    async def stream(self, ref: str, req: ExecRequest) -> AsyncIterator[dict[str, Any]]:
-        """Foreground, streamed: ``run``, then ``stdout``/``stderr`` chunks, then ``exit``."""
+    async def stream(
+        self, ref: str, req: ExecRequest, interactive: Interactive | None = None
+    ) -> AsyncGenerator[dict[str, Any], None]:
+        """Foreground, streamed: ``run``, then ``stdout``/``stderr`` chunks, then ``exit``.
+
+        With ``interactive``, the client's input reaches the run while it runs (and a
+        terminal when ``interactive.tty``)."""
         rec = self.svc.live(ref)
         run_id, argv, stdin = self._prepare(rec, req, background=False)
         queue = Feed()
-        task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue), run_id)
+        job = self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue, interactive=interactive)
+        task = self._spawn(job, run_id)
         try:
             yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
             while True:

@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import CapacityError, HutchError, InternalError, InvalidError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult
+from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, mounts, runs
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
@@ -484,6 +484,7 @@ class LocalProvider:
         max_output: int,
         stream: bool = True,
         on_output: OnOutput | None = None,
+        interactive: Interactive | None = None,
     ) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
@@ -498,7 +499,11 @@ class LocalProvider:
             "stream": stream,
             "disk_cap": self.settings.disk_cap,
         }
-        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output)
+        inbox = None
+        if interactive is not None:
+            header |= {"interactive": True, "tty": interactive.tty, "rows": interactive.rows, "cols": interactive.cols}
+            inbox = interactive.inbox
+        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output, inbox)
         return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), cg.oom_kills() > ooms_before)
 
     @staticmethod

@@ -265,6 +265,22 @@ def write_status(rdir, status):
         pass  # a full disk: the host still hears the status over the connection
 
 
+def set_winsize(fd, rows, cols):
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", int(rows), int(cols), 0, 0))
+
+
+def take_terminal():
+    """In the child, after setsid: make the pty on stdin the controlling terminal."""
+    import fcntl
+    import termios
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 def supervise(conn, req, fds):
     """Runs in a (pre-)forked child of the agent; owns one run until it ends.
 
@@ -286,25 +302,46 @@ def supervise(conn, req, fds):
     except OSError:
         transcript = None
     sinks = {}
-    pipes = {}
-    for name in ("stdout", "stderr"):
-        r, w = os.pipe2(os.O_CLOEXEC)
-        sinks[r] = Sink(name, run_id, rdir, cap, transcript)
-        pipes[name] = (r, w)
+    child_ends = []  # the child's ends of pipes / the pty, closed here once it runs
+    feed_fd = None  # where input from the host goes (interactive runs)
+    tty = bool(req.get("tty"))
+    interactive = tty or bool(req.get("interactive"))
+    if tty:
+        master, slave = os.openpty()
+        set_winsize(slave, req.get("rows") or 24, req.get("cols") or 80)
+        sinks[master] = Sink("stdout", run_id, rdir, cap, transcript)  # a terminal merges the streams
+        io = {"stdin": slave, "stdout": slave, "stderr": slave}
+        child_ends.append(slave)
+        feed_fd = master
+    else:
+        io = {"stdin": stdin_fd}
+        for name in ("stdout", "stderr"):
+            r, w = os.pipe2(os.O_CLOEXEC)
+            sinks[r] = Sink(name, run_id, rdir, cap, transcript)
+            io[name] = w
+            child_ends.append(w)
+        if interactive:
+            r, w = os.pipe2(os.O_CLOEXEC)
+            io["stdin"] = r
+            child_ends.append(r)
+            feed_fd = w
+    if feed_fd is not None:
+        os.set_blocking(feed_fd, False)
     live = bool(req.get("stream", True))
     started = time.time()
     status = {"run_id": run_id, "started_at": started}
     try:
         proc = subprocess.Popen(
             req["argv"],
-            stdin=stdin_fd,
-            stdout=pipes["stdout"][1],
-            stderr=pipes["stderr"][1],
+            stdin=io["stdin"],
+            stdout=io["stdout"],
+            stderr=io["stderr"],
             cwd=req.get("cwd") or "/workspace",
             env=req.get("env") or {},
             start_new_session=True,
             close_fds=True,
             restore_signals=True,
+            preexec_fn=take_terminal if tty else None,
         )
     except OSError as exc:
         missing_cwd = exc.filename == (req.get("cwd") or "/workspace")
@@ -326,8 +363,8 @@ def supervise(conn, req, fds):
         return
     finally:
         os.close(stdin_fd)
-        for _, w in pipes.values():
-            os.close(w)
+        for fd in child_ends:
+            os.close(fd)
     send_json(conn, {"pid": proc.pid})
     pidfd = os.pidfd_open(proc.pid)
     timeout = req.get("timeout")
@@ -339,10 +376,12 @@ def supervise(conn, req, fds):
     exited_at = None
     inbuf = b""
     open_pipes = set(sinks)
+    outbox = bytearray()  # input from the host not yet taken by the command
+    eof_asked = False
 
     def kill(sig, why):
         nonlocal reason
-        if reason is None:
+        if reason is None and why is not None:
             reason = why
         kill_tree(os.getpid(), sig)
 
@@ -356,10 +395,24 @@ def supervise(conn, req, fds):
         if wait_status is not None:
             waits.append(exited_at + GRACE - now)
         watch = list(open_pipes) + ([pidfd] if wait_status is None else []) + ([conn] if conn is not None else [])
-        ready, _, _ = select.select(watch, [], [], max(0.0, min(waits)))
+        wlist = [feed_fd] if feed_fd is not None and outbox else []
+        ready, writable, _ = select.select(watch, wlist, [], max(0.0, min(waits)))
+        if writable:
+            try:
+                del outbox[: os.write(feed_fd, outbox[:CHUNK])]
+            except BlockingIOError:
+                pass
+            except OSError:  # the command closed its input
+                outbox.clear()
+        if feed_fd is not None and eof_asked and not outbox and not tty:
+            os.close(feed_fd)
+            feed_fd = None
         for fd in ready:
             if fd in sinks:
-                data = os.read(fd, CHUNK)
+                try:
+                    data = os.read(fd, CHUNK)
+                except OSError:  # EIO: the terminal's other side is gone
+                    data = b""
                 if not data:
                     open_pipes.discard(fd)
                     continue
@@ -377,13 +430,26 @@ def supervise(conn, req, fds):
                     data = b""
                 if not data:
                     conn = None
+                    if interactive and wait_status is None:
+                        kill(signal.SIGHUP, None)  # like a terminal hanging up
                     continue
                 inbuf += data
                 while True:
                     msg, inbuf = take_frame(inbuf)
                     if msg is None:
                         break
-                    kill(int(msg.get("kill", signal.SIGKILL)), msg.get("reason", "killed"))
+                    if "stdin" in msg:
+                        outbox += msg["stdin"]
+                    elif "resize" in msg and tty:
+                        set_winsize(feed_fd, *msg["resize"])
+                    elif "eof" in msg:
+                        eof_asked = True
+                        if tty:
+                            outbox += b"\x04"
+                    elif "hangup" in msg:
+                        kill(signal.SIGHUP, None)  # the client left, like a terminal closing
+                    elif "kill" in msg:
+                        kill(int(msg["kill"]), msg.get("reason", "killed"))
         if wait_status is None and (pidfd in ready or proc.pid in REAPED):
             wait_status = wait_for(proc.pid)
             exited_at = time.monotonic()
@@ -399,7 +465,9 @@ def supervise(conn, req, fds):
     if reason in ("timeout", "idle_timeout"):
         kill_tree(os.getpid(), signal.SIGKILL)
     reap(block=False)
-    out, errs = [s for s in sinks.values()]
+    by_name = {sink.name: sink for sink in sinks.values()}
+    out = by_name["stdout"]
+    errs = by_name.get("stderr") or Sink("stderr", run_id, rdir, cap, None)  # a terminal has one stream
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
         code = 128 + sig
@@ -541,6 +609,9 @@ class Spare:
                     supervise(conn, req, fds[1:])
             except BaseException:
                 code = 1
+                import traceback  # to the sandbox's log (bwrap's stderr)
+
+                traceback.print_exc()
             finally:
                 os._exit(code)
         theirs.close()

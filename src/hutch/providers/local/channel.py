@@ -162,12 +162,23 @@ async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput |
         return msg
 
 
+async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
+    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor."""
+    while True:
+        msg = await inbox.get()
+        try:
+            ch.send(msg)
+        except OSError:
+            return
+
+
 async def run_exec(
     socket_path: str,
     header: dict[str, Any],
     stdin: bytes | None,
     max_output: int,
     on_output: OnOutput | None = None,
+    inbox: asyncio.Queue[dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], Collected]:
     """Run a command through the agent's supervisor and wait for its final status.
 
@@ -180,6 +191,7 @@ async def run_exec(
         in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
     collected = Collected(max_output)
     feeder: asyncio.Task[None] | None = None
+    pump: asyncio.Task[None] | None = None
     limit = header.get("timeout")
     try:
         async with Channel(socket_path) as ch:
@@ -190,6 +202,8 @@ async def run_exec(
             if in_w >= 0:
                 feeder = asyncio.create_task(feed(in_w, stdin or b""))
                 in_w = -1
+            if inbox is not None:
+                pump = asyncio.create_task(_pump(ch, inbox))
             first = await asyncio.wait_for(_next_message(ch, collected, on_output), 30.0)
             if "exit" in first:
                 return first, collected
@@ -207,3 +221,5 @@ async def run_exec(
             os.close(in_w)
         if feeder is not None:
             feeder.cancel()
+        if pump is not None:
+            pump.cancel()

@@ -1,0 +1,100 @@
+"""Interactive runs: stdin forwarded while the run runs, a real terminal, window resize."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from tests.conftest import Daemon, hutch_env
+from websockets.sync.client import unix_connect
+
+from hutch import Sandbox
+
+
+@contextlib.contextmanager
+def _attach(daemon: Daemon, sbx: Sandbox, start: dict[str, Any]) -> Iterator[Any]:
+    with unix_connect(str(daemon.settings.socket_path), uri=f"ws://hutch/v1/sandboxes/{sbx.id}/attach", max_size=None) as ws:
+        ws.send(json.dumps({"type": "start"} | start))
+        yield ws
+
+
+def _read_until(ws: Any, predicate: Any, seen: list[dict[str, Any]]) -> str:
+    out = ""
+    while True:
+        event = json.loads(ws.recv(timeout=30))
+        seen.append(event)
+        if event["type"] in ("stdout", "stderr"):
+            out += base64.b64decode(event["data"]).decode() if event["base64"] else event["data"]
+        if predicate(out, event):
+            return out
+
+
+def test_terminal_reports_tty_and_follows_a_resize(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    script = "tty; stty size; read line; stty size; exit 3"
+    with _attach(daemon, sbx, {"command": ["sh", "-c", script], "tty": True, "rows": 24, "cols": 80}) as ws:
+        seen: list[dict[str, Any]] = []
+        out = _read_until(ws, lambda text, ev: "24 80" in text, seen)
+        assert "/dev/pts/" in out
+        ws.send(json.dumps({"type": "resize", "rows": 40, "cols": 100}))
+        ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(b"go\r").decode()}))
+        out += _read_until(ws, lambda text, ev: ev["type"] == "exit", seen)
+        assert "40 100" in out
+        assert seen[-1]["exit_code"] == 3
+
+
+def test_stdin_streams_until_eof(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    with _attach(daemon, sbx, {"command": ["sh", "-c", "while read l; do echo got:$l; done; echo bye"]}) as ws:
+        seen: list[dict[str, Any]] = []
+        ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(b"one\n").decode()}))
+        assert "got:one" in _read_until(ws, lambda text, ev: "got:one" in text, seen)  # answered before any EOF
+        ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(b"two\n").decode()}))
+        ws.send(json.dumps({"type": "eof"}))
+        out = _read_until(ws, lambda text, ev: ev["type"] == "exit", seen)
+        assert out == "got:two\nbye\n" and seen[-1]["exit_code"] == 0
+
+
+def test_client_leaving_hangs_up_the_session(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    with _attach(daemon, sbx, {"command": ["sh", "-c", "echo ready; sleep 300"], "tty": True}) as ws:
+        seen: list[dict[str, Any]] = []
+        first = _read_until(ws, lambda text, ev: "ready" in text, seen)
+        assert "ready" in first
+        run_id = seen[0]["run_id"]
+    run = sbx.client.wait(run_id, timeout=30)  # hung up, not left running forever
+    assert run["status"] in ("killed", "failed")
+
+
+def test_cli_interactive_and_tty(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    env = hutch_env(daemon.home)
+    r = subprocess.run(
+        [sys.executable, "-m", "hutch", "exec", "-i", sbx.id, "--", "cat"],
+        input=b"piped in\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert (r.returncode, r.stdout) == (0, b"piped in\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "hutch", "exec", "-it", sbx.id, "--", "sh"],
+        input=b"test -t 0 && echo TTY; exit 4\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 4 and b"TTY" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "hutch", "shell", sbx.id],
+        input=b"echo in-shell; exit 0\n",
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert r.returncode == 0 and b"in-shell" in r.stdout
