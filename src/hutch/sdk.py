@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +22,7 @@ from typing import Any, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
-from hutch.errors import InvalidError
+from hutch.errors import HutchError, InvalidError
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,109 @@ class AsyncRuns:
         return AsyncRun(await self._sbx.client.run(run_id), self._sbx.client)
 
 
+class Pty:
+    """An interactive terminal session in a sandbox (``sbx.pty(...)``); use it as a context manager.
+
+    ``send`` types input, ``resize`` changes the window, ``read`` returns output as it comes
+    (``b""`` once the session ended), ``wait`` returns the exit code.
+    """
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.run_id: str | None = None
+        self.exit_code: int | None = None
+
+    def send(self, data: bytes | str) -> None:
+        self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+
+    def read(self, timeout: float | None = None) -> bytes:
+        while self.exit_code is None:
+            event = json.loads(self._ws.recv(timeout=timeout))
+            kind = event.get("type")
+            if kind == "run":
+                self.run_id = event["run_id"]
+            elif kind in ("stdout", "stderr"):
+                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+            elif kind == "exit":
+                self.exit_code = int(event["exit_code"])
+            elif kind == "error":
+                raise HutchError.from_dict(event)
+        return b""
+
+    def wait(self, timeout: float | None = None) -> int:
+        while self.read(timeout):
+            pass
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def close(self) -> None:
+        """Leave the session (the run is hung up if it is still going)."""
+        self._ws.close()
+
+    def __enter__(self) -> Pty:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPty:
+    """The asynchronous twin of :class:`Pty`."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.run_id: str | None = None
+        self.exit_code: int | None = None
+
+    async def send(self, data: bytes | str) -> None:
+        await self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        while self.exit_code is None:
+            event = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
+            kind = event.get("type")
+            if kind == "run":
+                self.run_id = event["run_id"]
+            elif kind in ("stdout", "stderr"):
+                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+            elif kind == "exit":
+                self.exit_code = int(event["exit_code"])
+            elif kind == "error":
+                raise HutchError.from_dict(event)
+        return b""
+
+    async def wait(self, timeout: float | None = None) -> int:
+        while await self.read(timeout):
+            pass
+        assert self.exit_code is not None
+        return self.exit_code
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    async def __aenter__(self) -> AsyncPty:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _pty_start(command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None) -> str:
+    argv = command or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
+    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd}
+    return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
+
+
+def _attach_uri(sandbox_id: str) -> str:
+    return f"ws://hutch/v1/sandboxes/{sandbox_id}/attach"
+
+
 class Files:
     def __init__(self, sbx: Sandbox) -> None:
         self._sbx = sbx
@@ -430,6 +534,24 @@ class Sandbox:
         if background:
             return Run(self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(self.client.exec(self.id, req))
+
+    def pty(
+        self,
+        command: str | builtins.list[str] | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Pty:
+        """A terminal session running ``command`` (default: a login shell)."""
+        from websockets.sync.client import unix_connect
+
+        self.client.health()
+        # entered by hand: the session outlives this call and Pty.close() ends it
+        ws = unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None).__enter__()
+        ws.send(_pty_start(command, rows, cols, env, cwd))
+        return Pty(ws)
 
     def destroy(self) -> dict[str, Any]:
         return self.client.destroy(self.id)
@@ -571,6 +693,23 @@ class AsyncSandbox:
         if background:
             return AsyncRun(await self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
+
+    async def pty(
+        self,
+        command: str | builtins.list[str] | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> AsyncPty:
+        """A terminal session running ``command`` (default: a login shell)."""
+        from websockets.asyncio.client import unix_connect
+
+        await self.client.get(self.id)
+        ws = await unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None)
+        await ws.send(_pty_start(command, rows, cols, env, cwd))
+        return AsyncPty(ws)
 
     async def destroy(self) -> dict[str, Any]:
         return await self.client.destroy(self.id)

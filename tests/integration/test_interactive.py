@@ -98,3 +98,33 @@ def test_cli_interactive_and_tty(daemon: Daemon) -> None:
         timeout=60,
     )
     assert r.returncode == 0 and b"in-shell" in r.stdout
+
+
+def test_sdk_pty_sync_and_async(daemon: Daemon) -> None:
+    import asyncio
+
+    from hutch import AsyncSandbox
+
+    sbx = Sandbox.create(settings=daemon.settings)
+    with sbx.pty(["sh", "-c", "stty size; read x; stty size; exit 6"], rows=30, cols=90) as term:
+        out = b""
+        while b"30 90" not in out:
+            out += term.read(timeout=30)
+        term.resize(50, 120)
+        term.send("\r")
+        assert term.wait(timeout=30) == 6
+        assert term.run_id and term.run_id.startswith("run_")
+
+    async def go() -> int:
+        asbx = await AsyncSandbox.connect(sbx.id, settings=daemon.settings)
+        async with await asbx.pty(["sh", "-c", "tty; exit 2"]) as t:
+            seen = b""
+            while True:
+                chunk = await t.read(timeout=30)
+                if not chunk:
+                    break
+                seen += chunk
+            assert b"/dev/pts/" in seen
+            return await t.wait()
+
+    assert asyncio.run(go()) == 2
