@@ -46,6 +46,9 @@ os.chmod(TMP, 0o711)  # as root, sandbox uids must pass through to the state dir
 HOME = TMP / "home"
 PEERS_DIR = TMP / "peers"
 os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
+# With PYTHONDONTWRITEBYTECODE set (some shells and CI images set it), every timed `hutch`
+# process would compile hutch from source (tens of ms): not what an installed hutch does.
+NO_BYTECODE = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import hutch  # noqa: E402
 from hutch.client import Client  # noqa: E402
@@ -535,6 +538,7 @@ def machine_info(b: Bench) -> dict[str, Any]:
         "mem_total_mib": meminfo()["MemTotal"] // 1024,
         "kernel": platform.release(),
         "python": platform.python_version(),
+        "pythondontwritebytecode_dropped": NO_BYTECODE is not None,
         "hutch": hutch.__version__,
         "hutch_path": str(src),
         "git_commit": commit.stdout.strip() or None,
@@ -609,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare_home(HOME)
         bench = Bench(args)
         log(f"temp dir {TMP}; bwrap {bench.bwrap.path}; {mode} mode, {args.iterations} rounds + {args.warmup} warm-up")
+        if NO_BYTECODE is not None:
+            log("PYTHONDONTWRITEBYTECODE dropped: the timed hutch processes use (and write) bytecode caches")
         results: dict[str, Any] = {
             "schema": 2,
             "timestamp": stamp.isoformat(timespec="seconds"),

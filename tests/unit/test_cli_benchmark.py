@@ -125,3 +125,12 @@ def test_zero_iterations_is_a_usage_error(settings: Settings) -> None:
 
     with pytest.raises(click.BadParameter):
         run_command(StubClient(settings), "--iterations", "0")
+
+
+def test_summary_statistics() -> None:
+    from hutch.cli.benchmark import summarize
+
+    assert summarize([3.0, 1.0, 2.0]) == {"median": 2.0, "p95": 3.0, "min": 1.0, "max": 3.0, "iterations": 3}
+    assert summarize([4.0, 1.0, 2.0, 3.0])["median"] == 2.5
+    assert summarize([float(i) for i in range(1, 101)])["p95"] == 95.0  # nearest rank
+    assert summarize([7.0])["median"] == 7.0
