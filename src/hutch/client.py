@@ -348,3 +348,19 @@ class AsyncClient(_Base):
 
     async def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
         return list(await self.json("GET", _path(ref) + "/ps"))
+
+    async def events(
+        self,
+        ref: str | None = None,
+        *,
+        types: builtins.list[str] | None = None,
+        since: float | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        run: str | None = None,
+    ) -> builtins.list[dict[str, Any]]:
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
+            if value:
+                params[key] = value
+        return list(await self.json("GET", "/v1/events", params=params))

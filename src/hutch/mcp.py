@@ -42,6 +42,7 @@ Command = Annotated[
     str | list[str],
     Field(description="A shell string (run with /bin/sh -c, e.g. 'make && make test') or an argv list (no shell)."),
 ]
+RunId = Annotated[str, Field(description="The run's id (run_...), from exec or exec_background.")]
 MaxOutput = Annotated[
     int | None,
     Field(
@@ -101,8 +102,9 @@ def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
     if out.get("truncated"):
         out["how_to_get_more"] = (
             f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes). "
-            f"Re-run with a larger max_output (up to {MAX_CALL_OUTPUT}), or redirect the output to a file "
-            "(e.g. 'cmd > out.txt 2>&1') and page through it with file_read (offset, max_bytes)."
+            f"The whole output is kept: page through it with run_poll (run_id={out.get('run_id')}, "
+            "stdout_offset/stderr_offset from next_offset), read the sandbox transcript with logs (offset), "
+            f"or re-run with a larger max_output (up to {MAX_CALL_OUTPUT})."
         )
     return out
 
@@ -245,6 +247,76 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         async def work() -> dict[str, Any]:
             return {"path": path, "entries": await client.list_files(sandbox, path)}
+
+        return await _call(work())
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def exec_background(
+        sandbox: Sandbox,
+        command: Command,
+        timeout: Annotated[float | None, Field(gt=0, description="Wall timeout in seconds (the tree is killed).")] = None,
+        idle_timeout: Annotated[
+            float | None, Field(gt=0, description="Kill the run when it prints nothing for this many seconds.")
+        ] = None,
+        env: Annotated[dict[str, str] | None, Field(description="Extra environment variables for this command.")] = None,
+        cwd: Annotated[str | None, Field(description="Working directory (default: the sandbox's workdir).")] = None,
+    ) -> CallToolResult:
+        """Start a command in the background and return its run record at once (id, status running).
+
+        Follow it with run_poll, wait for it with run_wait, stop it with run_kill. Its output is kept
+        on disk even if this client goes away."""
+        req = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout, "idle_timeout": idle_timeout}
+        return await _call(client.exec(sandbox, req | {"background": True}))
+
+    @app.tool(annotations=read_only)
+    async def run_poll(
+        run_id: RunId,
+        stdout_offset: Annotated[int, Field(ge=0, description="Resume stdout from this byte (a previous next_offset).")] = 0,
+        stderr_offset: Annotated[int, Field(ge=0, description="Resume stderr from this byte (a previous next_offset).")] = 0,
+        max_bytes: MaxOutput = None,
+    ) -> CallToolResult:
+        """A run's status and the output written so far from the given offsets (stdout/stderr each with
+        data, base64, offset, next_offset, size). done is true once it ended and everything was read."""
+        return await _call(client.output(run_id, stdout_offset, stderr_offset, max_bytes or default_cap))
+
+    @app.tool(annotations=read_only)
+    async def run_wait(
+        run_id: RunId,
+        timeout: Annotated[float | None, Field(gt=0, description="Give up after this many seconds (kind timeout).")] = None,
+    ) -> CallToolResult:
+        """Wait until a run ends and return its record (status, exit_code, output sizes)."""
+        return await _call(client.wait(run_id, timeout))
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False))
+    async def run_kill(
+        run_id: RunId,
+        signal: Annotated[str, Field(description="TERM (default), KILL, INT, HUP, QUIT, USR1, USR2 or a number.")] = "TERM",
+    ) -> CallToolResult:
+        """Signal a run's whole process tree. Killing a run that already ended succeeds and says so."""
+        return await _call(client.kill(run_id, signal))
+
+    @app.tool(annotations=read_only)
+    async def logs(
+        sandbox: Sandbox,
+        run_id: Annotated[str | None, Field(description="Only this run's output.")] = None,
+        offset: Annotated[int, Field(ge=0, description="Transcript offset to start at (a previous next_offset).")] = 0,
+        max_bytes: MaxOutput = None,
+    ) -> CallToolResult:
+        """The sandbox's transcript: the output of its runs in the order it arrived, from offset
+        (records with run_id, stream, data; next_offset to resume; eof when nothing is running)."""
+        return await _call(client.logs(sandbox, run_id, offset, max_bytes or default_cap))
+
+    @app.tool(annotations=read_only)
+    async def events(
+        sandbox: Sandbox,
+        type: Annotated[list[str] | None, Field(description="Only these types, e.g. ['run_finished'].")] = None,  # noqa: A002
+        after: Annotated[int, Field(ge=0, description="Only events after this sequence number.")] = 0,
+        limit: Annotated[int, Field(ge=1, le=1000, description="At most this many events.")] = 100,
+    ) -> CallToolResult:
+        """The sandbox's audit events in order (seq, time, type, run_id, data)."""
+
+        async def work() -> dict[str, Any]:
+            return {"events": await client.events(sandbox, types=type, after=after, limit=limit)}
 
         return await _call(work())
 

@@ -18,7 +18,21 @@ from tests.conftest import Daemon, hutch_env
 
 pytestmark = pytest.mark.integration
 
-TOOLS = {"sandbox_create", "sandbox_list", "sandbox_destroy", "exec", "file_write", "file_read", "file_list"}
+TOOLS = {
+    "sandbox_create",
+    "sandbox_list",
+    "sandbox_destroy",
+    "exec",
+    "file_write",
+    "file_read",
+    "file_list",
+    "exec_background",
+    "run_poll",
+    "run_wait",
+    "run_kill",
+    "logs",
+    "events",
+}
 
 
 @asynccontextmanager
@@ -117,7 +131,25 @@ def test_output_is_capped_with_truncation_metadata_and_the_rest_is_reachable(dae
         assert r["max_output"] == 32 << 10  # the default: 32 KiB per stream
         assert len(r["stdout"]) == 32 << 10 and r["stdout_bytes"] == size
         assert r["truncated"] and r["stdout_truncated"] and not r["stderr_truncated"]
-        assert "max_output" in r["how_to_get_more"] and "file_read" in r["how_to_get_more"]
+        assert "max_output" in r["how_to_get_more"] and "run_poll" in r["how_to_get_more"]
+        rest, offset = "", 0
+        while True:  # the whole output is reachable, page by page, from where the cap cut it
+            page = ok(await c.call_tool("run_poll", {"run_id": r["run_id"], "stdout_offset": offset}))
+            rest += page["stdout"]["data"]
+            offset = page["stdout"]["next_offset"]
+            if page["done"]:
+                break
+        assert rest == "x" * size
+
+        bg = ok(await c.call_tool("exec_background", {"sandbox": "mcp-cap", "command": "sleep 30"}))
+        assert bg["status"] == "running"
+        ok(await c.call_tool("run_kill", {"run_id": bg["id"], "signal": "KILL"}))
+        done = ok(await c.call_tool("run_wait", {"run_id": bg["id"], "timeout": 30}))
+        assert done["status"] == "killed"
+        evs = ok(await c.call_tool("events", {"sandbox": "mcp-cap", "type": ["run_finished"]}))["events"]
+        assert [e["data"]["status"] for e in evs][-1] == "killed"
+        transcript = ok(await c.call_tool("logs", {"sandbox": "mcp-cap", "max_bytes": 1000}))
+        assert transcript["records"] and transcript["next_offset"] > 0
 
         more = ok(await c.call_tool("exec", {"sandbox": "mcp-cap", "command": big, "max_output": size}))
         assert len(more["stdout"]) == size and not more["truncated"]

@@ -18,7 +18,7 @@ def test_cap_output_says_what_was_cut_and_how_to_get_more() -> None:
     raw = {"exit_code": 0, "stdout": "x" * 10, "stderr": "", "stdout_bytes": 5000, "stderr_bytes": 3, "truncated": True}
     out = cap_output(raw, 10)
     assert (out["max_output"], out["stdout_truncated"], out["stderr_truncated"]) == (10, True, False)
-    assert "max_output" in out["how_to_get_more"] and "file_read" in out["how_to_get_more"]
+    assert "max_output" in out["how_to_get_more"] and "run_poll" in out["how_to_get_more"]
     whole = cap_output({"stdout": "hi", "stdout_bytes": 2, "stderr_bytes": 0, "truncated": False}, 10)
     assert not whole["stdout_truncated"] and "how_to_get_more" not in whole
 

@@ -538,8 +538,13 @@ class LocalProvider:
         return runs.read_range(self._runs_dir(rec), [run_id, stream], offset, limit)
 
     async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
-        data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, limit)
+        data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, max(limit, runs.HEADER))
         records, next_offset = runs.parse_transcript(data, offset)
+        if not records and len(data) >= runs.HEADER:  # one record larger than limit: return it whole
+            need = runs.record_size(data)
+            if need:
+                data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, need)
+                records, next_offset = runs.parse_transcript(data, offset)
         return records, next_offset, size
 
     async def runs_alive(self, rec: SandboxRecord) -> set[str]:

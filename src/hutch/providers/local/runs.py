@@ -65,6 +65,15 @@ def read_status(runs_dir: Path, run_id: str) -> dict[str, Any] | None:
     return None
 
 
+def record_size(data: bytes) -> int | None:
+    """The full size (header included) of the record ``data`` starts with, if it starts with one."""
+    try:
+        _run, _stream, size_hex = data[:HEADER].decode("ascii").split()
+        return HEADER + int(size_hex, 16)
+    except ValueError:
+        return None
+
+
 def parse_transcript(data: bytes, offset: int) -> tuple[list[dict[str, Any]], int]:
     """Records in ``data`` (read at ``offset``), and the offset after the last whole one."""
     records: list[dict[str, Any]] = []
