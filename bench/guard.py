@@ -80,8 +80,8 @@ CHECKS = (
         latency("bare_bwrap"),
         25.0,
     ),
-    Check("CLI exec", "hutch exec", "bare bwrap", latency("cli_exec"), latency("bare_bwrap"), 50.0),
-    Check("CLI run", "hutch run", "bare bwrap", latency("cli_run"), latency("bare_bwrap"), 75.0),
+    Check("CLI exec", "hutch exec", "bare bwrap", latency("cli_exec"), latency("bare_bwrap"), 60.0),
+    Check("CLI run", "hutch run", "bare bwrap", latency("cli_run"), latency("bare_bwrap"), 100.0),
     Check(
         "concurrent creates",
         "N concurrent creates",

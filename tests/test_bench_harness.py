@@ -187,8 +187,8 @@ def test_guard_ignores_absolute_times(guard: ModuleType) -> None:
     [
         ("metrics", "sdk_exec", 4.0, "exec round trip"),  # 24x bare true > 20x
         ("metrics", "sdk_create_first", 3.0, "create -> first result"),  # 26x bare bwrap > 25x
-        ("metrics", "cli_exec", 3.0, "CLI exec"),  # 55x bare bwrap > 50x
-        ("metrics", "cli_run", 3.0, "CLI run"),  # 78x bare bwrap > 75x
+        ("metrics", "cli_exec", 3.5, "CLI exec"),  # 65x bare bwrap > 60x
+        ("metrics", "cli_run", 4.0, "CLI run"),  # 105x bare bwrap > 100x
         ("concurrent", "hutch", 3.5, "concurrent creates"),  # 29x > 25x
     ],
 )
@@ -215,3 +215,12 @@ def test_guard_does_not_judge_what_was_not_measured(guard: ModuleType) -> None:
     assert rows["concurrent creates"] is None and rows["stdout throughput"] is None
     assert guard.failures(guard.evaluate(data)) == []
     assert any(line.startswith("guard n/a") for line in guard.describe(guard.evaluate(data)))
+
+
+def test_guard_table_is_evaluated_from_the_samples(report: ModuleType) -> None:
+    data = results()
+    assert "### Regression guard" not in report.render(data)  # results from before the guard
+    data["guard"] = [{"check": "stale", "rule": "<= 1x", "ratio": 9.0, "ok": False}]  # recomputed, not trusted
+    md = report.render(data)
+    assert "| exec round trip | 2.00x | <= 20x bare true | pass |" in md  # 2.0 / 1.0 ms
+    assert "| concurrent creates | n/a |" in md and "stale" not in md
