@@ -98,7 +98,8 @@ class Bench:
         self.bwrap_argv = [*self.drop_prefix, self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
         self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
         self.live: hutch.Sandbox | None = None
-        self.peers: list[peers.Peer] = []
+        self.peers: list[peers.Peer] = []  # installed and measured
+        self.started: list[peers.Peer] = []  # every peer whose install began: all are closed at the end
         self.peer_status: list[dict[str, Any]] = []
         self.pending: list[hutch.Sandbox] = []  # made in a timed region, destroyed in the background
         self.pending_lock = threading.Lock()
@@ -224,6 +225,7 @@ class Bench:
         PEERS_DIR.mkdir()
         for peer in (peers.SandboxRuntime(PEERS_DIR, self.bwrap.path), peers.SweRex(PEERS_DIR), peers.Runc(PEERS_DIR)):
             log(f"peer {peer.name}: installing")
+            self.started.append(peer)
             t0 = time.monotonic()
             try:
                 peer.install()
@@ -420,7 +422,7 @@ class Bench:
     def cleanup(self) -> list[str]:
         """Stop the peers, destroy every sandbox in our state dir, stop our daemon; returns problems found."""
         problems: list[str] = []
-        for peer in self.peers:
+        for peer in self.started:
             try:
                 peer.close()
             except OSError as exc:
