@@ -131,6 +131,11 @@ def _exec_req(
     return req
 
 
+def _matches(info: dict[str, Any], labels: dict[str, str] | None, state: str | None) -> bool:
+    have = info.get("spec", {}).get("labels", {})
+    return (state is None or info.get("state") == state) and all(have.get(k) == v for k, v in (labels or {}).items())
+
+
 def _data(data: bytes | str) -> bytes:
     return data.encode() if isinstance(data, str) else data
 
@@ -477,9 +482,19 @@ class Sandbox:
         return cls(client.get(ref), client)
 
     @classmethod
-    def list(cls, *, include_all: bool = False, settings: Settings | None = None) -> builtins.list[Sandbox]:
+    def list(
+        cls,
+        *,
+        labels: dict[str, str] | None = None,
+        state: str | None = None,
+        include_all: bool = False,
+        settings: Settings | None = None,
+    ) -> builtins.list[Sandbox]:
+        """Sandboxes (live ones unless ``include_all`` or a ``state`` is given), optionally
+        only those carrying all of ``labels`` or in ``state``."""
         client = Client(settings)
-        return [cls(info, client) for info in client.list(include_all)]
+        infos = client.list(include_all or state is not None)
+        return [cls(info, client) for info in infos if _matches(info, labels, state)]
 
     def refresh(self) -> dict[str, Any]:
         self.info = self.client.get(self.id)
@@ -639,9 +654,19 @@ class AsyncSandbox:
         return cls(await client.get(ref), client)
 
     @classmethod
-    async def list(cls, *, include_all: bool = False, settings: Settings | None = None) -> builtins.list[AsyncSandbox]:
+    async def list(
+        cls,
+        *,
+        labels: dict[str, str] | None = None,
+        state: str | None = None,
+        include_all: bool = False,
+        settings: Settings | None = None,
+    ) -> builtins.list[AsyncSandbox]:
+        """Sandboxes (live ones unless ``include_all`` or a ``state`` is given), optionally
+        only those carrying all of ``labels`` or in ``state``."""
         client = AsyncClient(settings)
-        return [cls(info, client) for info in await client.list(include_all)]
+        infos = await client.list(include_all or state is not None)
+        return [cls(info, client) for info in infos if _matches(info, labels, state)]
 
     async def refresh(self) -> dict[str, Any]:
         self.info = await self.client.get(self.id)

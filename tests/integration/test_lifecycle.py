@@ -209,3 +209,13 @@ def test_create_cut_short_by_a_crash_is_cleaned_on_restart(hutch_home: Path) -> 
         assert [p for p in made if p.exists()] == []
     finally:
         d.stop()
+
+
+def test_sdk_list_filters_by_labels_and_state(daemon: Daemon) -> None:
+    a = Sandbox.create(labels={"team": "red", "job": "1"}, settings=daemon.settings)
+    b = Sandbox.create(labels={"team": "blue"}, settings=daemon.settings)
+    assert [s.id for s in Sandbox.list(labels={"team": "red"}, settings=daemon.settings)] == [a.id]
+    assert {s.id for s in Sandbox.list(settings=daemon.settings)} == {a.id, b.id}
+    b.destroy()
+    assert [s.id for s in Sandbox.list(state="destroyed", settings=daemon.settings)] == [b.id]
+    assert [s.id for s in Sandbox.list(state="running", labels={"job": "1"}, settings=daemon.settings)] == [a.id]
