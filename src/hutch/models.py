@@ -194,6 +194,7 @@ class RawOutput(BaseModel):
     truncated_on_disk: bool = False
     timed_out: bool = False
     reason: str | None = None  # timeout | idle_timeout | killed | spawn
+    finished_at: float | None = None
     killed: bool = False
     oom_killed: bool = False
     spawn_error: str | None = None

@@ -207,7 +207,7 @@ class Run:
     def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
         """Block until the run ends (TimeoutError_ kind ``timeout`` after ``timeout`` s)."""
         self.info = self.client.wait(self.id, timeout)
-        res = self.client.output(self.id, 0, 0, max_output)
+        res = self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
         return _result_of(self.info, *_raw_pair(res), cap=max_output)
 
     def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
@@ -271,7 +271,7 @@ class AsyncRun:
 
     async def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
         self.info = await self.client.wait(self.id, timeout)
-        res = await self.client.output(self.id, 0, 0, max_output)
+        res = await self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
         return _result_of(self.info, *_raw_pair(res), cap=max_output)
 
     async def kill(self, signal: str | int = "TERM") -> dict[str, Any]:

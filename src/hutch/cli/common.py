@@ -57,8 +57,11 @@ def json_option(f: F) -> F:
     )(f)
 
 
-def emit(obj: Any) -> None:
-    click.echo(json.dumps(obj, indent=None if not sys.stdout.isatty() else 2, default=str))
+def emit(obj: Any, line: bool = False) -> None:
+    """One JSON document; ``line`` for NDJSON streams (never indented, flushed at once)."""
+    click.echo(json.dumps(obj, indent=None if line or not sys.stdout.isatty() else 2, default=str))
+    if line:
+        sys.stdout.flush()
 
 
 def exit_code_for(exc: HutchError, run_command: bool) -> int:
@@ -66,6 +69,8 @@ def exit_code_for(exc: HutchError, run_command: bool) -> int:
     failures as 125 and timeouts as 124; other commands fail with 1."""
     if exc.kind == "invalid":
         return EXIT_USAGE
+    if exc.kind == "timeout":
+        return EXIT_TIMEOUT  # exec/run --timeout, wait --timeout ...
     if run_command:
         return EXIT_TIMEOUT if exc.kind == "timeout" else EXIT_HUTCH
     return EXIT_FAILED

@@ -71,7 +71,7 @@ def _session(obj: Ctx, ws: Any, req: dict[str, Any], tty: bool, size: os.termina
             event = json.loads(message)
             kind = event.get("type")
             if obj.json:
-                emit(event)
+                emit(event, line=True)
             elif kind in ("stdout", "stderr"):
                 _write(kind, event["data"], event.get("base64", False))
             if kind == "exit":

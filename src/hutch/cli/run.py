@@ -62,7 +62,7 @@ def exec_request(
 ) -> dict[str, Any]:
     for name, value in (("--timeout", timeout), ("--idle-output-timeout", idle_timeout)):
         if value is not None and not 0 < value <= 7 * 86400:
-            raise InvalidError(f"{name} must be between 0 and 604800 seconds, got {value}", hint="e.g. --timeout 600")
+            raise InvalidError(f"{name} must be between 0 and 604800 seconds, got {value}", hint=f"e.g. {name} 600")
     req: dict[str, Any] = {
         "command": command_of(command),
         "env": env,
@@ -117,17 +117,20 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
     final: dict[str, Any] | None = None
     for event in obj.client.exec_stream(ref, req):
         if obj.json:
-            emit(event | (extra or {}) if event.get("type") == "exit" else event)
+            emit(event | (extra or {}) if event.get("type") == "exit" else event, line=True)
         elif event["type"] in ("stdout", "stderr"):
             _write(event["type"], event["data"], event.get("base64", False))
         if event.get("type") == "exit":
             final = event
         elif event.get("type") == "error":
-            raise HutchError.from_dict(event)
+            err = HutchError.from_dict(event)
+            if obj.json:  # already printed as the stream's last event
+                raise SystemExit(exit_code_for(err, run_command=True))
+            raise err
     if final is None:
         raise UnavailableError("the output stream ended before the run did", hint="see hutch runs SANDBOX and hutch poll RUN")
     if not obj.json:
-        _explain(final)
+        _explain(final | {"truncated": False})  # everything was shown live
     return final
 
 

@@ -107,7 +107,8 @@ def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offs
                             "base64": chunk["base64"],
                             "offset": chunk["offset"],
                             "next_offset": chunk["next_offset"],
-                        }
+                        },
+                        line=True,
                     )
                 else:
                     _write(name, chunk["data"], chunk["base64"])
@@ -115,7 +116,7 @@ def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offs
         run = res["run"]
         if res["done"] or (not follow and not _more(res)):
             if obj.json:
-                emit({"type": "status", "run": run, "next_offsets": offsets})
+                emit({"type": "status", "run": run, "next_offsets": offsets}, line=True)
             else:
                 state = run["status"] + ("" if run["exit_code"] is None else f" (exit {run['exit_code']})")
                 click.echo(
@@ -179,7 +180,7 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, limit: str,
     while True:
         res = obj.client.logs(sandbox, run_id, offset, page)
         if obj.json:
-            emit(res)
+            emit(res, line=follow)
         else:
             for r in res["records"]:
                 _write(r["stream"], r["data"], r["base64"])

@@ -147,6 +147,8 @@ class Service:
 
     async def _check_lost(self, rec: SandboxRecord, message: str, run_id: str | None = None) -> None:
         """After a failed call: a sandbox that is gone is marked lost, not left 'running'."""
+        if self.store.get_sandbox(rec.id).state != SandboxState.running:
+            return  # being destroyed: that is why it went away
         if not await self.provider(rec.provider).alive(rec):
             self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
             self.store.append_event("sandbox_lost", rec.id, run_id)

@@ -160,6 +160,8 @@ class Runs:
                 on_output=on_output if queue is not None else None,
                 interactive=interactive,
             )
+        except asyncio.CancelledError:
+            raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
             if isinstance(exc, UnavailableError):
@@ -314,7 +316,7 @@ class Runs:
         return counts
 
     def _settle(self, rec: SandboxRecord, run: dict[str, Any], raw: RawOutput) -> ExecResult:
-        duration = (time.time() - run["started_at"]) * 1000
+        duration = ((raw.finished_at or time.time()) - run["started_at"]) * 1000
         result = self.result(rec.id, run["id"], raw, duration, 0)
         result.truncated = raw.truncated_on_disk
         self._record(result, oom=False)

@@ -523,6 +523,7 @@ class LocalProvider:
             killed=reason == "killed",
             oom_killed=oom and sig == signal.SIGKILL and reason is None,
             spawn_error=reply.get("spawn_error"),
+            finished_at=reply.get("finished_at"),
         )
 
     # -- runs ------------------------------------------------------------------------

@@ -216,6 +216,7 @@ def set_subreaper():
 RUNS_DIR = "/.hutch/runs"
 RUNS = {}  # run id -> supervisor pid, kept by the agent across daemon restarts
 GRACE = 0.25  # after the command exits, how long its descendants may hold the pipes
+SEND_BUFFER = 1 << 20  # live output queued for the host before the run's pipes stop being read
 
 
 def prepare_supervisor():
@@ -378,12 +379,20 @@ def supervise(conn, req, fds):
     open_pipes = set(sinks)
     outbox = bytearray()  # input from the host not yet taken by the command
     eof_asked = False
+    sendq = bytearray()  # live output for the host not yet sent: bounded, so a slow host slows the run
+    conn.setblocking(False)
 
     def kill(sig, why):
         nonlocal reason
         if reason is None and why is not None:
             reason = why
         kill_tree(os.getpid(), sig)
+
+    try:  # a kill that came before the command existed
+        with open(os.path.join(rdir, "killed")) as f:
+            kill(int(f.read().strip() or signal.SIGKILL), "killed")
+    except (OSError, ValueError):
+        pass
 
     while open_pipes or wait_status is None:
         now = time.monotonic()
@@ -394,10 +403,21 @@ def supervise(conn, req, fds):
             waits.append(last_output + idle - now)
         if wait_status is not None:
             waits.append(exited_at + GRACE - now)
-        watch = list(open_pipes) + ([pidfd] if wait_status is None else []) + ([conn] if conn is not None else [])
+        reading = open_pipes if len(sendq) < SEND_BUFFER else set()
+        watch = list(reading) + ([pidfd] if wait_status is None else []) + ([conn] if conn is not None else [])
         wlist = [feed_fd] if feed_fd is not None and outbox else []
+        if conn is not None and sendq:
+            wlist.append(conn)
         ready, writable, _ = select.select(watch, wlist, [], max(0.0, min(waits)))
-        if writable:
+        if conn is not None and conn in writable:
+            try:
+                del sendq[: conn.send(sendq[:CHUNK])]
+            except BlockingIOError:
+                pass
+            except OSError:
+                conn = None  # the host went away: the run carries on, on disk
+                sendq.clear()
+        if feed_fd is not None and feed_fd in writable:
             try:
                 del outbox[: os.write(feed_fd, outbox[:CHUNK])]
             except BlockingIOError:
@@ -419,13 +439,12 @@ def supervise(conn, req, fds):
                 last_output = time.monotonic()
                 sinks[fd].write(data)
                 if live and conn is not None:
-                    try:
-                        send_json(conn, {"stream": sinks[fd].name, "size": len(data)}, data)
-                    except OSError:
-                        conn = None  # the host went away: the run carries on, on disk
+                    sendq += dumps({"stream": sinks[fd].name, "size": len(data)}).encode() + b"\n" + data
             elif fd is conn:
                 try:
                     data = conn.recv(4096)
+                except BlockingIOError:
+                    continue
                 except OSError:
                     data = b""
                 if not data:
@@ -488,6 +507,9 @@ def supervise(conn, req, fds):
     write_status(rdir, status)
     if conn is not None:
         try:
+            conn.setblocking(True)
+            conn.settimeout(30)
+            conn.sendall(bytes(sendq))
             send_json(conn, status)
         except OSError:
             pass
@@ -728,7 +750,8 @@ def handle(conn, server, spare):
         pid = RUNS.get(req.get("run_id"))
         running = pid is not None and alive(pid)
         if running:
-            try:  # tells the supervisor the end was asked for (status "killed")
+            try:  # tells the supervisor the end was asked for (status "killed"), even before it started
+                os.makedirs(os.path.join(RUNS_DIR, req["run_id"]), exist_ok=True)
                 with open(os.path.join(RUNS_DIR, req["run_id"], "killed"), "w") as f:
                     f.write(str(req.get("signal", signal.SIGKILL)))
             except OSError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -74,10 +75,20 @@ def record_size(data: bytes) -> int | None:
         return None
 
 
+_HEADER_RE = re.compile(rb"run_[0-9a-f]{19} [oe] [0-9a-f]{8}\n")
+
+
 def parse_transcript(data: bytes, offset: int) -> tuple[list[dict[str, Any]], int]:
-    """Records in ``data`` (read at ``offset``), and the offset after the last whole one."""
+    """Records in ``data`` (read at ``offset``), and the offset after the last whole one.
+
+    An offset that is not a record boundary (a hand-typed --offset) is moved forward to
+    the next record, so following never stalls.
+    """
     records: list[dict[str, Any]] = []
     pos = 0
+    if data and not _HEADER_RE.match(data):
+        m = _HEADER_RE.search(data)
+        pos = m.start() if m else max(0, len(data) - HEADER)
     while pos + HEADER <= len(data):
         head = data[pos : pos + HEADER]
         try:
