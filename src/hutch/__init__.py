@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from hutch.errors import HutchError
-from hutch.sdk import AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Run, Sandbox
+if TYPE_CHECKING:
+    from hutch.errors import HutchError
+    from hutch.sdk import AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Run, Sandbox
 
 __all__ = [
     "AsyncRun",
@@ -18,3 +21,16 @@ __all__ = [
     "Sandbox",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The SDK is imported on first use, so that ``hutch`` itself (and the CLI) start fast."""
+    if name == "HutchError":
+        from hutch.errors import HutchError
+
+        return HutchError
+    if name in __all__:
+        from hutch import sdk
+
+        return getattr(sdk, name)
+    raise AttributeError(f"module 'hutch' has no attribute {name!r}")

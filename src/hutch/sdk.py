@@ -10,7 +10,6 @@ hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import builtins
 import json
@@ -289,6 +288,8 @@ class AsyncRun:
             if res["done"]:
                 return
             if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
+                import asyncio  # here, not at the top: the CLI imports this module and asyncio costs ~30 ms
+
                 await asyncio.sleep(interval)
 
 
@@ -368,6 +369,8 @@ class AsyncPty:
 
     async def read(self, timeout: float | None = None) -> bytes:
         while self.exit_code is None:
+            import asyncio
+
             event = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
             kind = event.get("type")
             if kind == "run":

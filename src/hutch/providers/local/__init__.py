@@ -498,6 +498,7 @@ class LocalProvider:
             "idle_timeout": idle_timeout,
             "stream": stream,
             "disk_cap": self.settings.disk_cap,
+            "live_limit": None if on_output is not None else max_output,  # nobody watches live: send what is kept
         }
         inbox = None
         if interactive is not None:

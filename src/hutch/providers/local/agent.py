@@ -203,11 +203,16 @@ def _load_prctl():
         return None
 
 
+PRCTL = {}
+
+
 def set_subreaper():
-    # ctypes costs ~8 ms to import: the spare pays it after its fork, off the critical path
-    prctl = _load_prctl()
-    if prctl is not None:
-        prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    # ctypes costs ~8 ms to import: the agent loads it once it is ready (spares forked
+    # later inherit it); the very first spare loads it itself, after its fork
+    if "fn" not in PRCTL:
+        PRCTL["fn"] = _load_prctl()
+    if PRCTL["fn"] is not None:
+        PRCTL["fn"](36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 # -- exec ------------------------------------------------------------------------------
@@ -226,39 +231,68 @@ def prepare_supervisor():
 
 
 class Sink:
-    """One output stream: a capped file on disk, the sandbox transcript, the live host."""
+    """One output stream: a capped file on disk, the sandbox transcript, the live host.
 
-    def __init__(self, name, run_id, rdir, cap, transcript):
-        self.name, self.run_id, self.cap, self.transcript = name, run_id, cap, transcript
+    Files are opened at the first byte: a command that prints nothing costs no file.
+    """
+
+    def __init__(self, name, run_id, rdir, cap, live_limit):
+        self.name, self.run_id, self.rdir, self.cap = name, run_id, rdir, cap
+        self.live_limit = live_limit  # None: everything goes to the host live
         self.total = 0
         self.disk_error = None
+        self.fd = -1  # -1: not opened yet; None: cannot write
+
+    def _open(self):
         try:
-            self.fd = os.open(os.path.join(rdir, name), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            os.makedirs(self.rdir, exist_ok=True)
+            self.fd = os.open(os.path.join(self.rdir, self.name), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         except OSError as exc:  # a full disk: the run goes on, its output only streamed live
             self.fd, self.disk_error = None, exc.strerror
 
     def write(self, data):
         room = self.cap - self.total
         self.total += len(data)
+        if self.fd == -1:
+            self._open()
         if room <= 0 or self.fd is None:
             return
         kept = data[:room]
         try:
             os.write(self.fd, kept)
-            if self.transcript is not None:
+            transcript = TRANSCRIPT.get("fd")
+            if transcript is not None:
                 head = ("%s %s %08x\n" % (self.run_id, self.name[3], len(kept))).encode()
-                os.write(self.transcript, head + kept)  # one O_APPEND write: never interleaved
+                os.write(transcript, head + kept)  # one O_APPEND write: never interleaved
         except OSError as exc:
             self.fd, self.disk_error = None, exc.strerror
+
+    def live(self, data):
+        """The part of ``data`` the host wants live."""
+        if self.live_limit is None:
+            return data
+        sent = self.total - len(data)
+        return data[: max(0, self.live_limit - sent)]
 
     @property
     def truncated(self):
         return self.total > self.cap
 
 
+TRANSCRIPT = {}  # the sandbox transcript's descriptor, opened once by the agent (spares inherit it)
+
+
+def open_transcript():
+    try:
+        TRANSCRIPT["fd"] = os.open(os.path.join(RUNS_DIR, "transcript"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        TRANSCRIPT["fd"] = None
+
+
 def write_status(rdir, status):
     tmp = os.path.join(rdir, ".status.tmp")
     try:
+        os.makedirs(rdir, exist_ok=True)
         with open(tmp, "w") as f:
             f.write(dumps(status))
         os.replace(tmp, os.path.join(rdir, "status"))
@@ -293,15 +327,8 @@ def supervise(conn, req, fds):
     stdin_fd = fds[0]
     run_id = req["run_id"]
     rdir = os.path.join(RUNS_DIR, run_id)
-    try:
-        os.makedirs(rdir, exist_ok=True)
-    except OSError:
-        pass  # a full disk: the sinks below record that they could not write
     cap = int(req.get("disk_cap", 64 << 20))
-    try:
-        transcript = os.open(os.path.join(RUNS_DIR, "transcript"), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    except OSError:
-        transcript = None
+    live_limit = req.get("live_limit")
     sinks = {}
     child_ends = []  # the child's ends of pipes / the pty, closed here once it runs
     feed_fd = None  # where input from the host goes (interactive runs)
@@ -310,7 +337,7 @@ def supervise(conn, req, fds):
     if tty:
         master, slave = os.openpty()
         set_winsize(slave, req.get("rows") or 24, req.get("cols") or 80)
-        sinks[master] = Sink("stdout", run_id, rdir, cap, transcript)  # a terminal merges the streams
+        sinks[master] = Sink("stdout", run_id, rdir, cap, live_limit)  # a terminal merges the streams
         io = {"stdin": slave, "stdout": slave, "stderr": slave}
         child_ends.append(slave)
         feed_fd = master
@@ -318,7 +345,7 @@ def supervise(conn, req, fds):
         io = {"stdin": stdin_fd}
         for name in ("stdout", "stderr"):
             r, w = os.pipe2(os.O_CLOEXEC)
-            sinks[r] = Sink(name, run_id, rdir, cap, transcript)
+            sinks[r] = Sink(name, run_id, rdir, cap, live_limit)
             io[name] = w
             child_ends.append(w)
         if interactive:
@@ -438,8 +465,9 @@ def supervise(conn, req, fds):
                     continue
                 last_output = time.monotonic()
                 sinks[fd].write(data)
-                if live and conn is not None:
-                    sendq += dumps({"stream": sinks[fd].name, "size": len(data)}).encode() + b"\n" + data
+                shown = sinks[fd].live(data) if live and conn is not None else b""
+                if shown:
+                    sendq += dumps({"stream": sinks[fd].name, "size": len(shown)}).encode() + b"\n" + shown
             elif fd is conn:
                 try:
                     data = conn.recv(4096)
@@ -486,7 +514,7 @@ def supervise(conn, req, fds):
     reap(block=False)
     by_name = {sink.name: sink for sink in sinks.values()}
     out = by_name["stdout"]
-    errs = by_name.get("stderr") or Sink("stderr", run_id, rdir, cap, None)  # a terminal has one stream
+    errs = by_name.get("stderr") or Sink("stderr", run_id, rdir, cap, live_limit)  # a terminal has one stream
     if os.WIFSIGNALED(wait_status):
         sig = os.WTERMSIG(wait_status)
         code = 128 + sig
@@ -504,7 +532,6 @@ def supervise(conn, req, fds):
             "disk_error": out.disk_error or errs.disk_error,
         }
     )
-    write_status(rdir, status)
     if conn is not None:
         try:
             conn.setblocking(True)
@@ -513,6 +540,7 @@ def supervise(conn, req, fds):
             send_json(conn, status)
         except OSError:
             pass
+    write_status(rdir, status)
 
 
 # -- files -----------------------------------------------------------------------------
@@ -614,10 +642,10 @@ class Spare:
             try:
                 server.close()
                 ours.close()
-                keep = theirs.fileno()
+                keep = {theirs.fileno(), TRANSCRIPT.get("fd")}
                 for name in os.listdir("/proc/self/fd"):
                     # whatever the agent had open (another run's connection...) is not ours
-                    if int(name) > 2 and int(name) != keep:
+                    if int(name) > 2 and int(name) not in keep:
                         try:
                             os.close(int(name))
                         except OSError:
@@ -783,9 +811,11 @@ def main():
     server.bind(sock_path)
     os.chmod(sock_path, 0o600)
     server.listen(64)
+    open_transcript()
     spare = new_spare(server)
     os.write(ready_fd, b"ready\n")
     os.close(ready_fd)
+    PRCTL["fn"] = _load_prctl()
     while True:
         try:
             conn, _ = server.accept()
