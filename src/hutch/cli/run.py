@@ -183,6 +183,12 @@ def exec_(
 
             if tty:
                 req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req["env"]
+                if not sys.stdin.isatty() and not obj.json:
+                    click.echo(
+                        "hutch: stdin is not a terminal: its end is sent as one ^D, which programs that read "
+                        "the terminal raw (a REPL with readline) may ignore; end the input with an exit command",
+                        err=True,
+                    )
             exit_with(attach(obj, ref, req, tty))
         exit_with(execute(obj, ref, req, stream))
     except HutchError as exc:
