@@ -8,15 +8,17 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from hutch.errors import HutchError
-    from hutch.sdk import AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Run, Sandbox
+    from hutch.sdk import AsyncPty, AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Pty, Run, Sandbox
 
 __all__ = [
+    "AsyncPty",
     "AsyncRun",
     "AsyncSandbox",
     "ExecResult",
     "FileInfo",
     "HutchError",
     "OutputChunk",
+    "Pty",
     "Run",
     "Sandbox",
     "__version__",

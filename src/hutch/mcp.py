@@ -103,7 +103,8 @@ def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
         out["how_to_get_more"] = (
             f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes). "
             f"The whole output is kept: page through it with run_poll (run_id={out.get('run_id')}, "
-            "stdout_offset/stderr_offset from next_offset), read the sandbox transcript with logs (offset), "
+            f"stdout_offset={cap} and stderr_offset={cap} to continue where this cut), "
+            "read the sandbox transcript with logs (offset), "
             f"or re-run with a larger max_output (up to {MAX_CALL_OUTPUT})."
         )
     return out

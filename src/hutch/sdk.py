@@ -399,9 +399,11 @@ class AsyncPty:
         await self.close()
 
 
-def _pty_start(command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None) -> str:
+def _pty_start(
+    command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None, timeout: float | None
+) -> str:
     argv = command or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
-    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd}
+    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd, "timeout": timeout}
     return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
 
 
@@ -561,14 +563,15 @@ class Sandbox:
         cols: int = 80,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        timeout: float | None = None,
     ) -> Pty:
-        """A terminal session running ``command`` (default: a login shell)."""
+        """A terminal session running ``command`` (default: a login shell); ``timeout`` as for exec."""
         from websockets.sync.client import unix_connect
 
         self.client.health()
         # entered by hand: the session outlives this call and Pty.close() ends it
         ws = unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None).__enter__()
-        ws.send(_pty_start(command, rows, cols, env, cwd))
+        ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return Pty(ws)
 
     def destroy(self) -> dict[str, Any]:
@@ -730,13 +733,14 @@ class AsyncSandbox:
         cols: int = 80,
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        timeout: float | None = None,
     ) -> AsyncPty:
-        """A terminal session running ``command`` (default: a login shell)."""
+        """A terminal session running ``command`` (default: a login shell); ``timeout`` as for exec."""
         from websockets.asyncio.client import unix_connect
 
         await self.client.get(self.id)
         ws = await unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None)
-        await ws.send(_pty_start(command, rows, cols, env, cwd))
+        await ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return AsyncPty(ws)
 
     async def destroy(self) -> dict[str, Any]:

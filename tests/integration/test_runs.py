@@ -265,3 +265,24 @@ def test_code_snippets(daemon: Daemon, tmp_path: Path) -> None:
     unknown.write_text("x")
     r = _cli(daemon, "run", "--file", str(unknown))
     assert r.returncode == 2 and b"--lang" in r.stderr
+
+
+def test_slow_streaming_client_does_not_hold_up_the_run(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    c = Client(daemon.settings, autostart=False)
+    stream = c.exec_stream(sbx.id, {"command": ["sh", "-c", "yes | head -c 40000000; sleep 30"], "timeout": 2})
+    first = next(stream)
+    run_id = first["run_id"]
+    deadline = time.monotonic() + 20
+    while c.run(run_id)["status"] == "running":  # the client reads nothing meanwhile
+        assert time.monotonic() < deadline, "the run record waited for the slow client"
+        time.sleep(0.2)
+    assert c.run(run_id)["status"] == "timed_out"
+    got = 0
+    last = None
+    for ev in stream:  # the client catches up: from memory, then from the files on disk
+        if ev["type"] == "stdout":
+            got += len(ev["data"])
+        last = ev
+    assert last is not None and last["type"] == "exit" and last["status"] == "timed_out"
+    assert got == 40_000_000

@@ -79,7 +79,19 @@ def test_exec_never_takes_check_or_raise_flags() -> None:
 
 # -- the public surface ---------------------------------------------------------------
 
-PINNED_ALL = ["AsyncRun", "AsyncSandbox", "ExecResult", "FileInfo", "HutchError", "OutputChunk", "Run", "Sandbox", "__version__"]
+PINNED_ALL = [
+    "AsyncPty",
+    "AsyncRun",
+    "AsyncSandbox",
+    "ExecResult",
+    "FileInfo",
+    "HutchError",
+    "OutputChunk",
+    "Pty",
+    "Run",
+    "Sandbox",
+    "__version__",
+]
 
 
 def test_all_is_sorted() -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hutch.service")
 WATCH_INTERVAL = 0.2
+FEED_LIMIT = 4 << 20  # live output held for one slow streaming client before it is served from disk
 OUTPUT_PAGE = 1 << 20
 SIGNALS = {
     "TERM": signals.SIGTERM,
@@ -69,17 +70,29 @@ def outcome(raw: RawOutput) -> tuple[RunStatus, int]:
 
 
 class Feed(asyncio.Queue[tuple[str, bytes]]):
-    """Live output for one streaming client: bounded, so a slow client slows the run down
-    (backpressure reaches the workload) instead of growing the daemon; once the client is
-    gone, chunks are dropped and the run carries on, its output kept on disk."""
+    """Live output for one streaming client. It never blocks the run: past FEED_LIMIT bytes
+    waiting for a slow client it stops queueing ("lagging") and the client is served from the
+    run's files on disk instead; once the client is gone, chunks are simply dropped."""
 
     def __init__(self) -> None:
-        super().__init__(maxsize=32)
+        super().__init__()
         self.closed = False
+        self.lagging = False
+        self.queued = 0
 
     async def put(self, item: tuple[str, bytes]) -> None:
-        if not self.closed:
-            await super().put(item)
+        if self.closed or self.lagging:
+            return
+        if self.queued + len(item[1]) > FEED_LIMIT:
+            self.lagging = True
+            return
+        self.queued += len(item[1])
+        self.put_nowait(item)
+
+    def take(self) -> tuple[str, bytes]:
+        item = self.get_nowait()
+        self.queued -= len(item[1])
+        return item
 
     def close(self) -> None:
         self.closed = True
@@ -256,31 +269,57 @@ class Runs:
         queue = Feed()
         job = self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue, interactive=interactive)
         task = self._spawn(job, run_id)
+        sent = {"stdout": 0, "stderr": 0}
+
+        def event(name: str, chunk: bytes) -> dict[str, Any]:
+            sent[name] += len(chunk)
+            data, b64 = text(chunk)
+            return {"type": name, "data": data, "base64": b64}
+
         try:
             yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
-            while True:
+            while not task.done() or not queue.empty():
+                if not queue.empty():
+                    yield event(*queue.take())
+                    continue
+                if queue.lagging:  # the client fell behind: serve it from the files on disk
+                    moved = False
+                    async for name, chunk in self._from_disk(rec, run_id, sent):
+                        moved = True
+                        yield event(name, chunk)
+                    if not moved:
+                        await asyncio.wait({task}, timeout=WATCH_INTERVAL)
+                    continue
                 getter = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
                 if getter in done:
                     name, chunk = getter.result()
-                    data, b64 = text(chunk)
-                    yield {"type": name, "data": data, "base64": b64}
-                    continue
-                getter.cancel()
-                while not queue.empty():
-                    name, chunk = queue.get_nowait()
-                    data, b64 = text(chunk)
-                    yield {"type": name, "data": data, "base64": b64}
-                try:
-                    result = task.result()
-                except HutchError as exc:
-                    yield {"type": "error"} | exc.to_dict()
-                    return
-                summary = result.model_dump(mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"})
-                yield {"type": "exit"} | summary
+                    queue.queued -= len(chunk)
+                    yield event(name, chunk)
+                else:
+                    getter.cancel()
+            if queue.lagging:
+                async for name, chunk in self._from_disk(rec, run_id, sent):
+                    yield event(name, chunk)
+            try:
+                result = task.result()
+            except HutchError as exc:
+                yield {"type": "error"} | exc.to_dict()
                 return
+            summary = result.model_dump(mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"})
+            yield {"type": "exit"} | summary
         finally:
             queue.close()  # the client went away (or we are done): the run goes on, on disk
+
+    async def _from_disk(self, rec: SandboxRecord, run_id: str, sent: dict[str, int]) -> AsyncGenerator[tuple[str, bytes], None]:
+        """What was written to the run's files past what the client already got."""
+        provider = self.svc.provider(rec.provider)
+        for name in ("stdout", "stderr"):
+            while True:
+                data, _ = await provider.read_output(rec, run_id, name, sent[name], 1 << 16)
+                if not data:
+                    break
+                yield name, data
 
     async def start(self, ref: str, req: ExecRequest) -> dict[str, Any]:
         """Background: record and start the run, return at once."""
