@@ -59,6 +59,7 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
         "adopted %d sandboxes, marked %d lost, cleaned %d", len(report["adopted"]), len(report["lost"]), len(report["cleaned"])
     )
     app = create_app(service)
+    (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
     server = _Server(config)
@@ -66,7 +67,6 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # from here on a signal means a clean stop
         loop.add_signal_handler(sig, server.handle_exit, sig, None)
-    (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
     if announce is not None:
         announce()

@@ -259,27 +259,16 @@ class LocalProvider:
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
-            self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.settings.sandboxes_dir, 0o711)
-            if self.root:  # bwrap runs as the sandbox's uid and must pass through the state dir
-                home = self.settings.home
-                os.chmod(home, home.stat().st_mode | 0o111)
-            sdir.mkdir(exist_ok=True)
-            os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
-            ws, ctl = sdir / "workspace", sdir / "ctl"
-            ws.mkdir(mode=0o700, exist_ok=True)
-            ctl.mkdir(mode=0o700, exist_ok=True)
-            rdir = sdir / "runs"
-            rdir.mkdir(mode=0o700, exist_ok=True)
-            if self.root:
-                for d in (ws, ctl, rdir):
-                    os.chown(d, uid, uid)
+            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, uid)  # disk work off the event loop
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
             if self.layout.mode != "none":
-                cg, enforcement = cgroups.create(self.layout, rec.id, limits.memory, limits.pids, limits.cpus)
-                data["cgroups"] = [str(d) for d in cg.dirs]
+                made, enforcement = await asyncio.to_thread(
+                    cgroups.create, self.layout, rec.id, limits.memory, limits.pids, limits.cpus
+                )
+                cg = made
+                data["cgroups"] = [str(d) for d in made.dirs]
             for key in ("memory", "pids", "cpus"):
                 if key in enforcement:
                     continue
@@ -369,8 +358,28 @@ class LocalProvider:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-            await self._teardown(data | {"cgroups": [str(d) for d in cg.dirs] if cg else []}, rec.id)
+            # whatever got made, found by the sandbox's id (a cgroup half-created included)
+            await self._teardown(self._planned(rec.model_copy(update={"data": data})), rec.id)
             raise
+
+    def _make_dirs(self, sdir: Path, uid: int) -> tuple[Path, Path, Path]:
+        """The sandbox's directories: its own (0711), workspace, control and runs (0700, its uid's)."""
+        self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.settings.sandboxes_dir, 0o711)
+        if self.root:  # bwrap runs as the sandbox's uid and must pass through the state dir
+            home = self.settings.home
+            os.chmod(home, home.stat().st_mode | 0o111)
+        sdir.mkdir(exist_ok=True)
+        os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
+        ws, ctl = sdir / "workspace", sdir / "ctl"
+        ws.mkdir(mode=0o700, exist_ok=True)
+        ctl.mkdir(mode=0o700, exist_ok=True)
+        rdir = sdir / "runs"
+        rdir.mkdir(mode=0o700, exist_ok=True)
+        if self.root:
+            for d in (ws, ctl, rdir):
+                os.chown(d, uid, uid)
+        return ws, ctl, rdir
 
     @staticmethod
     def _wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: Path) -> dict[str, Any]:
