@@ -12,74 +12,31 @@ from __future__ import annotations
 
 import base64
 import builtins
-import json
 import os
-import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from typing import Any, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError
+from hutch.errors import InvalidError
+from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
+from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
+from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
 
-
-@dataclass(frozen=True)
-class ExecResult:
-    run_id: str
-    sandbox_id: str
-    exit_code: int
-    status: str
-    stdout: str
-    stderr: str
-    stdout_raw: bytes = field(repr=False)
-    stderr_raw: bytes = field(repr=False)
-    truncated: bool
-    duration_ms: float
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    signal: int | None = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and self.status == "completed"
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ExecResult:
-        def stream(name: str) -> tuple[str, bytes]:
-            if d.get(f"{name}_base64"):
-                raw = base64.b64decode(d[name])
-                return raw.decode("utf-8", errors="replace"), raw
-            return d[name], d[name].encode()
-
-        out, out_raw = stream("stdout")
-        err, err_raw = stream("stderr")
-        return cls(
-            run_id=d["run_id"],
-            sandbox_id=d["sandbox_id"],
-            exit_code=d["exit_code"],
-            status=d["status"],
-            stdout=out,
-            stderr=err,
-            stdout_raw=out_raw,
-            stderr_raw=err_raw,
-            truncated=d["truncated"],
-            duration_ms=d["duration_ms"],
-            stdout_bytes=d.get("stdout_bytes", 0),
-            stderr_bytes=d.get("stderr_bytes", 0),
-            signal=d.get("signal"),
-            error=d.get("error"),
-        )
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    name: str
-    type: str
-    size: int
-    mode: int
-    mtime: float
+__all__ = [
+    "AsyncFiles",
+    "AsyncPty",
+    "AsyncRun",
+    "AsyncRuns",
+    "AsyncSandbox",
+    "ExecResult",
+    "FileInfo",
+    "Files",
+    "OutputChunk",
+    "Pty",
+    "Run",
+    "Runs",
+    "Sandbox",
+]
 
 
 def _spec(**kw: Any) -> dict[str, Any]:
@@ -133,282 +90,6 @@ def _exec_req(
 def _matches(info: dict[str, Any], labels: dict[str, str] | None, state: str | None) -> bool:
     have = info.get("spec", {}).get("labels", {})
     return (state is None or info.get("state") == state) and all(have.get(k) == v for k, v in (labels or {}).items())
-
-
-def _data(data: bytes | str) -> bytes:
-    return data.encode() if isinstance(data, str) else data
-
-
-@dataclass(frozen=True)
-class OutputChunk:
-    """A piece of a run's output, with where it starts in its stream."""
-
-    stream: str
-    data: bytes
-    offset: int
-
-    @property
-    def text(self) -> str:
-        return self.data.decode("utf-8", errors="replace")
-
-
-def _chunks(res: dict[str, Any]) -> list[OutputChunk]:
-    out = []
-    for name in ("stdout", "stderr"):
-        part = res[name]
-        if part["data"]:
-            data = base64.b64decode(part["data"]) if part["base64"] else part["data"].encode()
-            out.append(OutputChunk(name, data, part["offset"]))
-    return out
-
-
-def _result_of(run: dict[str, Any], stdout: bytes, stderr: bytes, cap: int) -> ExecResult:
-    return ExecResult(
-        run_id=run["id"],
-        sandbox_id=run["sandbox_id"],
-        exit_code=125 if run["exit_code"] is None else run["exit_code"],
-        status=run["status"],
-        stdout=stdout.decode("utf-8", errors="replace"),
-        stderr=stderr.decode("utf-8", errors="replace"),
-        stdout_raw=stdout,
-        stderr_raw=stderr,
-        truncated=bool(run["truncated"]) or run["stdout_bytes"] > cap or run["stderr_bytes"] > cap,
-        duration_ms=run["duration_ms"] or 0.0,
-        stdout_bytes=run["stdout_bytes"],
-        stderr_bytes=run["stderr_bytes"],
-        signal=run.get("signal"),
-        error=run.get("error"),
-    )
-
-
-class Run:
-    """A run started with ``background=True`` (or found with ``sbx.runs``)."""
-
-    def __init__(self, info: dict[str, Any], client: Client) -> None:
-        self.info = info
-        self.client = client
-
-    @property
-    def id(self) -> str:
-        return str(self.info["id"])
-
-    @property
-    def status(self) -> str:
-        return str(self.info["status"])
-
-    def __repr__(self) -> str:
-        return f"Run(id={self.id!r}, status={self.status!r})"
-
-    def refresh(self) -> dict[str, Any]:
-        self.info = self.client.run(self.id)
-        return self.info
-
-    def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
-        """Block until the run ends (TimeoutError_ kind ``timeout`` after ``timeout`` s)."""
-        self.info = self.client.wait(self.id, timeout)
-        res = self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
-        return _result_of(self.info, *_raw_pair(res), cap=max_output)
-
-    def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
-        return self.client.kill(self.id, signal)
-
-    def stream(self, interval: float = 0.2) -> Iterator[OutputChunk]:
-        """Output as it is written, until the run ends; resumable by offset."""
-        offsets = {"stdout": 0, "stderr": 0}
-        while True:
-            res = self.client.output(self.id, offsets["stdout"], offsets["stderr"])
-            yield from _chunks(res)
-            for name in offsets:
-                offsets[name] = res[name]["next_offset"]
-            self.info = res["run"]
-            if res["done"]:
-                return
-            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
-                time.sleep(interval)
-
-
-def _raw_pair(res: dict[str, Any]) -> tuple[bytes, bytes]:
-    pair = []
-    for name in ("stdout", "stderr"):
-        part = res[name]
-        pair.append(base64.b64decode(part["data"]) if part["base64"] else part["data"].encode())
-    return pair[0], pair[1]
-
-
-class Runs:
-    def __init__(self, sbx: Sandbox) -> None:
-        self._sbx = sbx
-
-    def list(self, status: str | None = None) -> builtins.list[Run]:
-        return [Run(r, self._sbx.client) for r in self._sbx.client.runs(self._sbx.id, status)]
-
-    def get(self, run_id: str) -> Run:
-        return Run(self._sbx.client.run(run_id), self._sbx.client)
-
-
-class AsyncRun:
-    """The asynchronous twin of :class:`Run`."""
-
-    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
-        self.info = info
-        self.client = client
-
-    @property
-    def id(self) -> str:
-        return str(self.info["id"])
-
-    @property
-    def status(self) -> str:
-        return str(self.info["status"])
-
-    def __repr__(self) -> str:
-        return f"AsyncRun(id={self.id!r}, status={self.status!r})"
-
-    async def refresh(self) -> dict[str, Any]:
-        self.info = await self.client.run(self.id)
-        return self.info
-
-    async def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
-        self.info = await self.client.wait(self.id, timeout)
-        res = await self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
-        return _result_of(self.info, *_raw_pair(res), cap=max_output)
-
-    async def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
-        return await self.client.kill(self.id, signal)
-
-    async def stream(self, interval: float = 0.2) -> AsyncIterator[OutputChunk]:
-        offsets = {"stdout": 0, "stderr": 0}
-        while True:
-            res = await self.client.output(self.id, offsets["stdout"], offsets["stderr"])
-            for chunk in _chunks(res):
-                yield chunk
-            for name in offsets:
-                offsets[name] = res[name]["next_offset"]
-            self.info = res["run"]
-            if res["done"]:
-                return
-            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
-                import asyncio  # here, not at the top: the CLI imports this module and asyncio costs ~30 ms
-
-                await asyncio.sleep(interval)
-
-
-class AsyncRuns:
-    def __init__(self, sbx: AsyncSandbox) -> None:
-        self._sbx = sbx
-
-    async def list(self, status: str | None = None) -> builtins.list[AsyncRun]:
-        return [AsyncRun(r, self._sbx.client) for r in await self._sbx.client.runs(self._sbx.id, status)]
-
-    async def get(self, run_id: str) -> AsyncRun:
-        return AsyncRun(await self._sbx.client.run(run_id), self._sbx.client)
-
-
-class Pty:
-    """An interactive terminal session in a sandbox (``sbx.pty(...)``); use it as a context manager.
-
-    ``send`` types input, ``resize`` changes the window, ``read`` returns output as it comes
-    (``b""`` once the session ended), ``wait`` returns the exit code.
-    """
-
-    def __init__(self, ws: Any) -> None:
-        self._ws = ws
-        self.run_id: str | None = None
-        self.exit_code: int | None = None
-
-    def send(self, data: bytes | str) -> None:
-        self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
-
-    def resize(self, rows: int, cols: int) -> None:
-        self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
-
-    def read(self, timeout: float | None = None) -> bytes:
-        while self.exit_code is None:
-            event = json.loads(self._ws.recv(timeout=timeout))
-            kind = event.get("type")
-            if kind == "run":
-                self.run_id = event["run_id"]
-            elif kind in ("stdout", "stderr"):
-                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
-            elif kind == "exit":
-                self.exit_code = int(event["exit_code"])
-            elif kind == "error":
-                raise HutchError.from_dict(event)
-        return b""
-
-    def wait(self, timeout: float | None = None) -> int:
-        while self.read(timeout):
-            pass
-        assert self.exit_code is not None
-        return self.exit_code
-
-    def close(self) -> None:
-        """Leave the session (the run is hung up if it is still going)."""
-        self._ws.close()
-
-    def __enter__(self) -> Pty:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncPty:
-    """The asynchronous twin of :class:`Pty`."""
-
-    def __init__(self, ws: Any) -> None:
-        self._ws = ws
-        self.run_id: str | None = None
-        self.exit_code: int | None = None
-
-    async def send(self, data: bytes | str) -> None:
-        await self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
-
-    async def resize(self, rows: int, cols: int) -> None:
-        await self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
-
-    async def read(self, timeout: float | None = None) -> bytes:
-        while self.exit_code is None:
-            import asyncio
-
-            event = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
-            kind = event.get("type")
-            if kind == "run":
-                self.run_id = event["run_id"]
-            elif kind in ("stdout", "stderr"):
-                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
-            elif kind == "exit":
-                self.exit_code = int(event["exit_code"])
-            elif kind == "error":
-                raise HutchError.from_dict(event)
-        return b""
-
-    async def wait(self, timeout: float | None = None) -> int:
-        while await self.read(timeout):
-            pass
-        assert self.exit_code is not None
-        return self.exit_code
-
-    async def close(self) -> None:
-        await self._ws.close()
-
-    async def __aenter__(self) -> AsyncPty:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
-def _pty_start(
-    command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None, timeout: float | None
-) -> str:
-    argv = command or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
-    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd, "timeout": timeout}
-    return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
-
-
-def _attach_uri(sandbox_id: str) -> str:
-    return f"ws://hutch/v1/sandboxes/{sandbox_id}/attach"
 
 
 class Files:

@@ -13,13 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import os
 import resource
-import select
-import shutil
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -27,100 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import CapacityError, HutchError, InternalError, InvalidError, UnavailableError
+from hutch.errors import CapacityError, HutchError, InternalError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, mounts, runs
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
+from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
-START_TIMEOUT = 20.0
 KILL_GRACE = 5.0
-
-
-def _start_time(pid: int) -> int | None:
-    """The process's start time (to tell it from a reused pid); None once it is gone.
-
-    A zombie counts as gone: after SIGKILL the sandbox's init is reparented to the host's
-    PID 1, which may take a second or more to reap it.
-    """
-    try:
-        data = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return None
-    fields = data[data.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
-
-
-def _memfd(name: str, data: bytes) -> int:
-    fd = os.memfd_create(name, 0)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
-
-
-def _rmtree(path: Path) -> None:
-    def fix(func: Callable[..., Any], p: str, _exc: Any) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
-        with contextlib.suppress(FileNotFoundError):
-            func(p)
-
-    if path.exists():
-        shutil.rmtree(path, onerror=fix)
-
-
-JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
-
-
-def _launcher(uid: int | None, cgroup_procs: list[str], rlimits: dict[int, int]) -> list[str] | None:
-    """A command prefix that joins the cgroups, drops to ``uid`` and sets rlimits.
-
-    Without it, a ``preexec_fn`` does the same, but that makes CPython fork the whole
-    daemon instead of using vfork (measured: ~18 ms per create instead of ~2 ms).
-    None when a needed tool (setpriv, prlimit from util-linux) is missing.
-    """
-    prefix: list[str] = []
-    if cgroup_procs:
-        prefix += ["/bin/sh", "-c", JOIN_CGROUPS, "hutch-launch", *cgroup_procs, "--"]
-    if uid is not None:
-        setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-        if setpriv is None:
-            return None
-        prefix += [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    if rlimits:
-        prlimit = shutil.which("prlimit", path="/usr/bin:/bin:/usr/sbin:/sbin")
-        if prlimit is None:
-            return None
-        names = {resource.RLIMIT_AS: "--as", resource.RLIMIT_NPROC: "--nproc"}
-        prefix += [prlimit, *(f"{names[r]}={v}" for r, v in rlimits.items()), "--"]
-    return prefix
-
-
-def _check_reachable(path: Path, uid: int) -> None:
-    """As root, bwrap runs as the sandbox's own uid: it must be able to reach a mount source."""
-    for p in [*reversed(path.parents), path]:
-        st = p.stat()
-        last = p == path
-        if not last or stat.S_ISDIR(st.st_mode):
-            need, own, fix = (
-                stat.S_IXOTH | (stat.S_IROTH if last else 0),
-                stat.S_IXUSR | (stat.S_IRUSR if last else 0),
-                "o+rx" if last else "o+x",
-            )
-        else:  # a regular file: read is enough
-            need, own, fix = stat.S_IROTH, stat.S_IRUSR, "o+r"
-        if st.st_uid == uid and st.st_mode & own == own:
-            continue
-        if st.st_mode & need != need:
-            raise InvalidError(
-                f"the sandbox user (host uid {uid}) cannot reach {path}: {p} is mode {stat.filemode(st.st_mode)}",
-                hint=f"allow others in (chmod {fix} {p}), mount something else, or run hutch as a normal user",
-            )
 
 
 class LocalProvider:
@@ -223,7 +135,7 @@ class LocalProvider:
         checked = mounts.validate(rec.spec.mounts, self.settings.home)
         if self.root:
             for real, _, _ in checked:
-                _check_reachable(real, self._slot_uid(rec))
+                check_reachable(real, self._slot_uid(rec))
         opened: list[tuple[int, str, bool]] = []
         try:
             for real, target, readonly in checked:
@@ -288,14 +200,14 @@ class LocalProvider:
             args = [found.path, *bw.HARDENING, "--hostname", "sandbox", "--uid", str(bw.SANDBOX_UID)]
             args += ["--gid", str(bw.SANDBOX_UID), "--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
             for path, content in bw.identity_files().items():
-                fd = _memfd(path, content)
+                fd = memfd(path, content)
                 fds.append(fd)
                 args += ["--ro-bind-data", str(fd), path]
             if python_prefix:
                 pfd = os.open(python_prefix, os.O_PATH | os.O_CLOEXEC)
                 fds.append(pfd)
                 args += ["--ro-bind-fd", str(pfd), python_prefix]
-            agent_fd = _memfd("agent.py", AGENT_SOURCE)
+            agent_fd = memfd("agent.py", AGENT_SOURCE)
             fds.append(agent_fd)
             args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
             args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
@@ -325,7 +237,7 @@ class LocalProvider:
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []
-                prefix = _launcher(uid if self.root else None, procs, rlimits)
+                prefix = launcher(uid if self.root else None, procs, rlimits)
                 proc = subprocess.Popen(
                     prefix + args if prefix is not None else args,
                     stdin=subprocess.DEVNULL,
@@ -341,7 +253,7 @@ class LocalProvider:
                     os.close(fd)
                 fds = []
             self._children[rec.id] = proc
-            info = await asyncio.to_thread(self._wait_start, proc, info_r, ready_r, sdir)
+            info = await asyncio.to_thread(wait_start, proc, info_r, ready_r, sdir)
             if self.root:  # the agent listens: the workload may no longer replace its socket
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
@@ -349,7 +261,7 @@ class LocalProvider:
                 await ch.request({"op": "configure", "env": bw.base_env() | rec.spec.env}, timeout=10.0)
             data |= {
                 "init_pid": info["child-pid"],
-                "init_start": _start_time(info["child-pid"]),
+                "init_start": start_time(info["child-pid"]),
                 "bwrap_pid": proc.pid,
                 "socket": str(ctl / "agent.sock"),
             }
@@ -381,51 +293,9 @@ class LocalProvider:
                 os.chown(d, uid, uid)
         return ws, ctl, rdir
 
-    @staticmethod
-    def _wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: Path) -> dict[str, Any]:
-        deadline = time.monotonic() + START_TIMEOUT
-        info = b""
-        ready = b""
-        try:
-            while b"ready" not in ready:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise UnavailableError("the sandbox did not start in time", hint=f"see {sdir / 'sandbox.log'}")
-                watch = [
-                    fd for fd, done in ((info_r, info.endswith(b"}\n") or info.endswith(b"}")), (ready_r, False)) if not done
-                ]
-                readable, _, _ = select.select(watch, [], [], min(left, 0.5))
-                for fd in readable:
-                    chunk = os.read(fd, 4096)
-                    if fd == info_r:
-                        info += chunk
-                    else:
-                        ready += chunk
-                    if not chunk and fd == ready_r:
-                        proc.wait(timeout=5)
-                        log = (sdir / "sandbox.log").read_text(errors="replace").strip()[-2000:]
-                        raise UnavailableError(
-                            f"the sandbox failed to start: {log or 'exit code ' + str(proc.returncode)}",
-                            hint="run hutch doctor",
-                        )
-                if not readable and proc.poll() is not None:
-                    raise UnavailableError(f"bwrap exited with code {proc.returncode}", hint=f"see {sdir / 'sandbox.log'}")
-        finally:
-            os.close(ready_r)
-        try:
-            while not info.rstrip().endswith(b"}"):
-                chunk = os.read(info_r, 4096)
-                if not chunk:
-                    break
-                info += chunk
-        finally:
-            os.close(info_r)
-        parsed: dict[str, Any] = json.loads(info)
-        return parsed
-
     async def alive(self, rec: SandboxRecord) -> bool:
         pid, start = rec.data.get("init_pid"), rec.data.get("init_start")
-        if not pid or _start_time(int(pid)) != start:
+        if not pid or start_time(int(pid)) != start:
             return False
         try:
             async with Channel(rec.data["socket"]) as ch:
@@ -452,7 +322,7 @@ class LocalProvider:
     async def _teardown(self, data: dict[str, Any], sandbox_id: str) -> None:
         def work() -> None:
             pid, start = data.get("init_pid"), data.get("init_start")
-            if pid and _start_time(int(pid)) == start:
+            if pid and start_time(int(pid)) == start:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
             cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
@@ -463,11 +333,11 @@ class LocalProvider:
                     child.wait(timeout=KILL_GRACE)
             if pid:
                 end = time.monotonic() + KILL_GRACE
-                while _start_time(int(pid)) == start and time.monotonic() < end:
+                while start_time(int(pid)) == start and time.monotonic() < end:
                     time.sleep(0.005)
             cg.remove()
             if data.get("dir"):
-                _rmtree(Path(data["dir"]))
+                rmtree(Path(data["dir"]))
 
         await asyncio.to_thread(work)
 

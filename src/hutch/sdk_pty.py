@@ -1,0 +1,117 @@
+"""SDK terminal sessions: Pty / AsyncPty over the daemon's attach WebSocket."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from hutch.errors import HutchError
+from hutch.sdk_results import _data
+
+
+class Pty:
+    """An interactive terminal session in a sandbox (``sbx.pty(...)``); use it as a context manager.
+
+    ``send`` types input, ``resize`` changes the window, ``read`` returns output as it comes
+    (``b""`` once the session ended), ``wait`` returns the exit code.
+    """
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.run_id: str | None = None
+        self.exit_code: int | None = None
+
+    def send(self, data: bytes | str) -> None:
+        self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+
+    def read(self, timeout: float | None = None) -> bytes:
+        while self.exit_code is None:
+            event = json.loads(self._ws.recv(timeout=timeout))
+            kind = event.get("type")
+            if kind == "run":
+                self.run_id = event["run_id"]
+            elif kind in ("stdout", "stderr"):
+                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+            elif kind == "exit":
+                self.exit_code = int(event["exit_code"])
+            elif kind == "error":
+                raise HutchError.from_dict(event)
+        return b""
+
+    def wait(self, timeout: float | None = None) -> int:
+        while self.read(timeout):
+            pass
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def close(self) -> None:
+        """Leave the session (the run is hung up if it is still going)."""
+        self._ws.close()
+
+    def __enter__(self) -> Pty:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPty:
+    """The asynchronous twin of :class:`Pty`."""
+
+    def __init__(self, ws: Any) -> None:
+        self._ws = ws
+        self.run_id: str | None = None
+        self.exit_code: int | None = None
+
+    async def send(self, data: bytes | str) -> None:
+        await self._ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(_data(data)).decode()}))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+
+    async def read(self, timeout: float | None = None) -> bytes:
+        while self.exit_code is None:
+            import asyncio
+
+            event = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
+            kind = event.get("type")
+            if kind == "run":
+                self.run_id = event["run_id"]
+            elif kind in ("stdout", "stderr"):
+                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+            elif kind == "exit":
+                self.exit_code = int(event["exit_code"])
+            elif kind == "error":
+                raise HutchError.from_dict(event)
+        return b""
+
+    async def wait(self, timeout: float | None = None) -> int:
+        while await self.read(timeout):
+            pass
+        assert self.exit_code is not None
+        return self.exit_code
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    async def __aenter__(self) -> AsyncPty:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _pty_start(
+    command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None, timeout: float | None
+) -> str:
+    argv = command or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
+    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd, "timeout": timeout}
+    return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
+
+
+def _attach_uri(sandbox_id: str) -> str:
+    return f"ws://hutch/v1/sandboxes/{sandbox_id}/attach"
