@@ -10,6 +10,20 @@ from hutch.errors import HutchError
 from hutch.sdk_results import _data
 
 
+def _take(session: Pty | AsyncPty, event: dict[str, Any]) -> bytes:
+    """Apply one attach event to a session; the output bytes it carries (b"" if none)."""
+    kind = event.get("type")
+    if kind == "run":
+        session.run_id = event["run_id"]
+    elif kind in ("stdout", "stderr"):
+        return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+    elif kind == "exit":
+        session.exit_code = int(event["exit_code"])
+    elif kind == "error":
+        raise HutchError.from_dict(event)
+    return b""
+
+
 class Pty:
     """An interactive terminal session in a sandbox (``sbx.pty(...)``); use it as a context manager.
 
@@ -30,16 +44,9 @@ class Pty:
 
     def read(self, timeout: float | None = None) -> bytes:
         while self.exit_code is None:
-            event = json.loads(self._ws.recv(timeout=timeout))
-            kind = event.get("type")
-            if kind == "run":
-                self.run_id = event["run_id"]
-            elif kind in ("stdout", "stderr"):
-                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
-            elif kind == "exit":
-                self.exit_code = int(event["exit_code"])
-            elif kind == "error":
-                raise HutchError.from_dict(event)
+            data = _take(self, json.loads(self._ws.recv(timeout=timeout)))
+            if data:
+                return data
         return b""
 
     def wait(self, timeout: float | None = None) -> int:
@@ -77,16 +84,9 @@ class AsyncPty:
         while self.exit_code is None:
             import asyncio
 
-            event = json.loads(await asyncio.wait_for(self._ws.recv(), timeout))
-            kind = event.get("type")
-            if kind == "run":
-                self.run_id = event["run_id"]
-            elif kind in ("stdout", "stderr"):
-                return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
-            elif kind == "exit":
-                self.exit_code = int(event["exit_code"])
-            elif kind == "error":
-                raise HutchError.from_dict(event)
+            data = _take(self, json.loads(await asyncio.wait_for(self._ws.recv(), timeout)))
+            if data:
+                return data
         return b""
 
     async def wait(self, timeout: float | None = None) -> int:

@@ -81,13 +81,21 @@ class Run:
         while True:
             res = self.client.output(self.id, offsets["stdout"], offsets["stderr"])
             yield from _chunks(res)
-            for name in offsets:
-                offsets[name] = res[name]["next_offset"]
-            self.info = res["run"]
-            if res["done"]:
+            self.info, state = _advance(res, offsets)
+            if state == "done":
                 return
-            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
+            if state == "idle":
                 time.sleep(interval)
+
+
+def _advance(res: dict[str, Any], offsets: dict[str, int]) -> tuple[dict[str, Any], str]:
+    """Move ``offsets`` past one output page: the run record, and done, idle or more."""
+    for name in offsets:
+        offsets[name] = res[name]["next_offset"]
+    if res["done"]:
+        return res["run"], "done"
+    more = any(res[n]["next_offset"] < res[n]["size"] for n in offsets)
+    return res["run"], "more" if more else "idle"
 
 
 def _raw_pair(res: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -145,12 +153,10 @@ class AsyncRun:
             res = await self.client.output(self.id, offsets["stdout"], offsets["stderr"])
             for chunk in _chunks(res):
                 yield chunk
-            for name in offsets:
-                offsets[name] = res[name]["next_offset"]
-            self.info = res["run"]
-            if res["done"]:
+            self.info, state = _advance(res, offsets)
+            if state == "done":
                 return
-            if not any(res[n]["next_offset"] < res[n]["size"] for n in offsets):
+            if state == "idle":
                 import asyncio  # here, not at the top: the CLI imports this module and asyncio costs ~30 ms
 
                 await asyncio.sleep(interval)
