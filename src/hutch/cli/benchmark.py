@@ -66,7 +66,10 @@ class Suite:
         self.progress = progress
         self.ids: set[str] = set()
         self.lock = threading.Lock()
-        self.threads: list[threading.Thread] = []
+        # Completion is tracked with events, not Thread.join: a join cut short by Ctrl-C can
+        # mark a live thread as finished (CPython 3.11), and its create would then be missed.
+        self.finished: list[threading.Event] = []
+        self.gate: threading.Barrier | None = None
 
     def create(self) -> str:
         sid = str(self.client.create(self.spec)["id"])
@@ -86,26 +89,28 @@ class Suite:
 
     def _parallel(self, func: Callable[[], Any], count: int) -> tuple[float, list[Any]]:
         """``count`` threads start ``func`` together; ms until the last returned, and their results."""
-        gate = threading.Barrier(count + 1)
+        gate = self.gate = threading.Barrier(count + 1)
         results: list[Any] = []
         errors: list[BaseException] = []
 
-        def worker() -> None:
-            gate.wait()
+        def worker(done: threading.Event) -> None:
             try:
+                gate.wait()
                 value = func()
             except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 errors.append(exc)
             else:
                 results.append(value)
+            finally:
+                done.set()
 
-        self.threads = [threading.Thread(target=worker, daemon=True) for _ in range(count)]
-        for thread in self.threads:
-            thread.start()
+        self.finished = [threading.Event() for _ in range(count)]
+        for done in self.finished:
+            threading.Thread(target=worker, args=(done,), daemon=True).start()
         gate.wait()
         t0 = time.perf_counter_ns()
-        for thread in self.threads:
-            thread.join()
+        for done in self.finished:
+            done.wait()
         t1 = time.perf_counter_ns()
         if errors:
             raise errors[0]
@@ -135,8 +140,10 @@ class Suite:
 
     def cleanup(self) -> list[str]:
         """Destroy everything this run made, found by id or by label; returns what could not be destroyed."""
-        for thread in self.threads:  # creates in flight finish first, so their ids are known
-            thread.join(timeout=60)
+        if self.gate is not None:
+            self.gate.abort()  # workers still at the gate (the caller was interrupted there) give up
+        for done in self.finished:  # creates in flight finish first, so their ids are known
+            done.wait(timeout=60)
         deadline = time.monotonic() + 60
         mine: set[str] = set()
         while True:
