@@ -200,6 +200,9 @@ class Client(_Base):
     def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(self.json("POST", _path(ref) + "/exec", json=req))
 
+    def policy(self, ref: str, change: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.json("POST", _path(ref) + "/policy", json=change))
+
     def exec_stream(self, ref: str, req: dict[str, Any]) -> Iterator[dict[str, Any]]:
         return self.stream("POST", _path(ref) + "/exec", params={"stream": True}, json=req)
 
@@ -313,6 +316,9 @@ class AsyncClient(_Base):
 
     async def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.json("POST", _path(ref) + "/exec", json=req))
+
+    async def policy(self, ref: str, change: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.json("POST", _path(ref) + "/policy", json=change))
 
     async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = await self.request("GET", _path(ref) + "/files", params={"path": path})

@@ -41,6 +41,7 @@ class Settings:
     uid_base: int = 600000
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
+    egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -99,5 +100,6 @@ class Settings:
             self.uid_base = int(self.uid_base)
             self.daemon_start_timeout = float(self.daemon_start_timeout)
             self.exec_timeout = float(self.exec_timeout)
+            self.egress_hosts = str(self.egress_hosts or "")
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 import secrets
 import time
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -102,6 +103,107 @@ class Limits(BaseModel):
         return v
 
 
+HOST_LABEL_RE = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
+SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+DEFAULT_PORTS = (80, 443)
+
+
+def normalize_host(text: str, *, pattern: bool = False) -> str:
+    """A host name as the policy compares it: lower case, no trailing dot, ASCII (IDNA).
+
+    With ``pattern``, a leading ``*.`` is kept (it matches every name below the suffix).
+    IP literals are refused: addresses are allowed with --allow-cidr.
+    """
+    raw = text.strip()
+    wild = pattern and raw.startswith("*.")
+    name = raw[2:] if wild else raw
+    name = name.rstrip(".").lower()
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        raise InvalidError(f"{text!r} is an IP address, not a host name", hint=f"use --allow-cidr {name.strip('[]')}/32")
+    try:
+        name = name.encode("idna").decode("ascii") if not name.isascii() else name
+    except UnicodeError as exc:
+        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org") from exc
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(HOST_LABEL_RE.match(label) for label in labels):
+        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org")
+    if wild and len(labels) < 2:
+        raise InvalidError(f"{text!r} is too wide a pattern", hint="name at least a domain: *.example.org")
+    return ("*." if wild else "") + name
+
+
+class NetworkPolicy(BaseModel):
+    """Egress of one sandbox. ``none``: loopback only. ``allowlist``: named hosts through hutch's
+    proxy. ``open``: any public address through the proxy; private ranges only by CIDR."""
+
+    mode: Literal["none", "allowlist", "open"] = "none"
+    allow_hosts: list[str] = Field(default_factory=list)
+    deny_hosts: list[str] = Field(default_factory=list)
+    ports: list[int] = Field(default_factory=list)  # empty: 80 and 443 (allowlist), any (open)
+    cidrs: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_hosts", "deny_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        return sorted({normalize_host(h, pattern=True) for h in v})
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: list[int]) -> list[int]:
+        for port in v:
+            if not 1 <= port <= 65535:
+                raise InvalidError(f"invalid port {port}", hint="ports are 1-65535, e.g. --allow-port 443")
+        return sorted(set(v))
+
+    @field_validator("cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        out = set()
+        for text in v:
+            try:
+                out.add(str(ipaddress.ip_network(text.strip(), strict=False)))
+            except ValueError as exc:
+                raise InvalidError(f"invalid CIDR {text!r}", hint="e.g. --allow-cidr 203.0.113.0/24") from exc
+        return sorted(out)
+
+    def check(self) -> NetworkPolicy:
+        if self.mode == "none" and (self.allow_hosts or self.ports or self.cidrs):
+            raise InvalidError(
+                "--allow-host, --allow-port and --allow-cidr need a network",
+                hint="add --network allowlist (or drop --network none)",
+            )
+        return self
+
+    @property
+    def effective_ports(self) -> list[int] | None:
+        """Allowed ports; None means any."""
+        if self.ports:
+            return self.ports
+        return list(DEFAULT_PORTS) if self.mode == "allowlist" else None
+
+
+class PolicyChange(BaseModel):
+    """``hutch policy``: what to add to (or take from) a live sandbox's network policy."""
+
+    mode: Literal["none", "allowlist", "open"] | None = None
+    allow_hosts: list[str] | None = None
+    deny_hosts: list[str] | None = None
+    remove_hosts: list[str] | None = None
+    ports: list[int] | None = None
+    cidrs: list[str] | None = None
+
+
+def check_secrets(v: dict[str, str]) -> dict[str, str]:
+    for name in v:
+        if not SECRET_NAME_RE.match(name):
+            raise InvalidError(f"invalid secret name {name!r}", hint="a secret name is an env variable name, e.g. API_TOKEN")
+    return v
+
+
 class SandboxSpec(BaseModel):
     """What the user asked for."""
 
@@ -112,6 +214,24 @@ class SandboxSpec(BaseModel):
     mounts: list[Mount] = Field(default_factory=list)
     labels: dict[str, str] = Field(default_factory=dict)
     workdir: str = "/workspace"
+    network: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    # Secret values travel in the request only: never serialized, stored or returned.
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+    secret_names: list[str] = Field(default_factory=list)
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, v: NetworkPolicy) -> NetworkPolicy:
+        return v.check()
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_secrets(v)
+
+    def model_post_init(self, _context: Any) -> None:
+        if self.secrets:
+            self.secret_names = sorted(set(self.secret_names) | set(self.secrets))
 
     @field_validator("name")
     @classmethod
@@ -143,6 +263,7 @@ class SandboxRecord(BaseModel):
     updated_at: float
     error: str | None = None
     enforcement: dict[str, str] = Field(default_factory=dict)
+    egress: dict[str, int] | None = None  # decisions so far (allowed / denied), when it has a network
     data: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
 
@@ -156,6 +277,13 @@ class ExecRequest(BaseModel):
     stdin: str | None = None
     stdin_base64: bool = False
     max_output: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0)
+    secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+    redact: bool = True  # secret values in the output become [redacted:NAME]
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_secrets(v)
 
     def argv(self) -> list[str]:
         if isinstance(self.command, str):

@@ -42,6 +42,8 @@ class Capabilities:
     limits: frozenset[str] = field(default_factory=frozenset)  # memory, pids, cpus
     files: bool = True
     survives_daemon: bool = False
+    network: bool = False  # egress policies (allowlist / open) beyond "none"
+    secrets: bool = False  # sandbox-level secrets held outside the store
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Provider(Protocol):
         stream: bool = True,
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
+        redact: dict[str, str] | None = None,
     ) -> RawOutput:
         """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
         per stream; ``on_output`` sees every chunk as it comes. The run's output is also

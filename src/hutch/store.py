@@ -200,9 +200,13 @@ class Store:
         data: dict[str, Any] | None = None,
         enforcement: dict[str, str] | None = None,
         error: str | None = None,
+        spec: SandboxSpec | None = None,
     ) -> SandboxRecord:
         sets: list[str] = ["updated_at = ?"]
         args: list[Any] = [time.time()]
+        if spec is not None:
+            sets.append("spec = ?")
+            args.append(redacted(spec).model_dump_json())
         if state is not None:
             sets.append("state = ?")
             args.append(state.value)
@@ -343,6 +347,15 @@ class Store:
                 (time.time(), sandbox_id, run_id, type_, json.dumps(data)),
             )
             return int(cur.lastrowid or 0)
+
+    def count_events(self, sandbox_id: str, types: Sequence[str]) -> dict[str, int]:
+        marks = ", ".join("?" for _ in types)
+        rows = self._conn().execute(
+            f"SELECT type, COUNT(*) AS n FROM events WHERE sandbox_id = ? AND type IN ({marks}) GROUP BY type",
+            (sandbox_id, *types),
+        )
+        found = {r["type"]: int(r["n"]) for r in rows}
+        return {t: found.get(t, 0) for t in types}
 
     def list_events(
         self,

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from hutch.cli.common import EXIT_TIMEOUT, Ctx, emit, exit_code_for, fail, json_option, parse_pairs
+from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
@@ -44,6 +45,7 @@ def exec_options(f: Any) -> Any:
         ),
         click.option("--max-output", help="Cap on stdout and stderr each kept in the result (default 1M)."),
         click.option("--stream", is_flag=True, help="With --json: print NDJSON events (stdout, stderr, exit) as they come."),
+        click.option("--no-redact", is_flag=True, help="Show secret values in this run's output instead of [redacted:NAME]."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -59,6 +61,7 @@ def exec_request(
     idle_timeout: float | None,
     stdin_file: str | None,
     max_output: str | None,
+    no_redact: bool = False,
 ) -> dict[str, Any]:
     for name, value in (("--timeout", timeout), ("--idle-output-timeout", idle_timeout)):
         if value is not None and not 0 < value <= 7 * 86400:
@@ -70,6 +73,8 @@ def exec_request(
         "timeout": timeout,
         "idle_timeout": idle_timeout,
     }
+    if no_redact:
+        req["redact"] = False
     req["max_output"] = parse_size(max_output) if max_output else obj.settings.output_cap
     if stdin_file:
         try:
@@ -149,6 +154,7 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
 @click.option("--interactive", "-i", is_flag=True, help="Forward this process's stdin to the command as it comes.")
 @click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
 @click.option("--session-id", "session_id", hidden=True)
+@secret_option("Secret for this run: from $NAME, env:VAR or file:PATH; never stored, redacted from output.")
 @exec_options
 @json_option
 @click.pass_obj
@@ -158,6 +164,7 @@ def exec_(
     sandbox: str,
     command: tuple[str, ...],
     env: tuple[str, ...],
+    secrets: tuple[str, ...],
     background: bool,
     interactive: bool,
     tty: bool,
@@ -173,6 +180,8 @@ def exec_(
     """
     try:
         req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
+        if secrets:
+            req["secrets"] = resolve_secrets(secrets)
         ref = session_id or sandbox
         if background:
             run = obj.client.exec(ref, req | {"background": True})
@@ -254,6 +263,7 @@ def run(
     stream: bool,
     lang: str | None,
     code_file: str | None,
+    no_redact: bool,
     **create_kw: Any,
 ) -> None:
     """Create a sandbox, run one command, print its output, destroy the sandbox.
@@ -267,8 +277,18 @@ def run(
         if not command and argv is None and script is None:
             raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
         req = exec_request(
-            obj, tuple(argv) if argv else command or ("true",), {}, cwd, timeout, idle_timeout, stdin_file, max_output
+            obj,
+            tuple(argv) if argv else command or ("true",),
+            {},
+            cwd,
+            timeout,
+            idle_timeout,
+            stdin_file,
+            max_output,
+            no_redact,
         )
+        if reuse and create_kw.get("secrets"):  # an existing sandbox: the secrets are this run's
+            req["secrets"] = resolve_secrets(create_kw.pop("secrets"))
         if argv:
             req["command"] = argv  # code is never re-split by a shell
         sbx = reuse or obj.client.create(build_spec(obj, **create_kw))["id"]

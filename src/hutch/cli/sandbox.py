@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from hutch.cli.common import Ctx, emit, json_option, parse_pairs, table
+from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
 from hutch.errors import InvalidError
 from hutch.units import format_size
 
@@ -40,7 +41,7 @@ def create_options(f: Any) -> Any:
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return network_options(f)
 
 
 def build_spec(
@@ -54,6 +55,11 @@ def build_spec(
     labels: tuple[str, ...],
     workdir: str | None,
     provider: str | None,
+    network: str | None = None,
+    allow_hosts: tuple[str, ...] = (),
+    allow_ports: tuple[int, ...] = (),
+    allow_cidrs: tuple[str, ...] = (),
+    secrets: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     s = obj.settings
     spec: dict[str, Any] = {
@@ -66,6 +72,8 @@ def build_spec(
         "env": parse_pairs(env, "env", from_env=True),
         "labels": parse_pairs(labels, "label"),
         "mounts": [],
+        "network": network_spec(network, allow_hosts, allow_ports, allow_cidrs),
+        "secrets": resolve_secrets(secrets),
     }
     for m in mounts:
         parts = m.split(":")
@@ -144,7 +152,7 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("pids", f"{lim['pids']} ({enf.get('pids', 'not enforced')})"),
         ("cpus", f"{lim['cpus'] if lim.get('cpus') else 'unlimited'}" + (f" ({enf['cpus']})" if "cpus" in enf else "")),
         ("workdir", r["spec"]["workdir"]),
-        ("network", "none (loopback only)"),
+        *describe_network(r),
     ]
     for m in r["spec"].get("mounts", []):
         lines.append(("mount", f"{m['source']} -> {m['target']}{' (ro)' if m['readonly'] else ''}"))

@@ -21,11 +21,12 @@ from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 
 class FakeProvider:
     name = "fake"
-    capabilities = Capabilities(mounts=False, limits=frozenset({"memory", "pids", "cpus"}), files=True)
+    capabilities = Capabilities(mounts=False, limits=frozenset({"memory", "pids", "cpus"}), files=True, secrets=True)
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.sandboxes: dict[str, dict[str, bytes]] = {}
         self.calls: list[tuple[str, str]] = []
+        self.secrets: dict[str, dict[str, str]] = {}  # in memory only, like a real provider's agent
         self.outputs: dict[str, dict[str, bytes]] = {}
         self.status: dict[str, RawOutput] = {}
         self.transcript: list[tuple[str, str, str, bytes]] = []
@@ -36,6 +37,7 @@ class FakeProvider:
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         self.calls.append(("create", rec.id))
         self.sandboxes[rec.id] = {}
+        self.secrets[rec.id] = dict(rec.spec.secrets)
         return dict(rec.data), {k: "fake" for k in ("memory", "pids", "cpus")}
 
     async def alive(self, rec: SandboxRecord) -> bool:
@@ -61,10 +63,18 @@ class FakeProvider:
         stream: bool = True,
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
+        redact: dict[str, str] | None = None,
     ) -> RawOutput:
         self._files(rec)
         self.calls.append(("exec", rec.id))
         raw = await self._run(argv, stdin, timeout, idle_timeout)
+        if redact is not None:
+            out, err = raw.stdout, raw.stderr
+            for name, value in (self.secrets.get(rec.id, {}) | redact).items():
+                if len(value) >= 4:
+                    mark = f"[redacted:{name}]".encode()
+                    out, err = out.replace(value.encode(), mark), err.replace(value.encode(), mark)
+            raw = raw.model_copy(update={"stdout": out, "stderr": err})
         self.outputs[run_id] = {"stdout": raw.stdout, "stderr": raw.stderr}
         self.status[run_id] = raw
         for name in ("stdout", "stderr"):

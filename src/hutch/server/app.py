@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import __version__
 from hutch.errors import HutchError, InvalidError
-from hutch.models import FileEntry, SandboxRecord, SandboxSpec
+from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server.runs import router as runs_router
 from hutch.service import Service
 
@@ -107,6 +107,10 @@ def create_app(service: Service) -> FastAPI:
         except ValueError as exc:
             raise InvalidError(f"invalid mode {mode!r}", hint="use octal, e.g. 644 or 755") from exc
         return await service.write_file(ref, path, await request.body(), perms)
+
+    @app.post("/v1/sandboxes/{ref}/policy")
+    async def policy(ref: str, change: PolicyChange) -> SandboxRecord:
+        return await service.policy(ref, **change.model_dump(exclude_none=True))
 
     @app.get("/v1/sandboxes/{ref}/ls")
     async def list_files(ref: str, path: str | None = None) -> list[FileEntry]:

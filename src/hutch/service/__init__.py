@@ -26,6 +26,7 @@ from hutch.models import (
     SandboxState,
     new_id,
 )
+from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.runs import Runs
 from hutch.store import Store
@@ -46,8 +47,16 @@ class Service:
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
-            self._providers[name] = load_provider(name, self.settings)
+            provider = load_provider(name, self.settings)
+            bind = getattr(provider, "bind_events", None)
+            if bind is not None:
+                bind(self._provider_event)
+            self._providers[name] = provider
         return self._providers[name]
+
+    def _provider_event(self, type_: str, sandbox_id: str, run_id: str | None, data: dict[str, Any]) -> None:
+        """Events a provider observes on its own (egress decisions), recorded like any other."""
+        self.store.append_event(type_, sandbox_id, run_id, **data)
 
     # -- start / adopt ---------------------------------------------------------------
 
@@ -58,6 +67,11 @@ class Service:
             provider = self.provider(rec.provider)
             if rec.state == SandboxState.running and await provider.alive(rec):
                 await self.runs.adopt(rec)
+                if rec.spec.network.mode != "none":
+                    try:  # the proxy listener lived in the previous daemon: take it up again
+                        await self._set_network(provider, rec)
+                    except HutchError as exc:
+                        log.warning("sandbox %s: cannot restore its network: %s", rec.id, exc.message)
                 report["adopted"].append(rec.id)
                 continue
             self.store.mark_running_runs_lost(rec.id, "the sandbox died while the daemon was down")
@@ -85,6 +99,10 @@ class Service:
             raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
         if spec.limits.cpus is not None and "cpus" not in caps.limits:
             raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
+        if spec.network.mode != "none" and not caps.network:
+            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="drop --network")
+        if spec.secrets and not caps.secrets:
+            raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         now = time.time()
         async with self._create_lock:
             used = {int(r.data.get("slot", -1)) for r in self.store.list_sandboxes(LIVE_STATES)}
@@ -111,7 +129,37 @@ class Service:
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
-        return self.store.get_sandbox(ref)
+        rec = self.store.get_sandbox(ref)
+        if rec.spec.network.mode != "none" or rec.spec.network.deny_hosts:
+            counts = self.store.count_events(rec.id, ["egress_allowed", "egress_denied"])
+            rec.egress = {"allowed": counts["egress_allowed"], "denied": counts["egress_denied"]}
+        return rec
+
+    # -- network policy ----------------------------------------------------------------
+
+    async def _set_network(self, provider: Provider, rec: SandboxRecord) -> None:
+        apply = getattr(provider, "set_network", None)
+        if apply is None:
+            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
+        await apply(rec)
+
+    async def policy(self, ref: str, **changes: Any) -> SandboxRecord:
+        """Change a live sandbox's network policy; new connections see it at once."""
+        rec = self.live(ref)
+        before = rec.spec.network
+        after = apply_change(before, **changes)
+        if after == before:
+            return self.get(rec.id)
+        provider = self.provider(rec.provider)
+        if after.mode != "none" and not provider.capabilities.network:
+            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
+        spec = rec.spec.model_copy(update={"network": after})
+        await self._guarded(rec, self._set_network(provider, rec.model_copy(update={"spec": spec})))
+        self.store.update_sandbox(rec.id, spec=spec)
+        self.store.append_event(
+            "policy_changed", rec.id, before=before.model_dump(mode="json"), after=after.model_dump(mode="json")
+        )
+        return self.get(rec.id)
 
     def live(self, ref: str) -> SandboxRecord:
         rec = self.get(ref)

@@ -133,7 +133,7 @@ class Runs:
             time.time(),
             background=background,
             cwd=req.cwd or rec.spec.workdir,
-            env_keys=sorted(req.env),
+            env_keys=sorted(set(req.env) | set(req.secrets)),
             timeout=req.timeout,
             idle_timeout=req.idle_timeout,
         )
@@ -163,7 +163,7 @@ class Runs:
                 rec,
                 run_id,
                 argv,
-                env=req.env,
+                env=req.env | req.secrets,
                 cwd=req.cwd or rec.spec.workdir,
                 stdin=stdin,
                 timeout=req.timeout or self.svc.settings.exec_timeout,
@@ -172,6 +172,7 @@ class Runs:
                 stream=stream,
                 on_output=on_output if queue is not None else None,
                 interactive=interactive,
+                redact=req.secrets if req.redact else None,
             )
         except asyncio.CancelledError:
             raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import marshal
 import os
 import resource
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -24,11 +26,12 @@ from typing import Any
 
 from hutch.config import Settings
 from hutch.errors import CapacityError, HutchError, InternalError, UnavailableError
-from hutch.models import FileEntry, RawOutput, SandboxRecord
+from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, mounts, runs
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
+from hutch.providers.local.egress import PORT, Egress, OnEvent, proxy_env
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
@@ -37,7 +40,14 @@ KILL_GRACE = 5.0
 
 class LocalProvider:
     name = "local"
-    capabilities = Capabilities(mounts=True, limits=frozenset({"memory", "pids", "cpus"}), files=True, survives_daemon=True)
+    capabilities = Capabilities(
+        mounts=True,
+        limits=frozenset({"memory", "pids", "cpus"}),
+        files=True,
+        survives_daemon=True,
+        network=True,
+        secrets=True,
+    )
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -45,6 +55,11 @@ class LocalProvider:
         self._bwrap: bw.Bwrap | None = None
         self._layout: cgroups.Layout | None = None
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self.egress = Egress(settings.egress_hosts)
+
+    def bind_events(self, on_event: OnEvent) -> None:
+        """Where egress decisions go (the Service records them as events)."""
+        self.egress.on_event = on_event
 
     # -- probing ---------------------------------------------------------------------
 
@@ -258,7 +273,10 @@ class LocalProvider:
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                await ch.request({"op": "configure", "env": bw.base_env() | rec.spec.env}, timeout=10.0)
+                configure = {"op": "configure", "env": bw.base_env() | rec.spec.env, "secrets": rec.spec.secrets}
+                await ch.request(configure, timeout=10.0)
+            if rec.spec.network.mode != "none":
+                await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
             data |= {
                 "init_pid": info["child-pid"],
                 "init_start": start_time(info["child-pid"]),
@@ -313,9 +331,45 @@ class LocalProvider:
             data["cgroups"] = [str(p / rec.id) for p in parents if (p / rec.id).exists()]
         return data
 
+    # -- network -----------------------------------------------------------------------
+
+    async def _listen(self, sandbox_id: str, agent_socket: str, policy: NetworkPolicy) -> None:
+        """The proxy's listener, made by the agent inside the sandbox's network namespace."""
+
+        def take() -> socket.socket:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
+                conn.settimeout(10.0)
+                conn.connect(agent_socket)
+                body = marshal.dumps({"op": "listen", "port": PORT}, 2)
+                conn.sendall(len(body).to_bytes(4, "big") + body)
+                msg, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+                if not fds:
+                    raise UnavailableError(
+                        f"the sandbox could not open its proxy port: {msg.decode(errors='replace').strip()}",
+                        hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
+                    )
+                return socket.socket(fileno=fds[0])
+
+        try:
+            sock = await asyncio.to_thread(take)
+        except OSError as exc:
+            raise UnavailableError(f"cannot reach the sandbox to open its network: {exc}", hint="see hutch get") from exc
+        await self.egress.open(sandbox_id, sock, policy)
+
+    async def set_network(self, rec: SandboxRecord) -> None:
+        """Apply the record's policy now: new connections see it at once, nothing restarts."""
+        policy = rec.spec.network
+        if policy.mode == "none":
+            await self.egress.close(rec.id)
+            async with Channel(rec.data["socket"]) as ch:
+                await ch.request({"op": "unlisten"}, timeout=10.0)
+        elif not self.egress.update(rec.id, policy):
+            await self._listen(rec.id, rec.data["socket"], policy)
+
     async def destroy(self, rec: SandboxRecord) -> bool:
         data = self._planned(rec)
         existed = Path(data["dir"]).exists() or bool(data["cgroups"])
+        await self.egress.close(rec.id)
         await self._teardown(data, rec.id)
         return existed
 
@@ -342,6 +396,7 @@ class LocalProvider:
         await asyncio.to_thread(work)
 
     async def close(self) -> None:
+        await self.egress.close_all()
         self._children.clear()
 
     # -- exec ------------------------------------------------------------------------
@@ -364,14 +419,18 @@ class LocalProvider:
         stream: bool = True,
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
+        redact: dict[str, str] | None = None,
     ) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
+        if rec.spec.network.mode != "none":
+            env = proxy_env(run_id) | env
         header = {
             "op": "exec",
             "run_id": run_id,
             "argv": argv,
             "env": env,
+            "redact": redact,  # None: no redaction for this run
             "cwd": cwd,
             "timeout": timeout,
             "idle_timeout": idle_timeout,

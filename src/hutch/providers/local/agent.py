@@ -27,6 +27,9 @@ import time
 
 MAX_HEADER = 1 << 20
 BASE_ENV = {}  # the sandbox's environment, sent once by the host; never on any command line
+SECRETS = {}  # the sandbox's secrets (name -> value): in every run's environment, redacted from output
+LISTEN = {}  # the egress proxy's listening socket in this network namespace (the daemon accepts on it)
+MIN_REDACT = 4  # shorter secret values are not searched for in output (they would match everywhere)
 CHUNK = 1 << 16
 
 
@@ -230,6 +233,39 @@ def prepare_supervisor():
     set_subreaper()
 
 
+class Redactor:
+    """Replaces secret values in output with [redacted:NAME] before it is kept or sent.
+
+    A value split across two reads is still found: the end of a chunk that could be the
+    start of a secret is held back until the next read (or the end of the stream).
+    """
+
+    def __init__(self, secrets):
+        pairs = [(v.encode(), ("[redacted:%s]" % n).encode()) for n, v in secrets.items() if len(v) >= MIN_REDACT]
+        self.pairs = sorted(pairs, key=lambda p: -len(p[0]))
+        self.held = {}
+
+    def feed(self, key, data):
+        if not self.pairs:
+            return data
+        buf = self.held.pop(key, b"") + data
+        for value, mark in self.pairs:
+            buf = buf.replace(value, mark)
+        keep = 0
+        for value, _ in self.pairs:
+            for k in range(min(len(value) - 1, len(buf)), keep, -1):
+                if buf.endswith(value[:k]):
+                    keep = k
+                    break
+        if keep:
+            self.held[key] = buf[-keep:]
+            buf = buf[:-keep]
+        return buf
+
+    def flush(self, key):
+        return self.held.pop(key, b"")
+
+
 class Sink:
     """One output stream: a capped file on disk, the sandbox transcript, the live host.
 
@@ -356,6 +392,7 @@ def supervise(conn, req, fds):
     if feed_fd is not None:
         os.set_blocking(feed_fd, False)
     live = bool(req.get("stream", True))
+    redactor = Redactor(req.get("redact") or {})
     started = time.time()
     status = {"run_id": run_id, "started_at": started}
     try:
@@ -462,8 +499,12 @@ def supervise(conn, req, fds):
                     data = b""
                 if not data:
                     open_pipes.discard(fd)
-                    continue
-                last_output = time.monotonic()
+                    data = redactor.flush(fd)
+                    if not data:
+                        continue
+                else:
+                    last_output = time.monotonic()
+                    data = redactor.feed(fd, data)
                 sinks[fd].write(data)
                 shown = sinks[fd].live(data) if live and conn is not None else b""
                 if shown:
@@ -507,6 +548,12 @@ def supervise(conn, req, fds):
                 kill(signal.SIGKILL, "idle_timeout")
         if wait_status is not None and time.monotonic() >= exited_at + GRACE:
             break  # descendants still hold the pipes: the run is over all the same
+    for fd in list(redactor.held):  # the end of a stream still held back (descendants kept it open)
+        data = redactor.flush(fd)
+        sinks[fd].write(data)
+        shown = sinks[fd].live(data) if live and conn is not None else b""
+        if shown:
+            sendq += dumps({"stream": sinks[fd].name, "size": len(shown)}).encode() + b"\n" + shown
     if reason is None and os.path.exists(os.path.join(rdir, "killed")):
         reason = "killed"
     if reason in ("timeout", "idle_timeout"):
@@ -743,7 +790,9 @@ def handle(conn, server, spare):
             if len(fds) != 1 or not str(req.get("run_id", "")).startswith("run_"):
                 send_json(conn, err("invalid", "exec needs a run id and a stdin descriptor"))
                 return spare
-            req["env"] = {**BASE_ENV, **(req.get("env") or {})}
+            req["env"] = {**BASE_ENV, **SECRETS, **(req.get("env") or {})}
+            if req.get("redact") is not None:  # None: this run asked for --no-redact
+                req["redact"] = {**SECRETS, **req["redact"]}
             if spare is None:
                 spare = new_spare(server)
             if spare is None:
@@ -771,6 +820,23 @@ def handle(conn, server, spare):
     elif op == "configure":
         BASE_ENV.clear()
         BASE_ENV.update(req.get("env") or {})
+        if "secrets" in req:
+            SECRETS.clear()
+            SECRETS.update(req["secrets"] or {})
+        send_json(conn, {"ok": True})
+    elif op == "listen":
+        listener = LISTEN.get("sock")
+        if listener is None:
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", int(req["port"])))
+            listener.listen(256)
+            LISTEN["sock"] = listener  # kept open: the port stays the proxy's even while the daemon restarts
+        socket.send_fds(conn, [b'{"ok":true}\n'], [listener.fileno()])
+    elif op == "unlisten":
+        listener = LISTEN.pop("sock", None)
+        if listener is not None:
+            listener.close()
         send_json(conn, {"ok": True})
     elif op == "runs":
         send_json(conn, {"ok": True, "alive": [r for r, pid in RUNS.items() if alive(pid)]})

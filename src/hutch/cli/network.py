@@ -1,0 +1,136 @@
+"""Network and secret options (create, exec, run) and ``hutch policy``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from hutch.cli.common import Ctx, emit, json_option
+from hutch.errors import InvalidError
+from hutch.models import NetworkPolicy
+
+MODES = ("none", "allowlist", "open")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def secret_option(help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--secret",
+        "secrets",
+        multiple=True,
+        metavar="NAME[=env:VAR|file:PATH]",
+        help=help_text,
+    )
+
+
+def network_options(f: Any) -> Any:
+    opts = [
+        click.option(
+            "--network",
+            type=click.Choice(MODES),
+            help="none (default: loopback only), allowlist (named hosts via hutch's proxy) or open (public internet).",
+        ),
+        click.option(
+            "--allow-host", "allow_hosts", multiple=True, metavar="HOST", help="Allow a host: example.com or '*.example.org'."
+        ),
+        click.option(
+            "--allow-port", "allow_ports", multiple=True, type=int, metavar="PORT", help="Allow a port (default 80 and 443)."
+        ),
+        click.option("--allow-cidr", "allow_cidrs", multiple=True, metavar="CIDR", help="Allow addresses, e.g. 203.0.113.0/24."),
+        secret_option("Secret for every run: from $NAME, env:VAR or file:PATH; never stored, redacted from output."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def network_spec(
+    network: str | None, allow_hosts: tuple[str, ...], allow_ports: tuple[int, ...], allow_cidrs: tuple[str, ...]
+) -> dict[str, Any]:
+    """The policy for a new sandbox; allow rules without --network mean an allowlist."""
+    has_rules = bool(allow_hosts or allow_ports or allow_cidrs)
+    mode = network or ("allowlist" if has_rules else "none")
+    if mode == "none" and has_rules:
+        raise InvalidError(
+            "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
+            hint="use --network allowlist with them, or drop them",
+        )
+    policy = NetworkPolicy.model_validate(
+        {"mode": mode, "allow_hosts": list(allow_hosts), "ports": list(allow_ports), "cidrs": list(allow_cidrs)}
+    )
+    return policy.model_dump(mode="json")
+
+
+def resolve_secrets(items: tuple[str, ...]) -> dict[str, str]:
+    """NAME (from $NAME), NAME=env:VAR or NAME=file:PATH, read here, on the caller's side."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, source = item.partition("=")
+        if not sep:
+            source = f"env:{name}"
+        kind, _, where = source.partition(":")
+        if kind == "env" and where:
+            value = os.environ.get(where)
+            if value is None:
+                raise InvalidError(f"secret {name}: ${where} is not set", hint=f"export {where}=..., or use {name}=file:PATH")
+        elif kind == "file" and where:
+            try:
+                value = Path(where).expanduser().read_text().rstrip("\n")
+            except OSError as exc:
+                raise InvalidError(f"secret {name}: cannot read {where}: {exc.strerror}", hint="check the path") from exc
+        else:
+            raise InvalidError(f"invalid --secret {item!r}", hint="use NAME, NAME=env:VAR or NAME=file:PATH")
+        if not value:
+            raise InvalidError(f"secret {name} is empty", hint="an empty secret would redact nothing; check its source")
+        out[name] = value
+    return out
+
+
+def describe_network(r: dict[str, Any]) -> list[tuple[str, str]]:
+    net = r["spec"].get("network") or {"mode": "none"}
+    mode = net.get("mode", "none")
+    lines = [("network", {"none": "none (loopback only)", "allowlist": "allowlist", "open": "open (public)"}[mode])]
+    if mode != "none":
+        ports = net.get("ports") or ([80, 443] if mode == "allowlist" else [])
+        lines.append(("ports", ", ".join(map(str, ports)) or "any"))
+    for h in net.get("allow_hosts", []):
+        lines.append(("allow", h))
+    for h in net.get("deny_hosts", []):
+        lines.append(("deny", h))
+    for c in net.get("cidrs", []):
+        lines.append(("cidr", c))
+    if r.get("egress"):
+        lines.append(("egress", f"{r['egress']['allowed']} allowed, {r['egress']['denied']} denied"))
+    for name in r["spec"].get("secret_names", []):
+        lines.append(("secret", name))
+    return lines
+
+
+@click.command()
+@click.argument("sandbox")
+@click.option("--network", type=click.Choice(MODES), help="Switch the mode (none closes the proxy).")
+@click.option("--allow-host", "allow_hosts", multiple=True, metavar="HOST", help="Allow a host (or '*.suffix').")
+@click.option("--deny-host", "deny_hosts", multiple=True, metavar="HOST", help="Deny a host, even in open mode.")
+@click.option("--remove-host", "remove_hosts", multiple=True, metavar="HOST", help="Drop a host from both lists.")
+@click.option("--allow-port", "ports", multiple=True, type=int, metavar="PORT", help="Allow a port.")
+@click.option("--allow-cidr", "cidrs", multiple=True, metavar="CIDR", help="Allow an address range (private ones too).")
+@json_option
+@click.pass_obj
+def policy(obj: Ctx, /, sandbox: str, network: str | None, **changes: tuple[Any, ...]) -> None:
+    """Show or change a sandbox's network policy, live: new connections follow it at once.
+
+    Without options, prints the policy. Every change is recorded as a policy_changed event.
+    """
+    body: dict[str, Any] = {k: list(v) for k, v in changes.items() if v}
+    if network:
+        body["mode"] = network
+    rec = obj.client.policy(sandbox, body) if body else obj.client.get(sandbox)
+    if obj.json:
+        emit({"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")})
+        return
+    for k, v in describe_network(rec):
+        click.echo(f"{k + ':':<10} {v}")

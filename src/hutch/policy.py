@@ -1,0 +1,199 @@
+"""Egress policy decisions: pure functions over a :class:`NetworkPolicy` (no I/O).
+
+The proxy asks twice: :func:`check_target` before resolving (name, IP literal, port), and
+:func:`check_address` for every address the name resolved to; it then connects to exactly
+the address that passed, so a name cannot be re-resolved to somewhere else in between.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from hutch.errors import InvalidError
+from hutch.models import NetworkPolicy, normalize_host
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Ranges a sandbox never reaches unless a CIDR names them: (network, reason).
+BLOCKED: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
+    (ipaddress.ip_network(net), reason)
+    for net, reason in [
+        ("169.254.169.254/32", "metadata"),
+        ("fd00:ec2::254/128", "metadata"),
+        ("0.0.0.0/8", "unspecified"),
+        ("127.0.0.0/8", "loopback"),
+        ("10.0.0.0/8", "private"),
+        ("172.16.0.0/12", "private"),
+        ("192.168.0.0/16", "private"),
+        ("100.64.0.0/10", "cgnat"),
+        ("169.254.0.0/16", "link_local"),
+        ("192.0.0.0/24", "reserved"),
+        ("224.0.0.0/4", "multicast"),
+        ("240.0.0.0/4", "reserved"),
+        ("::/128", "unspecified"),
+        ("::1/128", "loopback"),
+        ("fc00::/7", "private"),
+        ("fe80::/10", "link_local"),
+        ("fec0::/10", "link_local"),
+        ("ff00::/8", "multicast"),
+    ]
+]
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str  # allowed_host | allowed_cidr | open | host_not_allowed | denied_host | ip_literal | port_not_allowed ...
+    rule: str = ""  # the rule that decided, in the words of the CLI
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "reason": self.reason, "rule": self.rule}
+
+
+def host_matches(host: str, pattern: str) -> bool:
+    """Exact name, or ``*.suffix`` for every name strictly below the suffix."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
+
+
+def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address inside an IPv4-mapped, IPv4-compatible, NAT64 or 6to4 IPv6 address."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return None
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    packed = ip.packed
+    if packed[:12] == bytes(12) and ip != ipaddress.IPv6Address("::1") and ip != ipaddress.IPv6Address("::"):
+        return ipaddress.IPv4Address(packed[12:])  # ::a.b.c.d (deprecated IPv4-compatible form)
+    if ip in ipaddress.ip_network("64:ff9b::/96"):
+        return ipaddress.IPv4Address(packed[12:])
+    return None
+
+
+def in_cidrs(ip: IPAddress, cidrs: list[str]) -> str | None:
+    for text in cidrs:
+        net = ipaddress.ip_network(text)
+        if ip.version == net.version and ip in net:
+            return text
+    return None
+
+
+def blocked_reason(ip: IPAddress, own: frozenset[str] = frozenset()) -> str | None:
+    """Why this address is off limits by default, or None for a public address."""
+    inner = embedded_v4(ip)
+    if inner is not None:
+        return blocked_reason(inner, own)
+    if str(ip) in own:
+        return "host_address"
+    for net, reason in BLOCKED:
+        if ip.version == net.version and ip in net:
+            return reason
+    return None
+
+
+def parse_ip(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0])
+    except ValueError:
+        return None
+
+
+def _port_ok(policy: NetworkPolicy, port: int) -> bool:
+    ports = policy.effective_ports
+    return ports is None or port in ports
+
+
+def check_target(policy: NetworkPolicy, host: str, port: int) -> tuple[Decision, str]:
+    """The decision before any lookup, and the host as it will be resolved.
+
+    A passing decision here is provisional: every resolved address must also pass
+    :func:`check_address`.
+    """
+    if policy.mode == "none":
+        return Decision(False, "network_off", "--network none"), host
+    if not 1 <= port <= 65535:
+        return Decision(False, "invalid_port", f"port {port}"), host
+    ip = parse_ip(host)
+    if ip is not None:
+        cidr = in_cidrs(ip, policy.cidrs)
+        inner = embedded_v4(ip)
+        if cidr is None and inner is not None:
+            cidr = in_cidrs(inner, policy.cidrs)
+        if cidr is None and (policy.mode == "allowlist" or blocked_reason(ip) is not None):
+            return Decision(False, "ip_literal", f"no --allow-cidr covers {ip}"), str(ip)
+        if not _port_ok(policy, port):
+            return Decision(False, "port_not_allowed", f"--allow-port {port} is not set"), str(ip)
+        return Decision(True, "allowed_cidr" if cidr else "open", f"--allow-cidr {cidr}" if cidr else "--network open"), str(ip)
+    try:
+        name = normalize_host(host)
+    except InvalidError:
+        return Decision(False, "invalid_host", f"{host!r} is not a host name"), host
+    for pattern in policy.deny_hosts:
+        if host_matches(name, pattern):
+            return Decision(False, "denied_host", f"--deny-host {pattern}"), name
+    allowed_by = next((p for p in policy.allow_hosts if host_matches(name, p)), None)
+    if policy.mode == "allowlist" and allowed_by is None:
+        return Decision(False, "host_not_allowed", f"no --allow-host matches {name}"), name
+    if not _port_ok(policy, port):
+        return Decision(False, "port_not_allowed", f"--allow-port {port} is not set"), name
+    if allowed_by is not None:
+        return Decision(True, "allowed_host", f"--allow-host {allowed_by}"), name
+    return Decision(True, "open", "--network open"), name
+
+
+def check_address(policy: NetworkPolicy, ip: IPAddress, own: frozenset[str] = frozenset()) -> Decision:
+    """May the proxy connect to this resolved address? Private ranges only through a CIDR."""
+    cidr = in_cidrs(ip, policy.cidrs)
+    inner = embedded_v4(ip)
+    if cidr is None and inner is not None:
+        cidr = in_cidrs(inner, policy.cidrs)
+    if cidr is not None:
+        return Decision(True, "allowed_cidr", f"--allow-cidr {cidr}")
+    reason = blocked_reason(ip, own)
+    if reason is not None:
+        return Decision(False, f"{reason}_address", f"{ip} is {reason.replace('_', ' ')}; only --allow-cidr opens it")
+    return Decision(True, "public_address", "")
+
+
+def apply_change(
+    policy: NetworkPolicy,
+    *,
+    mode: str | None = None,
+    allow_hosts: list[str] | None = None,
+    deny_hosts: list[str] | None = None,
+    ports: list[int] | None = None,
+    cidrs: list[str] | None = None,
+    remove_hosts: list[str] | None = None,
+) -> NetworkPolicy:
+    """The policy after ``hutch policy``: additions, a deny removes a matching allow, and back."""
+    allow = set(policy.allow_hosts)
+    deny = set(policy.deny_hosts)
+    for host in allow_hosts or []:
+        h = normalize_host(host, pattern=True)
+        allow.add(h)
+        deny.discard(h)
+    for host in deny_hosts or []:
+        h = normalize_host(host, pattern=True)
+        deny.add(h)
+        allow.discard(h)
+    for host in remove_hosts or []:
+        h = normalize_host(host, pattern=True)
+        allow.discard(h)
+        deny.discard(h)
+    new_mode = mode or policy.mode
+    if new_mode == "none" and mode is None and (allow_hosts or ports or cidrs):
+        new_mode = "allowlist"  # adding a rule to a sandbox without network turns the allowlist on
+    return NetworkPolicy.model_validate(
+        {
+            "mode": new_mode,
+            "allow_hosts": sorted(allow) if new_mode != "none" else [],
+            "deny_hosts": sorted(deny),
+            "ports": (policy.ports + (ports or [])) if new_mode != "none" else [],
+            "cidrs": (policy.cidrs + (cidrs or [])) if new_mode != "none" else [],
+        }
+    ).check()

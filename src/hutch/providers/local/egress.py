@@ -1,0 +1,416 @@
+"""The egress proxy: the only way out of a sandbox that has a network.
+
+Each sandbox with a network gets its own listener, 127.0.0.1:3128 *inside its own empty
+network namespace*: the sandbox's agent creates the listening socket there and hands the
+descriptor to the daemon, which accepts on it from the host's namespace. Nothing inside
+can route anywhere else, so a program that ignores the proxy settings has no network at
+all. The listener identifies the sandbox; nothing the client says can change which
+policy applies.
+
+One port speaks HTTP (CONNECT and absolute-form requests) and SOCKS5 (CONNECT, names
+resolved here). Names are resolved by the proxy, every address is checked, and the proxy
+connects to the address it checked. Every decision is reported through ``on_event``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ipaddress
+import itertools
+import logging
+import re
+import socket
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hutch.models import NetworkPolicy
+from hutch.policy import Decision, IPAddress, check_address, check_target, parse_ip
+
+PORT = 3128
+MAX_HEAD = 64 << 10
+HEAD_TIMEOUT = 30.0
+CONNECT_TIMEOUT = 10.0
+RESOLVE_TIMEOUT = 10.0
+CHUNK = 256 << 10
+RUN_RE = re.compile(r"^run_[0-9a-f]{8,40}$")
+log = logging.getLogger("hutch.egress")
+
+OnEvent = Callable[[str, str, str | None, dict[str, Any]], None]
+
+FIX = {
+    "host_not_allowed": "hutch policy {sbx} --allow-host {host}",
+    "denied_host": "hutch policy {sbx} --allow-host {host}",
+    "port_not_allowed": "hutch policy {sbx} --allow-port {port}",
+    "ip_literal": "use the host's name, or hutch policy {sbx} --allow-cidr {host}/32 if you trust that address",
+}
+
+
+def proxy_env(run_id: str | None) -> dict[str, str]:
+    """What a run needs to use the proxy; the run id rides in the proxy user name (attribution only)."""
+    who = f"{run_id}@" if run_id else ""
+    http = f"http://{who}127.0.0.1:{PORT}"
+    env = {"HTTP_PROXY": http, "HTTPS_PROXY": http, "ALL_PROXY": f"socks5h://{who}127.0.0.1:{PORT}"}
+    env["NO_PROXY"] = "localhost,127.0.0.1,::1"
+    return env | {k.lower(): v for k, v in env.items()}
+
+
+class Hosts:
+    """A hosts-format file consulted before DNS (re-read when it changes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path) if path else None
+        self.mtime = -1.0
+        self.table: dict[str, list[str]] = {}
+
+    def lookup(self, name: str) -> list[str] | None:
+        if self.path is None:
+            return None
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return None
+        if mtime != self.mtime:
+            table: dict[str, list[str]] = {}
+            for line in self.path.read_text().splitlines():
+                parts = line.split("#", 1)[0].split()
+                if len(parts) >= 2 and parse_ip(parts[0]) is not None:
+                    for host in parts[1:]:
+                        table.setdefault(host.lower().rstrip("."), []).append(parts[0])
+            self.table, self.mtime = table, mtime
+        return self.table.get(name)
+
+
+_own_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
+
+
+def own_addresses() -> frozenset[str]:
+    """This host's own addresses (its services are off limits), from /proc, cached briefly."""
+    global _own_cache
+    now = time.monotonic()
+    if now - _own_cache[0] < 5:
+        return _own_cache[1]
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for prev, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line:
+                found.add(prev.split()[-1])
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            raw = line.split()[0]
+            found.add(str(ipaddress.IPv6Address(bytes.fromhex(raw))))
+    _own_cache = (now, frozenset(found))
+    return _own_cache[1]
+
+
+@dataclass
+class Listener:
+    sandbox_id: str
+    policy: NetworkPolicy
+    server: asyncio.Server
+
+
+class DeniedError(Exception):
+    def __init__(self, decision: Decision, host: str, port: int, address: str | None = None) -> None:
+        super().__init__(decision.reason)
+        self.decision, self.host, self.port, self.address = decision, host, port, address
+
+
+class Egress:
+    def __init__(self, hosts_file: str, on_event: OnEvent | None = None) -> None:
+        self.hosts = Hosts(hosts_file)
+        self.on_event = on_event
+        self.listeners: dict[str, Listener] = {}
+
+    # -- listeners ---------------------------------------------------------------------
+
+    async def open(self, sandbox_id: str, sock: socket.socket, policy: NetworkPolicy) -> None:
+        await self.close(sandbox_id)
+        sock.setblocking(False)
+
+        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._client(sandbox_id, reader, writer)
+
+        server = await asyncio.start_server(client, sock=sock, limit=MAX_HEAD)
+        self.listeners[sandbox_id] = Listener(sandbox_id, policy, server)
+
+    def update(self, sandbox_id: str, policy: NetworkPolicy) -> bool:
+        listener = self.listeners.get(sandbox_id)
+        if listener is None:
+            return False
+        listener.policy = policy
+        return True
+
+    async def close(self, sandbox_id: str) -> None:
+        listener = self.listeners.pop(sandbox_id, None)
+        if listener is not None:
+            listener.server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(listener.server.wait_closed(), 1.0)
+
+    async def close_all(self) -> None:
+        for sandbox_id in list(self.listeners):
+            await self.close(sandbox_id)
+
+    # -- one client connection -----------------------------------------------------------
+
+    def _event(self, sandbox_id: str, run_id: str | None, allowed: bool, data: dict[str, Any]) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event("egress_allowed" if allowed else "egress_denied", sandbox_id, run_id, data)
+            except Exception:  # recording never breaks the connection
+                log.exception("cannot record an egress event")
+
+    async def _client(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            first = await asyncio.wait_for(reader.readexactly(1), HEAD_TIMEOUT)
+            if first == b"\x05":
+                await self._socks(sandbox_id, reader, writer)
+            else:
+                await self._http(sandbox_id, first, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except Exception:  # one bad client never hurts the daemon
+            log.exception("egress proxy client failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _connect(
+        self, sandbox_id: str, run_id: str | None, host: str, port: int, protocol: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Decide, resolve, check every address, connect to a checked one; one event either way."""
+        listener = self.listeners.get(sandbox_id)
+        policy = listener.policy if listener else NetworkPolicy()
+        base = {"host": host, "port": port, "protocol": protocol}
+        decision, name = check_target(policy, host, port)
+        if not decision.allowed:
+            self._event(sandbox_id, run_id, False, base | decision.to_dict() | {"address": None})
+            raise DeniedError(decision, name, port)
+        ip = parse_ip(name)
+        addresses: list[IPAddress] = [ip] if ip is not None else await self._resolve(sandbox_id, run_id, name, port, base)
+        own = own_addresses()
+        refused: tuple[Decision, IPAddress] | None = None
+        last_error = "no address"
+        for address in addresses:
+            verdict = check_address(policy, address, own) if decision.reason != "allowed_cidr" or ip is None else decision
+            if not verdict.allowed:
+                refused = refused or (verdict, address)
+                continue
+            try:
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError) as exc:
+                last_error = f"{exc.__class__.__name__}: {exc}"
+                continue
+            self._event(sandbox_id, run_id, True, base | decision.to_dict() | {"address": str(address)})
+            return reader, writer
+        if refused is not None:
+            verdict, address = refused
+            self._event(sandbox_id, run_id, False, base | verdict.to_dict() | {"address": str(address)})
+            raise DeniedError(verdict, name, port, str(address))
+        failed = Decision(False, "connect_failed", last_error)
+        self._event(sandbox_id, run_id, False, base | failed.to_dict() | {"address": None})
+        raise DeniedError(failed, name, port)
+
+    async def _resolve(self, sandbox_id: str, run_id: str | None, name: str, port: int, base: dict[str, Any]) -> list[IPAddress]:
+        fixed = self.hosts.lookup(name)
+        if fixed is not None:
+            return [a for a in (parse_ip(x) for x in fixed) if a is not None]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(loop.getaddrinfo(name, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            failed = Decision(False, "resolve_failed", f"cannot resolve {name}: {exc}")
+            self._event(sandbox_id, run_id, False, base | failed.to_dict() | {"address": None})
+            raise DeniedError(failed, name, port) from exc
+        out: list[IPAddress] = []
+        for info in infos:
+            address = parse_ip(str(info[4][0]))
+            if address is not None and address not in out:
+                out.append(address)
+        return out
+
+    # -- HTTP ----------------------------------------------------------------------------
+
+    async def _http(self, sandbox_id: str, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            await self._reply(writer, 400, "not an HTTP proxy request")
+            return
+        method, target, version = parts
+        headers = [line for line in lines[1:] if line]
+        run_id = self._run_of(headers)
+        if method.upper() == "CONNECT":
+            host, port = self._split_host_port(target, None)
+            if host is None or port is None:
+                await self._reply(writer, 400, f"CONNECT needs host:port, got {target!r}")
+                return
+            try:
+                up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "connect")
+            except DeniedError as denied:
+                await self._deny(writer, sandbox_id, denied)
+                return
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await self._relay(reader, writer, up_reader, up_writer)
+            return
+        if not target.lower().startswith("http://"):
+            await self._reply(writer, 400, "this is hutch's egress proxy: send CONNECT host:port or an absolute http:// URL")
+            return
+        rest = target[7:]
+        authority, _, path = rest.partition("/")
+        host, port = self._split_host_port(authority.rsplit("@", 1)[-1], 80)
+        if host is None or port is None:
+            await self._reply(writer, 400, f"bad URL {target!r}")
+            return
+        try:
+            up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "http")
+        except DeniedError as denied:
+            await self._deny(writer, sandbox_id, denied)
+            return
+        # One request per connection: the next request is decided afresh on a new connection.
+        kept = [
+            h
+            for h in headers
+            if h.split(":", 1)[0].strip().lower() not in ("proxy-authorization", "proxy-connection", "connection", "keep-alive")
+        ]
+        request = f"{method} /{path} {version}\r\n" + "".join(f"{h}\r\n" for h in kept) + "Connection: close\r\n\r\n"
+        up_writer.write(request.encode("latin-1"))
+        await self._relay(reader, writer, up_reader, up_writer)
+
+    @staticmethod
+    def _split_host_port(text: str, default: int | None) -> tuple[str | None, int | None]:
+        if text.startswith("["):
+            host, _, tail = text[1:].partition("]")
+            port_text = tail[1:] if tail.startswith(":") else ""
+        elif text.count(":") == 1:
+            host, _, port_text = text.partition(":")
+        else:
+            host, port_text = text, ""
+        if not host:
+            return None, None
+        if not port_text:
+            return host, default
+        if not port_text.isdigit():
+            return None, None
+        return host, int(port_text)
+
+    @staticmethod
+    def _run_of(headers: list[str]) -> str | None:
+        for header in headers:
+            key, _, value = header.partition(":")
+            if key.strip().lower() == "proxy-authorization":
+                scheme, _, token = value.strip().partition(" ")
+                if scheme.lower() == "basic":
+                    with contextlib.suppress(ValueError):
+                        user = base64.b64decode(token, validate=True).decode().partition(":")[0]
+                        return user if RUN_RE.match(user) else None
+        return None
+
+    async def _reply(self, writer: asyncio.StreamWriter, status: int, text: str, extra: str = "") -> None:
+        body = text.encode() + b"\n"
+        reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+        writer.write(
+            f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            f"{extra}Connection: close\r\n\r\n".encode()
+            + body
+        )
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _deny(self, writer: asyncio.StreamWriter, sandbox_id: str, denied: DeniedError) -> None:
+        d = denied.decision
+        where = f"{denied.host}:{denied.port}" + (f" ({denied.address})" if denied.address else "")
+        if d.reason in ("resolve_failed", "connect_failed"):
+            await self._reply(writer, 502, f"hutch: cannot reach {where}: {d.rule}")
+            return
+        fix = FIX.get(d.reason, "hutch policy {sbx} --allow-cidr ADDRESS/32, only if you trust that address")
+        text = (
+            f"hutch: egress to {where} denied ({d.reason}): {d.rule}\n"
+            f"Fix: {fix.format(sbx=sandbox_id, host=denied.host, port=denied.port)}\n"
+            f"Why: hutch events {sandbox_id} --type egress_denied"
+        )
+        await self._reply(writer, 403, text, f"X-Hutch-Egress: denied; reason={d.reason}\r\n")
+
+    # -- SOCKS5 --------------------------------------------------------------------------
+
+    async def _socks(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        count = (await reader.readexactly(1))[0]
+        methods = await reader.readexactly(count)
+        run_id = None
+        if 2 in methods:  # user name / password: the user name carries the run id
+            writer.write(b"\x05\x02")
+            await writer.drain()
+            _ver, ulen = await reader.readexactly(2)
+            user = (await reader.readexactly(ulen)).decode("utf-8", "replace")
+            plen = (await reader.readexactly(1))[0]
+            await reader.readexactly(plen)
+            writer.write(b"\x01\x00")
+            run_id = user if RUN_RE.match(user) else None
+        elif 0 in methods:
+            writer.write(b"\x05\x00")
+        else:
+            writer.write(b"\x05\xff")
+            await writer.drain()
+            return
+        _ver, cmd, _, atyp = await reader.readexactly(4)
+        if atyp == 1:
+            host = socket.inet_ntop(socket.AF_INET, await reader.readexactly(4))
+        elif atyp == 4:
+            host = socket.inet_ntop(socket.AF_INET6, await reader.readexactly(16))
+        elif atyp == 3:
+            host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("utf-8", "replace")
+        else:
+            writer.write(b"\x05\x08\x00\x01" + bytes(6))
+            await writer.drain()
+            return
+        (port,) = struct.unpack("!H", await reader.readexactly(2))
+        if cmd != 1:  # BIND and UDP ASSOCIATE: the sandbox gets TCP connections out, nothing else
+            writer.write(b"\x05\x07\x00\x01" + bytes(6))
+            await writer.drain()
+            return
+        try:
+            up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "socks5")
+        except DeniedError as denied:
+            code = {"resolve_failed": 4, "connect_failed": 5}.get(denied.decision.reason, 2)
+            writer.write(b"\x05" + bytes([code]) + b"\x00\x01" + bytes(6))
+            await writer.drain()
+            return
+        writer.write(b"\x05\x00\x00\x01" + bytes(6))
+        await writer.drain()
+        await self._relay(reader, writer, up_reader, up_writer)
+
+    # -- relay ---------------------------------------------------------------------------
+
+    async def _relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(CHUNK):
+                    dst.write(data)
+                    await dst.drain()
+                if dst.can_write_eof():
+                    dst.write_eof()
+            except (ConnectionError, OSError):
+                pass
+
+        try:
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        finally:
+            up_writer.close()
+            with contextlib.suppress(Exception):
+                await up_writer.wait_closed()
