@@ -170,6 +170,25 @@ class NetworkPolicy(BaseModel):
                 raise InvalidError(f"invalid CIDR {text!r}", hint="e.g. --allow-cidr 203.0.113.0/24") from exc
         return sorted(out)
 
+    @classmethod
+    def build(
+        cls,
+        mode: str | None = None,
+        allow_hosts: list[str] | tuple[str, ...] = (),
+        ports: list[int] | tuple[int, ...] = (),
+        cidrs: list[str] | tuple[str, ...] = (),
+    ) -> NetworkPolicy:
+        """A new sandbox's policy: allow rules without a mode mean an allowlist."""
+        has_rules = bool(allow_hosts or ports or cidrs)
+        chosen = mode or ("allowlist" if has_rules else "none")
+        if chosen == "none" and has_rules:
+            raise InvalidError(
+                "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
+                hint="use --network allowlist with them, or drop them",
+            )
+        data = {"mode": chosen, "allow_hosts": list(allow_hosts), "ports": list(ports), "cidrs": list(cidrs)}
+        return cls.model_validate(data).check()
+
     def check(self) -> NetworkPolicy:
         if self.mode == "none" and (self.allow_hosts or self.ports or self.cidrs):
             raise InvalidError(

@@ -88,11 +88,11 @@ def blocked_reason(ip: IPAddress, own: frozenset[str] = frozenset()) -> str | No
     inner = embedded_v4(ip)
     if inner is not None:
         return blocked_reason(inner, own)
-    if str(ip) in own:
-        return "host_address"
     for net, reason in BLOCKED:
         if ip.version == net.version and ip in net:
             return reason
+    if str(ip) in own:
+        return "host"
     return None
 
 

@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
 from hutch.errors import InvalidError
+from hutch.models import NetworkPolicy
 from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
@@ -48,6 +49,13 @@ def _spec(**kw: Any) -> dict[str, Any]:
         spec["limits"] = limits
     if kw.get("mounts"):
         spec["mounts"] = [_mount(m) for m in kw["mounts"]]
+    if kw.get("network") or kw.get("allow_hosts") or kw.get("allow_ports") or kw.get("allow_cidrs"):
+        policy = NetworkPolicy.build(
+            kw.get("network"), kw.get("allow_hosts") or (), kw.get("allow_ports") or (), kw.get("allow_cidrs") or ()
+        )
+        spec["network"] = policy.model_dump(mode="json")
+    if kw.get("secrets"):
+        spec["secrets"] = dict(kw["secrets"])
     return spec
 
 
@@ -76,15 +84,30 @@ def _exec_req(
     max_output: int | None,
     idle_timeout: float | None = None,
     background: bool = False,
+    secrets: dict[str, str] | None = None,
+    redact: bool = True,
 ) -> dict[str, Any]:
     req: dict[str, Any] = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout}
-    req |= {"idle_timeout": idle_timeout, "background": background}
+    req |= {"idle_timeout": idle_timeout, "background": background, "secrets": secrets or {}, "redact": redact}
     if stdin is not None:
         raw = stdin.encode() if isinstance(stdin, str) else stdin
         req |= {"stdin": base64.b64encode(raw).decode(), "stdin_base64": True}
     if max_output is not None:
         req["max_output"] = max_output
     return req
+
+
+def _policy_change(
+    network: str | None,
+    allow_hosts: list[str] | None,
+    deny_hosts: list[str] | None,
+    remove_hosts: list[str] | None,
+    ports: list[int] | None,
+    cidrs: list[str] | None,
+) -> dict[str, Any]:
+    change: dict[str, Any] = {"mode": network, "allow_hosts": allow_hosts, "deny_hosts": deny_hosts}
+    change |= {"remove_hosts": remove_hosts, "ports": ports, "cidrs": cidrs}
+    return {k: v for k, v in change.items() if v}
 
 
 def _matches(info: dict[str, Any], labels: dict[str, str] | None, state: str | None) -> bool:
@@ -146,10 +169,20 @@ class Sandbox:
         labels: dict[str, str] | None = None,
         workdir: str | None = None,
         provider: str | None = None,
+        network: str | None = None,
+        allow_hosts: builtins.list[str] | None = None,
+        allow_ports: builtins.list[int] | None = None,
+        allow_cidrs: builtins.list[str] | None = None,
+        secrets: dict[str, str] | None = None,
         settings: Settings | None = None,
     ) -> Sandbox:
         client = Client(settings)
         spec = _spec(
+            network=network,
+            allow_hosts=allow_hosts,
+            allow_ports=allow_ports,
+            allow_cidrs=allow_cidrs,
+            secrets=secrets,
             name=name,
             memory=memory,
             pids=pids,
@@ -186,6 +219,30 @@ class Sandbox:
         self.info = self.client.get(self.id)
         return self.info
 
+    @property
+    def network(self) -> dict[str, Any]:
+        """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
+        return dict(self.info["spec"].get("network") or {"mode": "none"})
+
+    def policy(
+        self,
+        *,
+        network: str | None = None,
+        allow_hosts: builtins.list[str] | None = None,
+        deny_hosts: builtins.list[str] | None = None,
+        remove_hosts: builtins.list[str] | None = None,
+        allow_ports: builtins.list[int] | None = None,
+        allow_cidrs: builtins.list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Show or change the network policy, live (new connections follow it at once).
+
+        ``network``: none | allowlist | open. Hosts are names or ``*.suffix``. Returns the
+        policy now in force; every change is recorded as a ``policy_changed`` event.
+        """
+        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        self.info = self.client.policy(self.id, change) if change else self.client.get(self.id)
+        return self.network
+
     @overload
     def exec(
         self,
@@ -197,6 +254,8 @@ class Sandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: Literal[False] = False,
     ) -> ExecResult: ...
 
@@ -211,6 +270,8 @@ class Sandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: Literal[True],
     ) -> Run: ...
 
@@ -224,6 +285,8 @@ class Sandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: bool = False,
     ) -> ExecResult | Run:
         """Run a command. Returns an :class:`ExecResult`, or a :class:`Run` with ``background=True``.
@@ -231,7 +294,7 @@ class Sandbox:
         A non-zero exit never raises: read ``exit_code`` and ``status``.
         """
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background)
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact)
         if background:
             return Run(self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(self.client.exec(self.id, req))
@@ -319,10 +382,20 @@ class AsyncSandbox:
         labels: dict[str, str] | None = None,
         workdir: str | None = None,
         provider: str | None = None,
+        network: str | None = None,
+        allow_hosts: builtins.list[str] | None = None,
+        allow_ports: builtins.list[int] | None = None,
+        allow_cidrs: builtins.list[str] | None = None,
+        secrets: dict[str, str] | None = None,
         settings: Settings | None = None,
     ) -> AsyncSandbox:
         client = AsyncClient(settings)
         spec = _spec(
+            network=network,
+            allow_hosts=allow_hosts,
+            allow_ports=allow_ports,
+            allow_cidrs=allow_cidrs,
+            secrets=secrets,
             name=name,
             memory=memory,
             pids=pids,
@@ -359,6 +432,30 @@ class AsyncSandbox:
         self.info = await self.client.get(self.id)
         return self.info
 
+    @property
+    def network(self) -> dict[str, Any]:
+        """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
+        return dict(self.info["spec"].get("network") or {"mode": "none"})
+
+    async def policy(
+        self,
+        *,
+        network: str | None = None,
+        allow_hosts: builtins.list[str] | None = None,
+        deny_hosts: builtins.list[str] | None = None,
+        remove_hosts: builtins.list[str] | None = None,
+        allow_ports: builtins.list[int] | None = None,
+        allow_cidrs: builtins.list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Show or change the network policy, live (new connections follow it at once).
+
+        ``network``: none | allowlist | open. Hosts are names or ``*.suffix``. Returns the
+        policy now in force; every change is recorded as a ``policy_changed`` event.
+        """
+        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        self.info = await self.client.policy(self.id, change) if change else await self.client.get(self.id)
+        return self.network
+
     @overload
     async def exec(
         self,
@@ -370,6 +467,8 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: Literal[False] = False,
     ) -> ExecResult: ...
 
@@ -384,6 +483,8 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: Literal[True],
     ) -> AsyncRun: ...
 
@@ -397,11 +498,13 @@ class AsyncSandbox:
         stdin: bytes | str | None = None,
         max_output: int | None = None,
         idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
         background: bool = False,
     ) -> ExecResult | AsyncRun:
         """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background)
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact)
         if background:
             return AsyncRun(await self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))

@@ -51,18 +51,7 @@ def network_options(f: Any) -> Any:
 def network_spec(
     network: str | None, allow_hosts: tuple[str, ...], allow_ports: tuple[int, ...], allow_cidrs: tuple[str, ...]
 ) -> dict[str, Any]:
-    """The policy for a new sandbox; allow rules without --network mean an allowlist."""
-    has_rules = bool(allow_hosts or allow_ports or allow_cidrs)
-    mode = network or ("allowlist" if has_rules else "none")
-    if mode == "none" and has_rules:
-        raise InvalidError(
-            "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
-            hint="use --network allowlist with them, or drop them",
-        )
-    policy = NetworkPolicy.model_validate(
-        {"mode": mode, "allow_hosts": list(allow_hosts), "ports": list(allow_ports), "cidrs": list(allow_cidrs)}
-    )
-    return policy.model_dump(mode="json")
+    return NetworkPolicy.build(network, allow_hosts, allow_ports, allow_cidrs).model_dump(mode="json")
 
 
 def resolve_secrets(items: tuple[str, ...]) -> dict[str, str]:

@@ -35,7 +35,7 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> str:
 
 
 def create_app(service: Service) -> FastAPI:
-    app = FastAPI(title="hutch", version=__version__, docs_url=None, redoc_url=None)
+    app = FastAPI(title="hutch", version=__version__, docs_url=None, redoc_url=None, separate_input_output_schemas=False)
     app.state.service = service
     app.state.shutdown = None
 
