@@ -452,3 +452,29 @@ def test_bad_network_input_is_refused_before_anything_is_made(netd: Daemon) -> N
     with pytest.raises(HutchError) as exc:
         Sandbox.create(network="none", allow_hosts=["a.test"], settings=netd.settings)
     assert exc.value.kind == "invalid"
+
+
+def test_the_network_comes_back_after_a_daemon_restart(upstream: Upstream) -> None:
+    home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
+    d = Daemon(home, HUTCH_EGRESS_HOSTS=str(upstream.hosts)).start()
+    try:
+        box = Sandbox.create(allow_hosts=["allowed.test"], allow_ports=[8080], settings=d.settings)
+        assert curl(box, "http://allowed.test:8080/before")[1] == "upstream allowed /before\n"
+        d.kill9()  # the proxy's accepting side dies with it; the port stays the sandbox's
+        d = Daemon(home, HUTCH_EGRESS_HOSTS=str(upstream.hosts)).start()
+        box = Sandbox.connect(box.id, settings=d.settings)
+        assert curl(box, "http://allowed.test:8080/after")[1] == "upstream allowed /after\n"
+        assert curl(box, "-i", "http://denied.test:8081/")[1].startswith("HTTP/1.1 403")
+        reasons = [(e["type"], e["data"]["reason"]) for e in events(d, box)]
+        assert reasons == [
+            ("egress_allowed", "allowed_host"),
+            ("egress_allowed", "allowed_host"),
+            ("egress_denied", "host_not_allowed"),
+        ]
+    finally:
+        try:
+            destroy_all(home)
+        finally:
+            d.stop()
+            sweep(home)
+            subprocess.run(["rm", "-rf", str(home)], check=False)

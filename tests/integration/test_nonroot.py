@@ -100,3 +100,55 @@ def test_sandbox_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGTERM)
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home)], check=False)
+
+
+def test_network_policy_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -> None:
+    """The proxy's listener needs no privilege: the sandbox's agent makes it and hands it over."""
+    import http.server
+    import threading
+
+    env, home = nobody_env
+    py = _python_for(NOBODY)
+    pre = _as_nobody if os.geteuid() == 0 else None
+
+    class Hello(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello " + self.path.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    hosts = Path(tempfile.mkdtemp(prefix="hutch-hosts-")) / "hosts"
+    hosts.write_text("127.0.0.1 up.test\n")
+    os.chmod(hosts.parent, 0o755)
+    os.chmod(hosts, 0o644)
+    env = {**env, "HUTCH_EGRESS_HOSTS": str(hosts)}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([py, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=120, preexec_fn=pre)
+
+    try:
+        r = cli("create", "--name", "net", "--allow-host", "up.test", "--allow-port", str(port), "--allow-cidr", "127.0.0.1/32")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cli("exec", "--json", "net", "--", "curl", "-sS", "-m", "10", f"http://up.test:{port}/x")
+        assert json.loads(r.stdout)["stdout"] == "hello /x", r.stdout
+        r = cli("exec", "--json", "net", "--", "curl", "-sS", "-m", "10", f"http://other.test:{port}/x")
+        assert "host_not_allowed" in json.loads(r.stdout)["stdout"]
+        out = cli("events", "--json", "net", "--type", "egress_allowed", "--type", "egress_denied").stdout
+        found = [json.loads(line) for line in out.splitlines()]  # NDJSON
+        assert [e["type"] for e in found] == ["egress_allowed", "egress_denied"]
+        assert cli("destroy", "net").returncode == 0
+    finally:
+        server.shutdown()
+        pid_file = home / "hutchd.pid"
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home), str(hosts.parent)], check=False)
