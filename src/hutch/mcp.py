@@ -13,7 +13,7 @@ import base64
 import json
 import logging
 from collections.abc import Awaitable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -24,6 +24,7 @@ from hutch import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError
+from hutch.models import NetworkPolicy
 
 log = logging.getLogger("hutch.mcp")
 
@@ -38,6 +39,7 @@ status. A tool error means hutch itself failed: its error.kind and error.hint sa
 do. Output is capped per stream (see truncated, stdout_bytes, how_to_get_more)."""
 
 Sandbox = Annotated[str, Field(description="The sandbox: its id (sbx_...) or its name.")]
+Network = Literal["none", "allowlist", "open"]
 Command = Annotated[
     str | list[str],
     Field(description="A shell string (run with /bin/sh -c, e.g. 'make && make test') or an argv list (no shell)."),
@@ -157,14 +159,44 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         cpus: Annotated[float | None, Field(gt=0, description="CPU limit in cores, e.g. 0.5 (default: none).")] = None,
         env: Annotated[dict[str, str] | None, Field(description="Environment variables every command sees.")] = None,
         workdir: Annotated[str | None, Field(description="Default working directory (default /workspace).")] = None,
+        network: Annotated[Network | None, Field(description="none (default), allowlist or open.")] = None,
+        allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pypi.org', '*.github.com'.")] = None,
+        allow_ports: Annotated[list[int] | None, Field(description="Ports it may reach (default 80 and 443).")] = None,
     ) -> CallToolResult:
-        """Create a sandbox (no network, capped memory and processes, its own /workspace) and return its record.
+        """Create a sandbox (capped memory and processes, its own /workspace) and return its record.
 
+        No network unless `allow_hosts` (or network='open') is given: then only through hutch's proxy,
+        every connection recorded as an egress_allowed/egress_denied event.
         Use the returned id (or the name) as `sandbox` in the other tools; destroy it when done."""
-        limits = {"memory": memory or settings.memory, "pids": pids or settings.pids, "cpus": cpus or settings.cpus}
-        spec = {"provider": settings.provider, "limits": limits, "env": env or {}, "labels": {}, "mounts": []}
-        spec |= {k: v for k, v in (("name", name), ("workdir", workdir)) if v}
-        return await _call(client.create(spec))
+
+        async def work() -> dict[str, Any]:
+            limits = {"memory": memory or settings.memory, "pids": pids or settings.pids, "cpus": cpus or settings.cpus}
+            spec = {"provider": settings.provider, "limits": limits, "env": env or {}, "labels": {}, "mounts": []}
+            spec |= {k: v for k, v in (("name", name), ("workdir", workdir)) if v}
+            policy = NetworkPolicy.build(network, allow_hosts or (), allow_ports or ())
+            return await client.create(spec | {"network": policy.model_dump(mode="json")})
+
+        return await _call(work())
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+    async def policy_update(
+        sandbox: Sandbox,
+        network: Annotated[Network | None, Field(description="Switch mode: none, allowlist or open.")] = None,
+        allow_hosts: Annotated[list[str] | None, Field(description="Hosts to allow ('*.example.org' for a domain).")] = None,
+        deny_hosts: Annotated[list[str] | None, Field(description="Hosts to deny, even in open mode.")] = None,
+        allow_ports: Annotated[list[int] | None, Field(description="Ports to allow.")] = None,
+    ) -> CallToolResult:
+        """Show (no arguments) or change a sandbox's network policy, live: new connections follow it at once.
+
+        When a command fails on the network, read `events` with type egress_denied first: it says which rule."""
+
+        async def work() -> dict[str, Any]:
+            change = {"mode": network, "allow_hosts": allow_hosts, "deny_hosts": deny_hosts, "ports": allow_ports}
+            change = {k: v for k, v in change.items() if v}
+            rec = await client.policy(sandbox, change) if change else await client.get(sandbox)
+            return {"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")}
+
+        return await _call(work())
 
     @app.tool(annotations=read_only)
     async def sandbox_list(

@@ -32,6 +32,7 @@ TOOLS = {
     "run_kill",
     "logs",
     "events",
+    "policy_update",
 }
 
 
@@ -218,5 +219,31 @@ def test_hutch_errors_keep_their_kind_and_hint(daemon: Daemon) -> None:
         assert bad["kind"] == "invalid" and bad["hint"]
         missing_file = tool_error(await c.call_tool("file_read", {"sandbox": "mcp-err", "path": "nope.txt"}))
         assert missing_file["kind"] == "not_found"
+
+    run(daemon, body)
+
+
+def test_network_policy_tools(daemon: Daemon) -> None:
+    async def body(c: Client) -> None:
+        rec = ok(await c.call_tool("sandbox_create", {"name": "mcp-net", "allow_hosts": ["pypi.test"]}))
+        assert rec["spec"]["network"]["mode"] == "allowlist" and rec["spec"]["network"]["allow_hosts"] == ["pypi.test"]
+        shown = ok(await c.call_tool("policy_update", {"sandbox": "mcp-net"}))
+        assert shown["network"]["ports"] == [] and shown["egress"] == {"allowed": 0, "denied": 0}
+        r = ok(await c.call_tool("exec", {"sandbox": "mcp-net", "command": "curl -sS -m 5 http://other.test/"}))
+        assert "host_not_allowed" in r["stdout"]
+        changed = ok(
+            await c.call_tool(
+                "policy_update", {"sandbox": "mcp-net", "allow_hosts": ["*.other.test"], "deny_hosts": ["pypi.test"]}
+            )
+        )
+        assert changed["network"]["allow_hosts"] == ["*.other.test"] and changed["network"]["deny_hosts"] == ["pypi.test"]
+        assert changed["egress"] == {"allowed": 0, "denied": 1}
+        denied = ok(await c.call_tool("events", {"sandbox": "mcp-net", "type": ["egress_denied"]}))
+        assert [e["data"]["reason"] for e in denied["events"]] == ["host_not_allowed"]
+        bad = tool_error(await c.call_tool("policy_update", {"sandbox": "mcp-net", "allow_hosts": ["not a host"]}))
+        assert bad["kind"] == "invalid" and bad["hint"]
+        bad = tool_error(await c.call_tool("sandbox_create", {"network": "none", "allow_hosts": ["a.test"]}))
+        assert bad["kind"] == "invalid"
+        ok(await c.call_tool("sandbox_destroy", {"sandbox": "mcp-net"}))
 
     run(daemon, body)
