@@ -478,3 +478,29 @@ def test_the_network_comes_back_after_a_daemon_restart(upstream: Upstream) -> No
             d.stop()
             sweep(home)
             subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_a_sandbox_cannot_exhaust_the_proxy(netd: Daemon, sbx: Sandbox) -> None:
+    script = """
+import socket, time
+socks = [socket.create_connection(("127.0.0.1", 3128), timeout=5) for _ in range(300)]
+for s in socks:
+    s.setblocking(False)
+deadline = time.monotonic() + 20
+while True:
+    closed = 0
+    for s in socks:
+        try:
+            if s.recv(1) == b"":
+                closed += 1
+        except BlockingIOError:
+            pass
+    if closed >= 300 - 256 or time.monotonic() > deadline:
+        break
+    time.sleep(0.1)
+print(closed)
+"""
+    r = sbx.exec(["python3", "-c", script])
+    assert r.stdout.strip() == str(300 - 256), r.stdout + r.stderr
+    # once those are gone, the proxy serves again
+    assert curl(sbx, "http://allowed.test:8080/again")[1] == "upstream allowed /again\n"

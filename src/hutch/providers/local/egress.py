@@ -38,6 +38,7 @@ HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 10.0
 CHUNK = 256 << 10
+MAX_CONNECTIONS = 256  # per sandbox: a sandbox cannot exhaust the daemon's descriptors
 RUN_RE = re.compile(r"^run_[0-9a-f]{8,40}$")
 log = logging.getLogger("hutch.egress")
 
@@ -114,6 +115,7 @@ class Listener:
     sandbox_id: str
     policy: NetworkPolicy
     server: asyncio.Server
+    active: int = 0
 
 
 class DeniedError(Exception):
@@ -135,7 +137,15 @@ class Egress:
         sock.setblocking(False)
 
         async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._client(sandbox_id, reader, writer)
+            listener = self.listeners.get(sandbox_id)
+            if listener is None or listener.active >= MAX_CONNECTIONS:
+                writer.close()  # over the cap: refused at once, nothing is read
+                return
+            listener.active += 1
+            try:
+                await self._client(sandbox_id, reader, writer)
+            finally:
+                listener.active -= 1
 
         server = await asyncio.start_server(client, sock=sock, limit=MAX_HEAD)
         self.listeners[sandbox_id] = Listener(sandbox_id, policy, server)
