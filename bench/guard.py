@@ -52,6 +52,17 @@ def throughput(side: str) -> Measure:
     return measure
 
 
+def egress(kind: str) -> Measure:
+    """Median ms per request of one egress path: ``direct`` or ``proxy_connect`` (or ``proxy_http``)."""
+
+    def measure(results: dict[str, Any]) -> float | None:
+        row = ((results.get("egress") or {}).get("latency") or {}).get(kind) or {}
+        samples = row.get("samples_ms")
+        return float(statistics.median(samples)) if samples else None
+
+    return measure
+
+
 @dataclass(frozen=True)
 class Check:
     name: str
@@ -98,6 +109,14 @@ CHECKS = (
         throughput("raw_pipe"),
         0.1,
         at_least=True,
+    ),
+    Check(
+        "egress proxy per request",
+        "CONNECT through the proxy",
+        "direct connection",
+        egress("proxy_connect"),
+        egress("direct"),
+        12.0,
     ),
 )
 

@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "benchmarks.md"
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
+SECTIONS = ("latency", "concurrency", "memory", "throughput", "egress")  # bench/run.py --only; memory may be skipped
 
 # metric key -> (label, kind); kind "baseline" rows are the denominators of the ratios.
 LATENCY = {
@@ -86,6 +87,13 @@ def _concurrent(results: dict[str, Any], side: str = "hutch") -> tuple[float, in
     return float(statistics.median(conc[side]["samples_ms"])), int(conc["count"])
 
 
+def _egress_median(results: dict[str, Any], kind: str) -> float | None:
+    """Median ms per request of one egress path: ``direct``, ``proxy_http`` or ``proxy_connect``."""
+    row = ((results.get("egress") or {}).get("latency") or {}).get(kind) or {}
+    samples = row.get("samples_ms")
+    return float(statistics.median(samples)) if samples else None
+
+
 def _throughput_ratio(results: dict[str, Any]) -> float | None:
     tp = results.get("throughput")
     if not tp:
@@ -132,6 +140,18 @@ def _conc(results: dict[str, Any]) -> tuple[float | None, str]:
     return ms, f"{ms / 1000:.2f} s median for {count} at once"
 
 
+def _egress_overhead(kind: str) -> Callable[[dict[str, Any]], tuple[float | None, str]]:
+    """Proxy median minus direct median, both measured in the same run (ms per request)."""
+
+    def measure(results: dict[str, Any]) -> tuple[float | None, str]:
+        proxy, direct = _egress_median(results, kind), _egress_median(results, "direct")
+        if proxy is None or direct is None:
+            return None, "n/a"
+        return proxy - direct, f"{proxy - direct:.2f} ms ({proxy:.2f} ms via the proxy, {direct:.2f} ms direct)"
+
+    return measure
+
+
 def _tp(results: dict[str, Any]) -> tuple[float | None, str]:
     ratio = _throughput_ratio(results)
     return ratio, "n/a" if ratio is None else f"{ratio * 100:.0f}% of a raw pipe"
@@ -145,6 +165,18 @@ TARGETS = (
     Target("100 concurrent creates", "< 1 s until all created", _conc, lambda v: v < 1000.0),
     Target("host memory per idle sandbox", "<= 2 MiB", _mem, lambda v: v <= 2.0),
     Target("stdout throughput", ">= 50% of a raw pipe", _tp, lambda v: v >= 0.5),
+    Target(
+        "egress proxy overhead per request (absolute-form HTTP)",
+        "<= 0.5 ms median over direct",
+        _egress_overhead("proxy_http"),
+        lambda v: v <= 0.5,
+    ),
+    Target(
+        "egress proxy overhead per request (CONNECT)",
+        "<= 0.5 ms median over direct",
+        _egress_overhead("proxy_connect"),
+        lambda v: v <= 0.5,
+    ),
 )
 
 
@@ -185,22 +217,34 @@ def _machine(results: dict[str, Any]) -> list[str]:
             else ""
         ),
         f"- Run: `{' '.join(results.get('command', []))}` at {results.get('timestamp', '?')}, "
-        f"{results.get('mode', '?')} mode, {results.get('warmup', '?')} warm-up rounds discarded",
+        f"{results.get('mode', '?')} mode"
+        + (f", {results.get('warmup', '?')} warm-up rounds discarded" if results.get("metrics") else "")
+        + (_egress_rounds(results) if results.get("egress") else ""),
     ]
     return lines
+
+
+def _egress_rounds(results: dict[str, Any]) -> str:
+    eg = results["egress"]
+    return (
+        f"; egress: {eg.get('rounds', '?')} rounds after {eg.get('warmup_rounds', '?')} discarded, the first "
+        f"{eg.get('warmup_requests_per_batch', '?')} requests of every batch kept apart"
+    )
 
 
 def render(results: dict[str, Any]) -> str:
     """The Markdown for one results dict: machine, latency, memory, throughput, targets, peers."""
     metrics = results.get("metrics", {})
     true_med, bwrap_med = _median(results, "bare_true"), _median(results, "bare_bwrap")
-    out = [*_machine(results), ""]
-    out += [
-        "### Latency (ms, interleaved rounds)",
-        "",
-        "| what | median | p95 | min | max | n | vs bare true | vs bare bwrap |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    out = [*_machine(results)]
+    if metrics:
+        out += [
+            "",
+            "### Latency (ms, interleaved rounds)",
+            "",
+            "| what | median | p95 | min | max | n | vs bare true | vs bare bwrap |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
     for key, (label, kind) in LATENCY.items():
         if key not in metrics or not metrics[key].get("samples_ms"):
             continue
@@ -240,12 +284,18 @@ def render(results: dict[str, Any]) -> str:
             out.append(
                 f"| {label} | {row['median_mb_s']:.0f} | {_f(med)} | {len(row['samples_ms'])} | {row['median_mb_s'] / raw:.0%} |"
             )
+    out += _egress(results)
+    partial = markers(results) != (START, END)  # an --only run: only what it measured is judged
     out += ["", "### Targets", "", "| target | goal | measured | result |", "|---|---|---|---|"]
     for row in evaluate_targets(results):
+        if partial and row["met"] is None:
+            continue
         verdict = "not measured" if row["met"] is None else ("**met**" if row["met"] else "**missed**")
         out.append(f"| {row['target']} | {row['goal']} | {row['measured']} | {verdict} |")
-    out += _guard(results)
+    out += _guard(results, partial)
     out += _peers(results)
+    if partial:
+        return "\n".join(out) + "\n"
     out += [
         "",
         "### Hosted peers: PUBLISHED figures, not measured here",
@@ -261,6 +311,53 @@ def render(results: dict[str, Any]) -> str:
     for name, seconds in PEERS:
         out.append(f"| {name} (published) | {seconds:.2f} s | {here} |")
     return "\n".join(out) + "\n"
+
+
+def _egress(results: dict[str, Any]) -> list[str]:
+    """Per-request latency through the egress proxy vs direct, and the 100 MiB transfer."""
+    eg = results.get("egress") or {}
+    lat = eg.get("latency") or {}
+    out: list[str] = []
+    direct = _egress_median(results, "direct")
+    if lat:
+        out += [
+            "",
+            f"### Egress proxy, per request (ms; a new connection per request, {eg.get('requests_per_batch', '?')} requests "
+            "per batch, proxy and direct batches alternating)",
+            "",
+            "| path | median | p95 | min | max | n | overhead (median - direct median) | vs direct |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in ("direct", "proxy_http", "proxy_connect"):
+            row = lat.get(kind) or {}
+            if not row.get("samples_ms"):
+                continue
+            s = summarize(row["samples_ms"])
+            tag = " (baseline)" if kind == "direct" else ""
+            over = "-" if kind == "direct" or direct is None else f"{s['median'] - direct:.2f}"
+            out.append(
+                f"| {row.get('label', kind)}{tag} | {s['median']:.3f} | {s['p95']:.3f} | {s['min']:.3f} | {s['max']:.3f} "
+                f"| {s['iterations']} | {over} | {_ratio(s['median'], direct)} |"
+            )
+    tp = eg.get("transfer")
+    if tp:
+        direct_rate = tp["direct"]["median_mb_s"]
+        out += [
+            "",
+            f"### Egress transfer ({tp['bytes'] / (1 << 20):.0f} MiB over one connection, alternating rounds)",
+            "",
+            "| path | median MB/s | median ms | min ms | max ms | n | vs direct |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for kind in ("direct", "proxy_connect"):
+            row = tp[kind]
+            ms = row["samples_ms"]
+            tag = " (baseline)" if kind == "direct" else ""
+            out.append(
+                f"| {row.get('label', kind)}{tag} | {row['median_mb_s']:.0f} | {_f(statistics.median(ms))} | {_f(min(ms))} "
+                f"| {_f(max(ms))} | {len(ms)} | {row['median_mb_s'] / direct_rate:.0%} |"
+            )
+    return out
 
 
 def _concurrency(results: dict[str, Any]) -> list[str]:
@@ -300,7 +397,7 @@ def _guard_module() -> Any:
     return sys.modules["bench_guard"]
 
 
-def _guard(results: dict[str, Any]) -> list[str]:
+def _guard(results: dict[str, Any], partial: bool = False) -> list[str]:
     """The guard's checks, evaluated from the samples with the current limits (like the targets)."""
     if "guard" not in results:  # results from before the guard existed
         return []
@@ -313,6 +410,8 @@ def _guard(results: dict[str, Any]) -> list[str]:
         "|---|---:|---|---|",
     ]
     for r in rows:
+        if partial and r.get("ok") is None:
+            continue
         ratio = "n/a" if r.get("ratio") is None else f"{r['ratio']:.2f}x"
         verdict = "not measured" if r.get("ok") is None else ("pass" if r["ok"] else "**FAIL**")
         out.append(f"| {r['check']} | {ratio} | {r['rule']} | {verdict} |")
@@ -338,15 +437,24 @@ def _peers(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def update_doc(doc: Path, block: str) -> None:
+def markers(results: dict[str, Any]) -> tuple[str, str]:
+    """The doc's block for these results: the main one, or ``results:SECTION[-SECTION]`` for a run with ``--only``."""
+    sections = results.get("sections")
+    if not sections or set(sections) | {"memory"} >= set(SECTIONS):  # a full run, maybe with --skip-memory
+        return START, END
+    name = "-".join(sections)
+    return f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->"
+
+
+def update_doc(doc: Path, block: str, start: str = START, end: str = END) -> None:
     """Replace what is between the results markers in ``doc``."""
     text = doc.read_text()
     try:
-        head, rest = text.split(START, 1)
-        _, tail = rest.split(END, 1)
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
     except ValueError:
-        raise SystemExit(f"{doc} has no {START} ... {END} markers") from None
-    doc.write_text(f"{head}{START}\n{block}{END}{tail}")
+        raise SystemExit(f"{doc} has no {start} ... {end} markers") from None
+    doc.write_text(f"{head}{start}\n{block}{end}{tail}")
 
 
 def newest_result() -> Path:
@@ -365,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stdout", action="store_true", help="print the Markdown instead of updating the doc")
     args = ap.parse_args(argv)
     path = args.results or newest_result()
-    block = render(json.loads(path.read_text()))
+    results = json.loads(path.read_text())
+    block = render(results)
     try:
         shown = path.resolve().relative_to(HERE.parent)
     except ValueError:
@@ -374,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stdout:
         sys.stdout.write(block)
     else:
-        update_doc(args.doc, block)
+        update_doc(args.doc, block, *markers(results))
         print(f"updated {args.doc} from {path}")
     return 0
 

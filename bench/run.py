@@ -4,14 +4,16 @@
     python bench/run.py --quick         # under a minute, for CI (no peers)
     python bench/run.py --quick --guard # and exit 1 on a gross regression (bench/guard.py)
     python bench/run.py --iterations 50 --out bench/results/mine.json
+    python bench/run.py --only egress   # one section (or a comma list): see SECTIONS
 
 Runs in its own temp directory: a throwaway state directory (``HUTCH_HOME``) with its own
 daemon, and the peers' installs. At the end, also on Ctrl-C, SIGTERM or an error, it stops
 the peers, destroys every sandbox it made, stops that daemon (``hutch daemon stop``) and
 removes the directory. Latency metrics are measured in interleaved rounds (one sample of
 every metric, peers included, per round, the order rotated each round) after warm-up
-rounds that are discarded, so slow drift and noise hit every metric alike. Standard
-library and hutch only (the peers bring their own). See docs/benchmarks.md.
+rounds that are discarded, so slow drift and noise hit every metric alike. The egress
+proxy is measured against a direct connection by bench/egress.py. Standard library and
+hutch only (the peers bring their own). See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import guard  # noqa: E402 - sibling modules, found through the path set above
+import egress  # noqa: E402 - sibling modules, found through the path set above
+import guard  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
 
@@ -46,6 +49,9 @@ os.chmod(TMP, 0o711)  # as root, sandbox uids must pass through to the state dir
 HOME = TMP / "home"
 PEERS_DIR = TMP / "peers"
 os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
+EGRESS_HOSTS = TMP / "egress-hosts"  # the proxy's resolver for the egress benchmark's upstream
+EGRESS_HOSTS.write_text(egress.hosts_line())
+os.environ["HUTCH_EGRESS_HOSTS"] = str(EGRESS_HOSTS)  # read by the daemon this harness starts
 # With PYTHONDONTWRITEBYTECODE set (some shells and CI images set it), every timed `hutch`
 # process would compile hutch from source (tens of ms): not what an installed hutch does.
 NO_BYTECODE = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -63,8 +69,8 @@ NOT_BUILT = "feature not built yet"
 UNBUILT = (  # measured once hutch has them (issue 8)
     ("snapshot", "snapshot of a sandbox's workspace"),
     ("fork", "fork of a sandbox from a snapshot"),
-    ("proxy", "egress proxy overhead per request"),
 )
+SECTIONS = report.SECTIONS  # what --only chooses from
 
 
 def log(msg: str) -> None:
@@ -98,6 +104,7 @@ class Bench:
         self.bwrap_argv = [*self.drop_prefix, self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
         self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
         self.live: hutch.Sandbox | None = None
+        self.egress: egress.EgressBench | None = None
         self.peers: list[peers.Peer] = []  # installed and measured
         self.started: list[peers.Peer] = []  # every peer whose install began: all are closed at the end
         self.peer_status: list[dict[str, Any]] = []
@@ -116,8 +123,8 @@ class Bench:
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
 
-    def _create(self) -> hutch.Sandbox:
-        sbx = hutch.Sandbox.create()
+    def _create(self, **spec: Any) -> hutch.Sandbox:
+        sbx = hutch.Sandbox.create(**spec)
         self.created.add(sbx.id)
         return sbx
 
@@ -417,11 +424,41 @@ class Bench:
         out["ratio"] = out["hutch"]["median_mb_s"] / out["raw_pipe"]["median_mb_s"]
         return out
 
+    def egress_proxy(self, quick: bool, transfer: bool) -> dict[str, Any]:
+        """Per-request latency through the egress proxy vs direct, and a 100 MiB transfer both ways."""
+        rounds, warmup, per_batch, warm_requests = (6, 1, 20, 2) if quick else (20, 2, 50, 3)
+        self.egress = egress.EgressBench(TMP, self._create, log, report.summarize)
+        try:
+            self.egress.start()
+            log(f"egress: {rounds} rounds + {warmup} warm-up of {per_batch} requests per side (first {warm_requests} kept apart)")
+            out: dict[str, Any] = {
+                "upstream": f"127.0.0.1:{self.egress.port} as {egress.NAME} (proxy hosts file)",
+                "policy": {"allow_hosts": [egress.NAME], "allow_ports": [self.egress.port], "allow_cidrs": ["127.0.0.1/32"]},
+                "client": f"{egress.PYTHON} -I -S, a new connection per request, timed in process",
+                "rounds": rounds,
+                "warmup_rounds": warmup,
+                "requests_per_batch": per_batch,
+                "warmup_requests_per_batch": warm_requests,
+                "latency": self.egress.latency(rounds, warmup, per_batch, warm_requests),
+            }
+            if transfer:
+                tp_rounds = 3 if quick else 10
+                log(f"egress transfer: {tp_rounds} rounds + 1 warm-up of {egress.TRANSFER_BYTES >> 20} MiB, proxy and direct")
+                out["transfer"] = self.egress.transfer(tp_rounds, 1)
+            out |= self.egress.counters()
+            return out
+        finally:
+            self.egress.close()
+            if self.egress.sbx is not None:
+                self._destroy(self.egress.sbx)
+
     # -- cleanup ---------------------------------------------------------------------
 
     def cleanup(self) -> list[str]:
         """Stop the peers, destroy every sandbox in our state dir, stop our daemon; returns problems found."""
         problems: list[str] = []
+        if self.egress is not None:
+            self.egress.close()  # the upstream server; its sandbox goes with the others below
         for peer in self.started:
             try:
                 peer.close()
@@ -589,10 +626,23 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="install and measure the peers (default: yes, no with --quick)",
     )
     ap.add_argument("--guard", action="store_true", help="exit 1 on a gross regression against this run's baselines")
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="SECTION[,SECTION]",
+        help=f"measure only these sections: {', '.join(SECTIONS)} (default: all)",
+    )
     args = ap.parse_args(argv)
+    chosen = [s.strip() for item in args.only or [] for s in item.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown:
+        ap.error(f"--only: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    args.sections = [s for s in SECTIONS if s in chosen] if chosen else list(SECTIONS)
+    if args.skip_memory and "memory" in args.sections:
+        args.sections.remove("memory")
     args.iterations = args.iterations or (10 if args.quick else 80)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
-    args.peers = (not args.quick) if args.peers is None else args.peers
+    args.peers = (not args.quick and "latency" in args.sections) if args.peers is None else args.peers
     if args.iterations < 1 or args.warmup < 0 or args.concurrency < 1:
         ap.error("--iterations and --concurrency must be >= 1 and --warmup >= 0")
     return args
@@ -602,7 +652,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     mode = "quick" if args.quick else "full"
     stamp = dt.datetime.now(dt.UTC)
-    out = args.out or HERE / "results" / f"{mode}-{stamp:%Y%m%d-%H%M%S}.json"
+    part = "" if args.only is None else "-" + "-".join(args.sections)
+    out = args.out or HERE / "results" / f"{mode}{part}-{stamp:%Y%m%d-%H%M%S}.json"
 
     def terminate(signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -624,31 +675,46 @@ def main(argv: list[str] | None = None) -> int:
             "mode": mode,
             "iterations": args.iterations,
             "warmup": args.warmup,
+            "sections": args.sections,
             "machine": machine_info(bench),
         }
         results["daemon_cold_start_ms"] = round(bench.start_daemon(), 3)
         log(f"daemon up in {results['daemon_cold_start_ms']:.0f} ms")
-        if args.peers:
-            bench.install_peers()
-        results["metrics"] = bench.latency(args.iterations, args.warmup)
-        results["peers"] = bench.peer_status
-        for peer in bench.peers:
-            peer.close()
-        conc_rounds = 2 if args.quick else 6
-        log(f"concurrency: {args.concurrency} at once, {conc_rounds} rounds alternating with bare bwrap")
-        results["concurrent"] = bench.concurrent(args.concurrency, conc_rounds)
-        if not args.skip_memory:
+        sections = args.sections
+        if "latency" in sections:
+            if args.peers:
+                bench.install_peers()
+            results["metrics"] = bench.latency(args.iterations, args.warmup)
+            results["peers"] = bench.peer_status
+            for peer in bench.peers:
+                peer.close()
+        if "concurrency" in sections:
+            conc_rounds = 2 if args.quick else 6
+            log(f"concurrency: {args.concurrency} at once, {conc_rounds} rounds alternating with bare bwrap")
+            results["concurrent"] = bench.concurrent(args.concurrency, conc_rounds)
+        if "memory" in sections:
             counts = [10, 100] if args.quick else [10, 100, 500]
             results["memory"] = []
             for count in counts:
                 log(f"memory: {count} idle sandboxes")
                 results["memory"].append(bench.memory(count))
-        tp_rounds = 3 if args.quick else 10
-        log(f"throughput: {tp_rounds} rounds of {PAYLOAD} through hutch and a raw pipe")
-        results["throughput"] = bench.throughput(tp_rounds, 1)
+        if "throughput" in sections:
+            tp_rounds = 3 if args.quick else 10
+            log(f"throughput: {tp_rounds} rounds of {PAYLOAD} through hutch and a raw pipe")
+            results["throughput"] = bench.throughput(tp_rounds, 1)
+        if "egress" in sections:
+            results["egress"] = bench.egress_proxy(args.quick, transfer=not args.guard)
         results["not_measured"] = [{"what": f"{what}: {label}", "reason": NOT_BUILT} for what, label in UNBUILT]
-        if not args.peers:
+        if "latency" in sections and not args.peers:
             results["not_measured"].append({"what": "peers", "reason": "skipped (--no-peers or --quick)"})
+        if "egress" in sections and args.guard:
+            results["not_measured"].append(
+                {"what": "egress transfer: 100 MiB through the proxy vs direct", "reason": "skipped with --guard (kept fast)"}
+            )
+        skipped = [s for s in SECTIONS if s not in sections]
+        if skipped:
+            why = "skipped (--only)" if args.only else "skipped (--skip-memory)"
+            results["not_measured"] += [{"what": f"section {s}", "reason": why} for s in skipped]
         results["targets"] = report.evaluate_targets(results)
         results["guard"] = guard.evaluate(results)
         results["elapsed_s"] = round(time.monotonic() - t_start, 1)

@@ -167,6 +167,7 @@ def healthy(scale: float = 1.0) -> dict:
         },
         "concurrent": {"count": 100, "hutch": ms(3000.0, 3200.0), "bare_bwrap": ms(360.0, 380.0)},
         "throughput": {"hutch": {"median_mb_s": 900.0 / scale}, "raw_pipe": {"median_mb_s": 1000.0 / scale}},
+        "egress": {"latency": {"direct": ms(0.25, 0.28, 0.3), "proxy_connect": ms(1.0, 1.1, 1.4)}},
     }
 
 
@@ -199,6 +200,15 @@ def test_guard_fails_on_a_gross_regression(guard: ModuleType, section: str, key:
     assert len(failed) == 1 and failed[0].startswith(f"{check}: ")
 
 
+def test_guard_fails_when_the_egress_proxy_gets_grossly_slower(guard: ModuleType) -> None:
+    data = healthy()
+    data["egress"]["latency"]["proxy_connect"]["samples_ms"] = [3.0, 3.5, 4.0]  # 12.5x direct > 12x
+    failed = guard.failures(guard.evaluate(data))
+    assert len(failed) == 1 and failed[0].startswith("egress proxy per request: ")
+    del data["egress"]
+    assert {r["check"]: r["ok"] for r in guard.evaluate(data)}["egress proxy per request"] is None
+
+
 def test_guard_fails_when_throughput_collapses(guard: ModuleType) -> None:
     data = healthy()
     data["throughput"]["hutch"]["median_mb_s"] = 50.0  # 5% of the raw pipe
@@ -224,3 +234,66 @@ def test_guard_table_is_evaluated_from_the_samples(report: ModuleType) -> None:
     md = report.render(data)
     assert "| exec round trip | 2.00x | <= 20x bare true | pass |" in md  # 2.0 / 1.0 ms
     assert "| concurrent creates | n/a |" in md and "stale" not in md
+
+
+# -- the egress proxy against a direct connection -------------------------------------------
+
+
+def egress(proxy_ms: float = 0.7) -> dict:
+    """Results of ``bench/run.py --only egress``: direct at 0.25 ms, the proxy at ``proxy_ms`` (median)."""
+    return {
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "command": ["python", "bench/run.py", "--only", "egress"],
+        "mode": "full",
+        "sections": ["egress"],
+        "machine": {"cpu_count": 2},
+        "guard": [],  # recomputed from the samples when rendered
+        "egress": {
+            "rounds": 2,
+            "warmup_rounds": 1,
+            "requests_per_batch": 3,
+            "warmup_requests_per_batch": 1,
+            "latency": {
+                "direct": {"label": "direct", "samples_ms": [0.2, 0.25, 0.3]},
+                "proxy_http": {"label": "absolute-form", "samples_ms": [proxy_ms - 0.1, proxy_ms, proxy_ms + 0.1]},
+                "proxy_connect": {"label": "CONNECT", "samples_ms": [proxy_ms, proxy_ms + 0.1, proxy_ms + 0.2]},
+            },
+            "transfer": {
+                "bytes": 100 << 20,
+                "direct": {"label": "direct", "samples_ms": [40.0, 42.0], "median_mb_s": 2000.0},
+                "proxy_connect": {"label": "CONNECT", "samples_ms": [150.0, 160.0], "median_mb_s": 500.0},
+            },
+        },
+    }
+
+
+def test_egress_overhead_is_judged_against_the_direct_median(report: ModuleType) -> None:
+    rows = target_rows(report.render(egress(0.7)))
+    assert rows["egress proxy overhead per request (absolute-form HTTP)"] == "**met**"  # 0.7 - 0.25 = 0.45 ms
+    assert rows["egress proxy overhead per request (CONNECT)"] == "**missed**"  # 0.8 - 0.25 = 0.55 ms
+    assert "exec round trip" not in rows  # an --only egress run judges only what it measured
+    rows = target_rows(report.render(egress(1.5)))
+    assert rows["egress proxy overhead per request (absolute-form HTTP)"] == "**missed**"
+    assert target_rows(report.render(results()))["egress proxy overhead per request (CONNECT)"] == "not measured"
+
+
+def test_egress_tables(report: ModuleType) -> None:
+    md = report.render(egress(0.7))
+    assert "### Latency" not in md and "Hosted peers" not in md  # not measured in an --only egress run
+    assert "| egress proxy per request | 3.20x | <= 12x direct connection | pass |" in md
+    assert "| exec round trip |" not in md
+    assert "| direct (baseline) | 0.250 | 0.300 | 0.200 | 0.300 | 3 | - | 1.0x |" in md
+    assert "| CONNECT | 0.800 | 0.900 | 0.700 | 0.900 | 3 | 0.55 | 3.2x |" in md
+    assert "| CONNECT | 500 | 155.0 | 150.0 | 160.0 | 2 | 25% |" in md
+
+
+def test_a_partial_run_goes_into_its_own_block(report: ModuleType, tmp_path: Path) -> None:
+    assert report.markers(egress()) == ("<!-- results:egress:start -->", "<!-- results:egress:end -->")
+    assert report.markers(results()) == (report.START, report.END)  # no sections recorded: the main block
+    full = {"sections": ["latency", "concurrency", "throughput", "egress"]}  # --skip-memory is still a full run
+    assert report.markers(full) == (report.START, report.END)
+    doc = tmp_path / "benchmarks.md"
+    start, end = report.markers(egress())
+    doc.write_text(f"{report.START}\nmain\n{report.END}\n{start}\nold\n{end}\n")
+    report.update_doc(doc, "new\n", start, end)
+    assert doc.read_text() == f"{report.START}\nmain\n{report.END}\n{start}\nnew\n{end}\n"
