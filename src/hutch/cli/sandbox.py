@@ -154,6 +154,8 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("workdir", r["spec"]["workdir"]),
         *describe_network(r),
     ]
+    if "seccomp" in enf:
+        lines.append(("seccomp", enf["seccomp"]))
     for m in r["spec"].get("mounts", []):
         lines.append(("mount", f"{m['source']} -> {m['target']}{' (ro)' if m['readonly'] else ''}"))
     for k, v in r["spec"].get("labels", {}).items():

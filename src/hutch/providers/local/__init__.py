@@ -29,7 +29,7 @@ from hutch.errors import CapacityError, HutchError, InternalError, UnavailableEr
 from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, mounts, runs
+from hutch.providers.local import cgroups, mounts, runs, seccomp
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
 from hutch.providers.local.egress import PORT, Egress, OnEvent, proxy_env
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
@@ -80,13 +80,21 @@ class LocalProvider:
     def _probe(self, found: bw.Bwrap) -> None:
         """Run ``true`` with the exact hardening flags; fail closed with the reason."""
         args = [found.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links(), "--proc", "/proc"]
-        args += ["--dev", "/dev", "--", "/usr/bin/true"]
+        fds: list[int] = []
+        args += ["--dev", "/dev", *seccomp.bwrap_args(fds)[0], "--", "/usr/bin/true"]
         uid = self.settings.uid_base if self.root else None
-        proc = subprocess.run(args, capture_output=True, timeout=30, check=False, preexec_fn=self._drop(uid, []))
+        try:
+            drop = self._drop(uid, [])
+            proc = subprocess.run(args, capture_output=True, timeout=30, check=False, preexec_fn=drop, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip()
             hint = "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1"
-            if "max_user_namespaces" in err or "No space left" in err:
+            if "seccomp" in err.lower():
+                hint = "this kernel cannot load seccomp filters: use a kernel built with CONFIG_SECCOMP_FILTER"
+            elif "max_user_namespaces" in err or "No space left" in err:
                 hint = "raise the user namespace limit: sysctl -w user.max_user_namespaces=15000"
             elif "apparmor" in err.lower() or "Permission denied" in err:
                 hint = (
@@ -119,6 +127,7 @@ class LocalProvider:
             found = await asyncio.to_thread(self.bwrap)
             out.append(CheckResult("bwrap", True, f"{found.path} {'.'.join(map(str, found.version))} ({found.source})"))
             out.append(CheckResult("user namespaces", True, "a hardened probe sandbox started"))
+            out.append(seccomp.check())
         except HutchError as exc:
             out.append(CheckResult("bwrap", False, exc.message, exc.hint))
         layout = self.layout
@@ -224,6 +233,8 @@ class LocalProvider:
                 args += ["--ro-bind-fd", str(pfd), python_prefix]
             agent_fd = memfd("agent.py", AGENT_SOURCE)
             fds.append(agent_fd)
+            seccomp_args, enforcement["seccomp"] = seccomp.bwrap_args(fds)
+            args += seccomp_args
             args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
             args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
             args += ["--chmod", "1777", "/tmp", "--bind-fd", str(ws_fd), "/workspace"]
