@@ -80,20 +80,16 @@ class LocalProvider:
     def _probe(self, found: bw.Bwrap) -> None:
         """Run ``true`` with the exact hardening flags; fail closed with the reason."""
         args = [found.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links(), "--proc", "/proc"]
-        fds: list[int] = []
-        args += ["--dev", "/dev", *seccomp.bwrap_args(fds)[0], "--", "/usr/bin/true"]
         uid = self.settings.uid_base if self.root else None
-        try:
+        with seccomp.fds() as fds:  # the same filter as a sandbox: a kernel without seccomp fails here
+            args += ["--dev", "/dev", *seccomp.bwrap_args(fds)[0], "--", "/usr/bin/true"]
             drop = self._drop(uid, [])
             proc = subprocess.run(args, capture_output=True, timeout=30, check=False, preexec_fn=drop, pass_fds=fds)
-        finally:
-            for fd in fds:
-                os.close(fd)
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip()
             hint = "enable unprivileged user namespaces: sysctl -w kernel.unprivileged_userns_clone=1"
             if "seccomp" in err.lower():
-                hint = "this kernel cannot load seccomp filters: use a kernel built with CONFIG_SECCOMP_FILTER"
+                hint = seccomp.KERNEL_HINT
             elif "max_user_namespaces" in err or "No space left" in err:
                 hint = "raise the user namespace limit: sysctl -w user.max_user_namespaces=15000"
             elif "apparmor" in err.lower() or "Permission denied" in err:

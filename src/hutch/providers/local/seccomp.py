@@ -20,9 +20,12 @@ The reason for each entry is in docs/security.md ("Seccomp filter").
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import platform
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -54,6 +57,7 @@ JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K (unsigned)
 RET_K = 0x06  # BPF_RET | BPF_K
 
+KERNEL_HINT = "this kernel cannot load seccomp filters: use a kernel built with CONFIG_SECCOMP_FILTER"
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
 DENIED_IOCTLS = {"TIOCSTI": TIOCSTI, "TIOCLINUX": TIOCLINUX}
@@ -203,6 +207,17 @@ def bwrap_args(fds: list[int]) -> tuple[list[str], str]:
     fd = memfd("seccomp", program)
     fds.append(fd)
     return ["--seccomp", str(fd)], summary()
+
+
+@contextlib.contextmanager
+def fds() -> Iterator[list[int]]:
+    """A list for :func:`bwrap_args` to fill; its descriptors are closed on exit."""
+    opened: list[int] = []
+    try:
+        yield opened
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def check() -> CheckResult:
