@@ -126,6 +126,27 @@ def test_unknown_arch_is_a_clear_error() -> None:
     assert err.value.hint
 
 
+def test_unsupported_arch_runs_without_the_layer_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seccomp.platform, "machine", lambda: "riscv64")
+    with seccomp.fds() as fds:
+        args, shown = seccomp.bwrap_args(fds)
+        assert (args, fds) == ([], [])
+    assert shown.startswith("off (") and "riscv64" in shown
+    check = seccomp.check()
+    assert not check.ok and check.fix
+
+
+@native
+def test_bwrap_args_hand_over_the_program() -> None:
+    with seccomp.fds() as fds:
+        args, shown = seccomp.bwrap_args(fds)
+        assert args == ["--seccomp", str(fds[0])]
+        assert os.pread(fds[0], 1 << 16, 0) == seccomp.build_filter()
+    assert shown == seccomp.summary() and shown.startswith("on (")
+    with pytest.raises(OSError):
+        os.fstat(fds[0])  # closed by the context manager
+
+
 # -- loaded into a real process ----------------------------------------------------------
 
 

@@ -162,10 +162,13 @@ class _Asm:
         return bytes(out)
 
 
-@cache
 def build_filter(arch: str | None = None) -> bytes:
     """The program bytes (``struct sock_filter[]``) for bwrap's ``--seccomp FD``."""
-    arch = native_arch(arch)
+    return _build(native_arch(arch))
+
+
+@cache
+def _build(arch: str) -> bytes:
     a = _Asm()
     a.load(OFF_ARCH)
     a.jump(JEQ_K, AUDIT_ARCH[arch], 0, "kill")
