@@ -10,7 +10,8 @@ import builtins
 import http.client
 import json
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -20,6 +21,8 @@ from hutch.server.launcher import ensure_daemon
 
 if TYPE_CHECKING:
     import httpx
+
+    from hutch.transfer import Progress
 
 MAX_RESPONSE = 256 << 20
 
@@ -256,6 +259,56 @@ class Client(_Base):
     def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
         return list(self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
 
+    # -- workspaces: sessions, push/pull, snapshots, fork ------------------------------
+    def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/sessions", json=spec))
+
+    def tenants(self) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", "/v1/tenants"))
+
+    def delete_tenant(self, name: str) -> dict[str, Any]:
+        return dict(self.json("DELETE", "/v1/tenants/" + quote(name, safe="")))
+
+    def push(
+        self,
+        ref: str,
+        root: str,
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        from hutch import transfer
+
+        kept = self.json("GET", _path(ref) + "/manifest")["files"]
+        plan = transfer.plan_push(Path(root), exclude, kept)
+        body = transfer.push_body(Path(root), plan.manifest, [] if dry_run else plan.send, progress)
+        params = {"delete": delete, "force": force, "dry_run": dry_run}
+        return plan.summary(self.json("POST", _path(ref) + "/push", params=params, content=body))
+
+    def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        from hutch import transfer
+
+        data = self.request("GET", _path(ref) + "/pull").content
+        return transfer.pull_into(data, Path(dest), force=force, dry_run=dry_run)
+
+    def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
+        return dict(self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
+
+    def snapshots(self) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", "/v1/snapshots"))
+
+    def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
+
+    def snapshot_delete(self, name: str) -> dict[str, Any]:
+        return dict(self.json("DELETE", "/v1/snapshots/" + quote(name, safe="")))
+
+    def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
+        return dict(self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))
+
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
@@ -263,6 +316,10 @@ def _dumps(obj: Any) -> bytes:
 
 def _loads(data: bytes) -> Any:
     return json.loads(data)
+
+
+def _clean(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
 
 
 def _query(params: dict[str, Any]) -> str:
@@ -370,3 +427,44 @@ class AsyncClient(_Base):
             if value:
                 params[key] = value
         return list(await self.json("GET", "/v1/events", params=params))
+
+    async def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return dict(await self.json("POST", "/v1/sessions", json=spec))
+
+    async def push(
+        self,
+        ref: str,
+        root: str,
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> dict[str, Any]:
+        import asyncio
+
+        from hutch import transfer
+
+        kept = (await self.json("GET", _path(ref) + "/manifest"))["files"]
+        plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
+        body = await asyncio.to_thread(transfer.push_body, Path(root), plan.manifest, [] if dry_run else plan.send, progress)
+        params = {"delete": delete, "force": force, "dry_run": dry_run}
+        return plan.summary(await self.json("POST", _path(ref) + "/push", params=_clean(params), content=body))
+
+    async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        import asyncio
+
+        from hutch import transfer
+
+        data = (await self.request("GET", _path(ref) + "/pull")).content
+        return await asyncio.to_thread(transfer.pull_into, data, Path(dest), force=force, dry_run=dry_run)
+
+    async def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
+        return dict(await self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
+
+    async def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
+        return dict(await self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
+
+    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
+        return dict(await self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))

@@ -251,6 +251,15 @@ class SandboxSpec(BaseModel):
     def model_post_init(self, _context: Any) -> None:
         if self.secrets:
             self.secret_names = sorted(set(self.secret_names) | set(self.secrets))
+    tenant: str | None = None  # a persistent sandbox line: its /workspace outlives the sandbox
+    session: str | None = None  # auto mode: the reuse key (profile + working directory)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str | None) -> str | None:
+        if v is not None and not NAME_RE.match(v):
+            raise InvalidError(f"invalid tenant name {v!r}", hint="tenant names are 1-63 letters, digits, '.', '_' or '-'")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -353,3 +362,14 @@ class FileEntry(BaseModel):
     size: int
     mode: int
     mtime: float
+
+
+class SnapshotRecord(BaseModel):
+    """A saved workspace: a tar (ownership, modes, symlinks, xattrs) under the state dir."""
+
+    name: str
+    sandbox_id: str
+    provider: str
+    path: str
+    size: int
+    created_at: float

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import import_module
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from hutch.errors import InvalidError
@@ -44,6 +45,7 @@ class Capabilities:
     survives_daemon: bool = False
     network: bool = False  # egress policies (allowlist / open) beyond "none"
     secrets: bool = False  # sandbox-level secrets held outside the store
+    workspace: bool = False  # the WorkspaceProvider methods: push/pull, snapshots, fork, tenants
 
 
 @dataclass
@@ -125,6 +127,41 @@ class Provider(Protocol):
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class WorkspaceProvider(Protocol):
+    """Optional capability (``capabilities.workspace``): the workspace as a tar stream.
+
+    Tars are POSIX (pax) archives of ``/workspace`` keeping modes, symlinks, xattrs and
+    owners (numeric); member names are relative (``./a/b``).
+    """
+
+    async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
+        """Write the workspace as a tar to ``dest``; return its size in bytes."""
+        ...
+
+    async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
+        """Extract the tar ``src`` into the workspace as the sandbox's own user, never
+        writing outside it, then remove the ``delete`` paths (relative to the workspace)."""
+        ...
+
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+        """Copy ``src``'s workspace into ``dst``'s; return how (``reflink``, ``tar`` ...)."""
+        ...
+
+    async def delete_tenant(self, name: str) -> bool:
+        """Remove a tenant's kept workspace; True when there was one."""
+        ...
+
+
+def workspace_provider(provider: Provider) -> WorkspaceProvider:
+    if not provider.capabilities.workspace or not isinstance(provider, WorkspaceProvider):
+        raise InvalidError(
+            f"the {provider.name} provider cannot transfer, snapshot or fork workspaces",
+            hint="use the local provider",
+        )
+    return provider
 
 
 BUILTINS: dict[str, str] = {

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import ConflictError, NotFoundError, UnavailableError
-from hutch.models import ExecResult, SandboxRecord, SandboxSpec, SandboxState
+from hutch.models import ExecResult, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -75,6 +75,29 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE runs ADD COLUMN error TEXT;
         CREATE INDEX runs_status ON runs(status);
         CREATE INDEX events_type ON events(type, seq);
+        """,
+    ),
+    (
+        "0004_workspaces",
+        """
+        CREATE TABLE snapshots (
+            name TEXT PRIMARY KEY,
+            sandbox_id TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE tenants (
+            name TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE manifests (
+            sandbox_id TEXT PRIMARY KEY,
+            data TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
         """,
     ),
 ]
@@ -383,3 +406,61 @@ class Store:
             args.append(since)
         rows = self._conn().execute(f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?", (*args, limit))
         return [dict(r) | {"data": json.loads(r["data"])} for r in rows]
+
+    # -- workspaces: snapshots, tenants, push manifests --------------------------------
+
+    def insert_snapshot(self, snap: SnapshotRecord) -> None:
+        try:
+            with self.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at),
+                )
+        except ConflictError as exc:
+            raise ConflictError(
+                f"a snapshot named {snap.name!r} already exists",
+                hint=f"choose another name, or delete it first: hutch snapshot delete {snap.name}",
+            ) from exc
+
+    def get_snapshot(self, name: str) -> SnapshotRecord:
+        row = self._conn().execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
+        return SnapshotRecord(**dict(row))
+
+    def list_snapshots(self) -> list[SnapshotRecord]:
+        return [SnapshotRecord(**dict(r)) for r in self._conn().execute("SELECT * FROM snapshots ORDER BY created_at")]
+
+    def delete_snapshot(self, name: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM snapshots WHERE name = ?", (name,)).rowcount > 0
+
+    def ensure_tenant(self, name: str, provider: str) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO tenants (name, provider, created_at) VALUES (?, ?, ?)", (name, provider, time.time())
+            )
+
+    def list_tenants(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self._conn().execute("SELECT * FROM tenants ORDER BY name")]
+
+    def get_tenant(self, name: str) -> dict[str, Any]:
+        row = self._conn().execute("SELECT * FROM tenants WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no tenant {name!r}", hint="list tenants with: hutch tenant list")
+        return dict(row)
+
+    def delete_tenant(self, name: str) -> bool:
+        with self.transaction() as conn:
+            return conn.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount > 0
+
+    def get_manifest(self, sandbox_id: str) -> dict[str, Any]:
+        row = self._conn().execute("SELECT data FROM manifests WHERE sandbox_id = ?", (sandbox_id,)).fetchone()
+        return dict(json.loads(row["data"])) if row else {}
+
+    def set_manifest(self, sandbox_id: str, manifest: dict[str, Any]) -> None:
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO manifests (sandbox_id, data, updated_at) VALUES (?, ?, ?)",
+                (sandbox_id, json.dumps(manifest), time.time()),
+            )

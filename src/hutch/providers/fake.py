@@ -9,8 +9,13 @@ Anything else exits 127 like a missing program.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import posixpath
 import stat
+import tarfile
 import time
+from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
@@ -21,7 +26,9 @@ from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 
 class FakeProvider:
     name = "fake"
-    capabilities = Capabilities(mounts=False, limits=frozenset({"memory", "pids", "cpus"}), files=True, secrets=True)
+    capabilities = Capabilities(
+        mounts=False, limits=frozenset({"memory", "pids", "cpus"}), files=True, secrets=True, workspace=True
+    )
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.sandboxes: dict[str, dict[str, bytes]] = {}
@@ -30,13 +37,15 @@ class FakeProvider:
         self.outputs: dict[str, dict[str, bytes]] = {}
         self.status: dict[str, RawOutput] = {}
         self.transcript: list[tuple[str, str, str, bytes]] = []
+        self.tenants: dict[str, dict[str, bytes]] = {}
+        self.modes: dict[str, int] = {}  # "sandbox id:path" -> mode of files written by a tar
 
     async def check(self) -> list[CheckResult]:
         return [CheckResult("fake", True, "in-memory provider")]
 
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         self.calls.append(("create", rec.id))
-        self.sandboxes[rec.id] = {}
+        self.sandboxes[rec.id] = self.tenants.setdefault(rec.spec.tenant, {}) if rec.spec.tenant else {}
         self.secrets[rec.id] = dict(rec.spec.secrets)
         return dict(rec.data), {k: "fake" for k in ("memory", "pids", "cpus")}
 
@@ -162,6 +171,43 @@ class FakeProvider:
             )
             for n in names
         ]
+
+    # -- workspace capability: real tars of the in-memory files -------------------------
+
+    def _ws(self, rec: SandboxRecord) -> str:
+        return rec.spec.workdir.rstrip("/") + "/"
+
+    async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
+        files, prefix = self._files(rec), self._ws(rec)
+        with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+            for path in sorted(p for p in files if p.startswith(prefix)):
+                info = tarfile.TarInfo("./" + path[len(prefix) :])
+                info.size = len(files[path])
+                info.mode = self.modes.get(f"{rec.id}:{path}", 0o644)
+                tar.addfile(info, io.BytesIO(files[path]))
+        return dest.stat().st_size
+
+    async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
+        files, prefix = self._files(rec), self._ws(rec)
+        with tarfile.open(src) if src else contextlib.nullcontext() as tar:
+            for member in tar if tar is not None else ():
+                name = posixpath.normpath(member.name)
+                if name.startswith(("/", "..")):
+                    raise InvalidError(f"{member.name}: outside the workspace")
+                if member.isfile() and tar is not None:
+                    data = tar.extractfile(member)
+                    files[prefix + name] = data.read() if data else b""
+                    self.modes[f"{rec.id}:{prefix + name}"] = member.mode
+        for rel in delete:
+            files.pop(prefix + rel, None)
+
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+        source, target = self._files(src), self._files(dst)
+        target.update(source)
+        return "memory"
+
+    async def delete_tenant(self, name: str) -> bool:
+        return self.tenants.pop(name, None) is not None
 
     async def close(self) -> None:
         return None

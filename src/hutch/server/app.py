@@ -15,6 +15,7 @@ from hutch import __version__
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server.runs import router as runs_router
+from hutch.server.workspaces import router as workspaces_router
 from hutch.service import Service
 
 
@@ -117,4 +118,5 @@ def create_app(service: Service) -> FastAPI:
         return await service.list_files(ref, path)
 
     app.include_router(runs_router(service))
+    app.include_router(workspaces_router(service))
     return app

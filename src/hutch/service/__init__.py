@@ -29,6 +29,7 @@ from hutch.models import (
 from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.runs import Runs
+from hutch.service.workspaces import Workspaces
 from hutch.store import Store
 
 MAX_FILE = 64 << 20
@@ -44,6 +45,7 @@ class Service:
         self._providers: dict[str, Provider] = {}
         self._create_lock = asyncio.Lock()
         self.runs = Runs(self)
+        self.workspaces = Workspaces(self)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -105,6 +107,7 @@ class Service:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         now = time.time()
         async with self._create_lock:
+            self.workspaces.check_tenant(spec)
             used = {int(r.data.get("slot", -1)) for r in self.store.list_sandboxes(LIVE_STATES)}
             slot = next(i for i in range(len(used) + 1) if i not in used)
             rec = SandboxRecord(

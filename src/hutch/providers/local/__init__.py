@@ -33,12 +33,13 @@ from hutch.providers.local import cgroups, mounts, runs, seccomp
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
 from hutch.providers.local.egress import PORT, Egress, OnEvent, proxy_env
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
+from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
 KILL_GRACE = 5.0
 
 
-class LocalProvider:
+class LocalProvider(WorkspaceMixin):
     name = "local"
     capabilities = Capabilities(
         mounts=True,
@@ -47,6 +48,7 @@ class LocalProvider:
         survives_daemon=True,
         network=True,
         secrets=True,
+        workspace=True,
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -191,7 +193,7 @@ class LocalProvider:
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
-            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, uid)  # disk work off the event loop
+            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, uid, rec.spec.tenant)  # disk work off the event loop
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
@@ -299,7 +301,7 @@ class LocalProvider:
             await self._teardown(self._planned(rec.model_copy(update={"data": data})), rec.id)
             raise
 
-    def _make_dirs(self, sdir: Path, uid: int) -> tuple[Path, Path, Path]:
+    def _make_dirs(self, sdir: Path, uid: int, tenant: str | None = None) -> tuple[Path, Path, Path]:
         """The sandbox's directories: its own (0711), workspace, control and runs (0700, its uid's)."""
         self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.settings.sandboxes_dir, 0o711)
@@ -309,6 +311,8 @@ class LocalProvider:
         sdir.mkdir(exist_ok=True)
         os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
         ws, ctl = sdir / "workspace", sdir / "ctl"
+        if tenant:  # kept under the state dir, outside the sandbox's own (removed on destroy)
+            ws = make_tenant_workspace(self.settings, tenant, uid if self.root else None)
         ws.mkdir(mode=0o700, exist_ok=True)
         ctl.mkdir(mode=0o700, exist_ok=True)
         rdir = sdir / "runs"

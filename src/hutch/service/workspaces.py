@@ -1,0 +1,288 @@
+"""Workspace use-cases: session modes (auto, tenant), push/pull, snapshots, fork.
+
+The Service decides (plans, guards, records, events); providers with the ``workspace``
+capability move tars. Everything that can be refused is refused before any mutation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import posixpath
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, PolicyError
+from hutch.models import LIVE_STATES, NAME_RE, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
+from hutch.provider import WorkspaceProvider, workspace_provider
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+DELETE_MAX_FILES = 100
+DELETE_MAX_SHARE = 0.2
+MAX_FORK = 32
+ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
+
+
+def check_rel(path: str) -> str:
+    """A manifest path: relative, normalised, inside the workspace."""
+    norm = posixpath.normpath(path) if path else ""
+    if not path or path.startswith("/") or norm != path or norm == "." or norm.split("/")[0] == "..":
+        raise InvalidError(f"invalid workspace path {path!r}", hint="paths are relative to the workspace, without '..'")
+    return path
+
+
+def check_name(name: str, what: str) -> str:
+    if not NAME_RE.match(name or ""):
+        raise InvalidError(f"invalid {what} name {name!r}", hint="1-63 letters, digits, '.', '_' or '-'")
+    return name
+
+
+class Workspaces:
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.store = service.store
+        self._ensure_lock = asyncio.Lock()
+
+    def _provider(self, rec: SandboxRecord) -> WorkspaceProvider:
+        return workspace_provider(self.service.provider(rec.provider))
+
+    def tmp_path(self, suffix: str) -> Path:
+        tmp = self.service.settings.home / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        return tmp / f"{new_id('tmp')}{suffix}"
+
+    # -- session modes -------------------------------------------------------------------
+
+    async def ensure(self, spec: SandboxSpec) -> tuple[SandboxRecord, bool]:
+        """Auto and tenant modes: the live sandbox of this session key or tenant, or a new one.
+
+        A sandbox that is gone is marked lost and replaced; nothing is ever re-run here.
+        """
+        if not (spec.session or spec.tenant):
+            raise InvalidError("ensure needs a session key or a tenant", hint="use --reuse or --tenant NAME")
+        async with self._ensure_lock:
+            return await self._ensure(spec)
+
+    async def _ensure(self, spec: SandboxSpec) -> tuple[SandboxRecord, bool]:
+        for rec in self._session_sandboxes(spec):
+            if rec.state == SandboxState.running and await self.service.provider(rec.provider).alive(rec):
+                return rec, False
+            if rec.state == SandboxState.running:
+                self.store.mark_running_runs_lost(rec.id, "the sandbox disappeared")
+                self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox disappeared")
+                self.store.append_event("sandbox_lost", rec.id)
+        return await self.service.create(spec), True
+
+    def _session_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
+        live = self.store.list_sandboxes(LIVE_STATES)
+        if spec.tenant:
+            return [r for r in live if r.spec.tenant == spec.tenant]
+        return [r for r in live if r.spec.session == spec.session and r.spec.provider == spec.provider]
+
+    def check_tenant(self, spec: SandboxSpec) -> None:
+        """Before create: a tenant has at most one live sandbox; its provider must keep workspaces."""
+        if not spec.tenant:
+            return
+        workspace_provider(self.service.provider(spec.provider))
+        for rec in self._session_sandboxes(spec):
+            raise ConflictError(
+                f"tenant {spec.tenant!r} already has a live sandbox {rec.id}",
+                hint=f"use it (hutch exec {rec.id} -- ...), or destroy it first: hutch destroy {rec.id}",
+            )
+        self.store.ensure_tenant(spec.tenant, spec.provider)
+
+    def tenants(self) -> list[dict[str, Any]]:
+        live = {r.spec.tenant: r for r in self.store.list_sandboxes(LIVE_STATES) if r.spec.tenant}
+        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in self.store.list_tenants()]
+
+    async def delete_tenant(self, name: str) -> dict[str, Any]:
+        tenant = self.store.get_tenant(check_name(name, "tenant"))
+        destroyed = []
+        for rec in self.store.list_sandboxes(LIVE_STATES):
+            if rec.spec.tenant == name:
+                await self.service.destroy(rec.id)
+                destroyed.append(rec.id)
+        provider = workspace_provider(self.service.provider(tenant["provider"]))
+        await provider.delete_tenant(name)
+        self.store.delete_tenant(name)
+        self.store.append_event("tenant_deleted", None, tenant=name, destroyed=destroyed)
+        return {"tenant": name, "deleted": True, "destroyed": destroyed}
+
+    # -- push / pull ---------------------------------------------------------------------
+
+    def manifest(self, ref: str) -> dict[str, Any]:
+        rec = self.service.live(ref)
+        return {"sandbox": rec.id, "files": self.store.get_manifest(rec.id)}
+
+    async def push(
+        self,
+        ref: str,
+        manifest: dict[str, Any],
+        tar_path: Path | None,
+        *,
+        delete: bool = False,
+        force: bool = False,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Bring the workspace to ``manifest`` (what the client has). Only entries that
+        differ from what hutch last put there travel; ``delete`` removes what an earlier
+        push sent and the client no longer has (never files made in the sandbox)."""
+        rec = self.service.live(ref)
+        provider = self._provider(rec)
+        entries = {check_rel(p): {k: e.get(k) for k in ENTRY_KEYS} for p, e in manifest.items()}
+        kept = self.store.get_manifest(rec.id)
+        send = sorted(p for p, e in entries.items() if kept.get(p) != e)
+        deletes = sorted(p for p in kept if p not in entries) if delete else []
+        too_many = len(deletes) > DELETE_MAX_FILES or len(deletes) > len(kept) * DELETE_MAX_SHARE
+        if deletes and too_many and not force:
+            raise PolicyError(
+                f"--delete would remove {len(deletes)} of {len(kept)} files (more than {DELETE_MAX_FILES} or "
+                f"{DELETE_MAX_SHARE:.0%} of the tree)",
+                hint="check with --dry-run, then add --force to delete them",
+            )
+        size = sum(int(entries[p].get("size") or 0) for p in send)
+        summary: dict[str, Any] = {
+            "sandbox": rec.id,
+            "files_sent": len(send),
+            "bytes": size,
+            "deleted": len(deletes),
+            "skipped": len(entries) - len(send),
+            "dry_run": dry_run,
+        }
+        if dry_run:
+            return summary | {"send": send, "delete": deletes}
+        if send or deletes:
+            names: set[str] = set()
+            if tar_path is not None:
+                with tarfile.open(tar_path) as tar:
+                    names = {posixpath.normpath(m.name) for m in tar.getmembers()}
+            missing = [p for p in send if p not in names]
+            if missing:
+                raise ConflictError(
+                    f"{len(missing)} changed file(s) missing from the push (e.g. {missing[0]!r}): "
+                    "the sandbox changed since the client looked",
+                    hint="push again",
+                )
+            await self.service._guarded(rec, provider.import_workspace(rec, tar_path if send else None, deletes))
+        new = {p: e for p, e in kept.items() if p not in deletes} | entries
+        self.store.set_manifest(rec.id, new)
+        self.store.append_event(
+            "workspace_pushed", rec.id, files=len(send), bytes=size, deleted=len(deletes), skipped=summary["skipped"]
+        )
+        return summary
+
+    async def pull(self, ref: str) -> Path:
+        """The workspace as a tar file (the caller removes it)."""
+        rec = self.service.live(ref)
+        provider = self._provider(rec)
+        dest = self.tmp_path(".tar")
+        try:
+            size = await self.service._guarded(rec, provider.export_workspace(rec, dest))
+        except BaseException:
+            dest.unlink(missing_ok=True)
+            raise
+        self.store.append_event("workspace_pulled", rec.id, bytes=size)
+        return dest
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def _snapshot_dir(self) -> Path:
+        path = self.service.settings.home / "snapshots"
+        path.mkdir(mode=0o700, exist_ok=True)
+        return path
+
+    async def snapshot_save(self, ref: str, name: str) -> SnapshotRecord:
+        check_name(name, "snapshot")
+        rec = self.service.live(ref)
+        provider = self._provider(rec)
+        with contextlib.suppress(NotFoundError):
+            self.store.get_snapshot(name)
+            raise ConflictError(f"a snapshot named {name!r} already exists", hint=f"hutch snapshot delete {name}")
+        final = self._snapshot_dir() / f"{name}.tar"
+        tmp = self.tmp_path(".tar")
+        placed = False
+        try:
+            started = time.monotonic()
+            size = await self.service._guarded(rec, provider.export_workspace(rec, tmp))
+            os.replace(tmp, final)
+            placed = True
+            snap = SnapshotRecord(
+                name=name, sandbox_id=rec.id, provider=rec.provider, path=str(final), size=size, created_at=time.time()
+            )
+            self.store.insert_snapshot(snap)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            if placed:
+                final.unlink(missing_ok=True)
+            raise
+        ms = round((time.monotonic() - started) * 1000, 1)
+        self.store.append_event("snapshot_saved", rec.id, snapshot=name, bytes=size, duration_ms=ms)
+        return snap
+
+    def snapshots(self) -> list[SnapshotRecord]:
+        return self.store.list_snapshots()
+
+    async def snapshot_restore(self, name: str, new_name: str | None = None) -> SandboxRecord:
+        snap = self.store.get_snapshot(check_name(name, "snapshot"))
+        if not Path(snap.path).is_file():
+            raise NotFoundError(f"snapshot {name!r} has lost its archive {snap.path}", hint=f"hutch snapshot delete {name}")
+        spec = SandboxSpec(name=new_name, provider=snap.provider)
+        with contextlib.suppress(NotFoundError):
+            spec = self.store.get_sandbox(snap.sandbox_id).spec.model_copy(
+                update={"name": new_name, "tenant": None, "session": None, "env": {}}
+            )
+        workspace_provider(self.service.provider(spec.provider))
+        rec = await self.service.create(spec)
+        try:
+            await self._provider(rec).import_workspace(rec, Path(snap.path), [])
+        except BaseException:
+            await self.service.destroy(rec.id)
+            raise
+        self.store.append_event("snapshot_restored", rec.id, snapshot=name)
+        return rec
+
+    async def snapshot_delete(self, name: str) -> dict[str, Any]:
+        try:
+            snap = self.store.get_snapshot(check_name(name, "snapshot"))
+        except NotFoundError:
+            return {"snapshot": name, "deleted": True, "existed": False}
+        Path(snap.path).unlink(missing_ok=True)
+        self.store.delete_snapshot(name)
+        self.store.append_event("snapshot_deleted", snap.sandbox_id, snapshot=name)
+        return {"snapshot": name, "deleted": True, "existed": True}
+
+    # -- fork ----------------------------------------------------------------------------
+
+    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
+        """``count`` new sandboxes whose workspaces start as copies of ``ref``'s. Each child
+        stands alone: one that fails is destroyed and reported, the others are kept."""
+        if not 1 <= count <= MAX_FORK:
+            raise InvalidError(f"--count must be between 1 and {MAX_FORK}, got {count}")
+        if name_prefix is not None:
+            check_name(f"{name_prefix}{count}", "fork")
+        src = self.service.live(ref)
+        provider = self._provider(src)
+        children: list[dict[str, Any]] = []
+        for i in range(1, count + 1):
+            name = f"{name_prefix}{i}" if name_prefix is not None else None
+            spec = src.spec.model_copy(update={"name": name, "tenant": None, "session": None, "env": {}})
+            child: SandboxRecord | None = None
+            try:
+                child = await self.service.create(spec)
+                started = time.monotonic()
+                how = await self.service._guarded(src, provider.clone_workspace(src, child))
+                ms = round((time.monotonic() - started) * 1000, 1)
+                self.store.set_manifest(child.id, self.store.get_manifest(src.id))
+                self.store.append_event("sandbox_forked", child.id, source=src.id, method=how, duration_ms=ms)
+                children.append({"index": i, "sandbox": child.id, "name": child.name, "method": how, "copy_ms": ms})
+            except HutchError as exc:
+                if child is not None:
+                    await self.service.destroy(child.id)
+                children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
+        made = sum(1 for c in children if c["sandbox"])
+        return {"source": src.id, "requested": count, "created": made, "failed": count - made, "children": children}
