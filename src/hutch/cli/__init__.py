@@ -19,6 +19,7 @@ from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
 from hutch.cli.sandbox import create, destroy, get, list_
 from hutch.cli.skill import skill
 from hutch.cli.system import daemon, doctor, serve
+from hutch.cli.workspace import fork, pull, push, snapshot, tenant
 from hutch.errors import HutchError
 
 RUN_COMMANDS = ("run", "exec")
@@ -64,6 +65,11 @@ for command in (
     write,
     read,
     ls,
+    push,
+    pull,
+    snapshot,
+    fork,
+    tenant,
     doctor,
     daemon,
     serve,

@@ -40,6 +40,38 @@ class Ctx:
         return self._client
 
 
+class SandboxCommand(click.Command):
+    """A command whose first argument is a sandbox. ``--session-id ID`` is an alias of
+    that argument (agent users call a sandbox a session): it is moved into its place
+    before parsing, so ``hutch exec --session-id ID -- CMD`` works like ``hutch exec ID -- CMD``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["--session-id"],
+                metavar="ID",
+                expose_value=False,
+                help="The sandbox (id or name), as an option: an alias of the SANDBOX argument.",
+            )
+        )
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        args = list(args)
+        end = args.index("--") if "--" in args else len(args)
+        for i, arg in enumerate(args[:end]):
+            if arg == "--session-id" and i + 1 < end:
+                value = args[i + 1]
+                del args[i : i + 2]
+                args.insert(0, value)
+                break
+            if arg.startswith("--session-id="):
+                del args[i]
+                args.insert(0, arg.partition("=")[2])
+                break
+        return super().parse_args(ctx, args)
+
+
 def json_option(f: F) -> F:
     def set_json(ctx: click.Context, _: click.Parameter, value: bool) -> bool:
         if value:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option, table
+from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
 from hutch.errors import InvalidError
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @click.argument("path")
 @click.option(
@@ -48,7 +48,7 @@ def write(obj: Ctx, sandbox: str, path: str, source: str | None, mode: str) -> N
         click.echo(f"wrote {r['size']} bytes to {r['path']}")
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @click.argument("path")
 @json_option
@@ -69,7 +69,7 @@ def read(obj: Ctx, sandbox: str, path: str) -> None:
         click.echo("hutch: file truncated at 64 MiB", err=True)
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @click.argument("path", required=False)
 @click.option("--long", "-l", "long_", is_flag=True, help="Show type, mode, size and time.")

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import click
 
-from hutch.cli.common import Ctx, emit, exit_code_for, fail, json_option
+from hutch.cli.common import Ctx, SandboxCommand, emit, exit_code_for, fail, json_option
 from hutch.cli.run import _explain, _write, exit_with
 from hutch.errors import HutchError, UnavailableError
 
@@ -91,7 +91,7 @@ def _session(obj: Ctx, ws: Any, req: dict[str, Any], tty: bool, size: os.termina
     return final
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @click.argument("command", nargs=-1)
 @click.option("--cwd", help="Working directory inside the sandbox.")

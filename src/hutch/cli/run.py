@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import EXIT_TIMEOUT, Ctx, emit, exit_code_for, fail, json_option, parse_pairs
+from hutch.cli.common import EXIT_TIMEOUT, Ctx, SandboxCommand, emit, exit_code_for, fail, json_option, parse_pairs
 from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
@@ -139,7 +139,7 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
     return final
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": False})
+@click.command("exec", context_settings={"ignore_unknown_options": False}, cls=SandboxCommand)
 @click.argument("sandbox")
 @click.argument("command", nargs=-1, required=True)
 @click.option(
@@ -153,7 +153,6 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
 @click.option("--background", "-d", is_flag=True, help="Start the command and print its run id at once.")
 @click.option("--interactive", "-i", is_flag=True, help="Forward this process's stdin to the command as it comes.")
 @click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
-@click.option("--session-id", "session_id", hidden=True)
 @secret_option("Secret for this run: from $NAME, env:VAR or file:PATH; never stored, redacted from output.")
 @exec_options
 @json_option
@@ -168,7 +167,6 @@ def exec_(
     background: bool,
     interactive: bool,
     tty: bool,
-    session_id: str | None,
     stream: bool,
     **kw: Any,
 ) -> None:
@@ -182,7 +180,7 @@ def exec_(
         req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
         if secrets:
             req["secrets"] = resolve_secrets(secrets)
-        ref = session_id or sandbox
+        ref = sandbox
         if background:
             run = obj.client.exec(ref, req | {"background": True})
             emit(run) if obj.json else click.echo(run["id"])
@@ -202,6 +200,13 @@ def exec_(
         exit_with(execute(obj, ref, req, stream))
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
+
+
+def session_key(provider: str) -> str:
+    """Auto mode's key: one sandbox per provider (profile) and working directory."""
+    import hashlib
+
+    return hashlib.sha256(f"{provider}\0{os.path.realpath(os.getcwd())}".encode()).hexdigest()[:16]
 
 
 LANGS = {
@@ -246,7 +251,16 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
     "--file", "code_file", type=click.Path(dir_okay=False), help="Run this local script (language from --lang or its suffix)."
 )
 @click.option("--keep", is_flag=True, help="Keep the sandbox after the command (its id goes to stderr).")
-@click.option("--sandbox", "reuse", metavar="ID|NAME", help="Run in this existing sandbox instead of a new one.")
+@click.option("--sandbox", "--session-id", "reuse", metavar="ID|NAME", help="Run in this existing sandbox instead of a new one.")
+@click.option(
+    "--reuse",
+    "auto",
+    is_flag=True,
+    envvar="HUTCH_REUSE",
+    help="Auto mode: one kept sandbox per provider and working directory, made on first use (env HUTCH_REUSE=1).",
+)
+@click.option("--sync", "sync_dir", metavar="DIR", help="Push DIR into /workspace before the command (see hutch push).")
+@click.option("--pull", "pull_after", is_flag=True, help="With --sync: pull /workspace back into DIR afterwards.")
 @json_option
 @click.pass_obj
 def run(
@@ -255,6 +269,9 @@ def run(
     command: tuple[str, ...],
     keep: bool,
     reuse: str | None,
+    auto: bool,
+    sync_dir: str | None,
+    pull_after: bool,
     cwd: str | None,
     timeout: float | None,
     idle_timeout: float | None,
@@ -270,6 +287,9 @@ def run(
 
     hutch run [OPTIONS] -- CMD [ARGS...]. Accepts every option of create and exec.
     With --lang python|node|bash|sh, COMMAND is code; with --file, a local script.
+    With --reuse or --tenant NAME the sandbox is kept and used again by the next run; a
+    command that may have started is never run twice (a sandbox that dies under it gives
+    a lost run).
     """
     sbx: str | None = None
     try:
@@ -291,9 +311,26 @@ def run(
             req["secrets"] = resolve_secrets(create_kw.pop("secrets"))
         if argv:
             req["command"] = argv  # code is never re-split by a shell
-        sbx = reuse or obj.client.create(build_spec(obj, **create_kw))["id"]
-        kept = keep and not reuse
+        if pull_after and not sync_dir:
+            raise InvalidError("--pull needs --sync DIR", hint="hutch run --sync . --pull -- make")
+        persistent = bool(reuse or auto or create_kw.get("tenant"))
+        if reuse:
+            sbx = reuse
+        elif auto or create_kw.get("tenant"):
+            spec = build_spec(obj, **create_kw)
+            if not spec.get("tenant"):
+                spec["session"] = session_key(spec["provider"])
+            sbx = obj.client.ensure(spec)["sandbox"]["id"]
+        else:
+            sbx = obj.client.create(build_spec(obj, **create_kw))["id"]
+        kept = keep and not persistent
         try:
+            if sync_dir:
+                from hutch.cli.workspace import do_push
+
+                synced = do_push(obj, sbx, sync_dir)
+                if not obj.json:
+                    click.echo(f"hutch: pushed {synced['files_sent']} file(s) to {sbx}", err=True)
             if script is not None:
                 path = f"/tmp/hutch-snippet-{os.getpid()}"
                 obj.client.write_file(sbx, path, script, 0o600)
@@ -304,8 +341,10 @@ def run(
                     f"{interpreter} is not installed in the sandbox (needed for --lang/--file)",
                     hint=f"install {interpreter} on the host (its /usr is the sandbox's), or use another --lang",
                 )
+            if sync_dir and pull_after:  # the local tree was just pushed: differences are the command's
+                obj.client.pull(sbx, sync_dir, force=True)
         finally:
-            if not reuse and not keep:
+            if not persistent and not keep:
                 obj.client.destroy(sbx)
         if kept and not obj.json:
             click.echo(f"hutch: kept sandbox {sbx}", err=True)

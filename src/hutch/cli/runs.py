@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option, table
+from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
 from hutch.cli.run import _write, exit_with
 from hutch.errors import InvalidError
 from hutch.units import format_size
@@ -43,7 +43,7 @@ def _command(cmd: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-@click.command("runs")
+@click.command("runs", cls=SandboxCommand)
 @click.argument("sandbox")
 @click.option(
     "--status",
@@ -161,7 +161,7 @@ def kill(obj: Ctx, /, run_id: str, sig: str) -> None:
     emit(res) if obj.json else click.echo(f"{run_id}: {res['message']}")
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @click.option("--run", "run_id", metavar="RUN", help="Only this run's output.")
 @click.option("--offset", default=0, type=click.IntRange(min=0), help="Start at this transcript offset (from next_offset).")
@@ -194,7 +194,7 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, limit: str,
             time.sleep(FOLLOW_INTERVAL)
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox", required=False)
 @click.option("--all", "all_", is_flag=True, help="Events of every sandbox.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable), e.g. run_finished.")
@@ -246,7 +246,7 @@ def _json_line(obj: Any) -> str:
     return json.dumps(obj)
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @json_option
 @click.pass_obj

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option, parse_pairs, table
+from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, parse_pairs, table
 from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
 from hutch.errors import InvalidError
 from hutch.units import format_size
@@ -38,6 +38,11 @@ def create_options(f: Any) -> Any:
         click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable)."),
         click.option("--workdir", help="Default working directory for commands (default /workspace)."),
         click.option("--provider", help="Where the sandbox lives (default: local)."),
+        click.option(
+            "--tenant",
+            metavar="NAME",
+            help="Tenant mode: a persistent line whose /workspace survives destroy (until hutch tenant delete).",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -60,6 +65,7 @@ def build_spec(
     allow_ports: tuple[int, ...] = (),
     allow_cidrs: tuple[str, ...] = (),
     secrets: tuple[str, ...] = (),
+    tenant: str | None = None,
 ) -> dict[str, Any]:
     s = obj.settings
     spec: dict[str, Any] = {
@@ -85,6 +91,8 @@ def build_spec(
         spec["name"] = name
     if workdir:
         spec["workdir"] = workdir
+    if tenant:
+        spec["tenant"] = tenant
     return spec
 
 
@@ -130,7 +138,7 @@ def list_(obj: Ctx, include_all: bool) -> None:
     table(rows, ["id", "name", "provider", "state", "memory", "age"])
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandbox")
 @json_option
 @click.pass_obj
@@ -166,7 +174,7 @@ def get(obj: Ctx, sandbox: str) -> None:
         click.echo(f"{k + ':':<10} {v}")
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
 @click.argument("sandboxes", nargs=-1)
 @click.option("--all", "destroy_all", is_flag=True, help="Destroy every live sandbox.")
 @json_option

@@ -184,6 +184,7 @@ def make_tenant_workspace(settings: Settings, name: str, uid: int | None) -> Pat
     os.chmod(base, 0o711)
     top = base / name
     top.mkdir(mode=0o711, exist_ok=True)
+    os.chmod(top, 0o711)  # the daemon's umask is 077: bwrap, as the sandbox's uid, must pass through
     ws = top / "workspace"
     ws.mkdir(mode=0o700, exist_ok=True)
     if ws.is_symlink() or not ws.is_dir():
