@@ -353,6 +353,49 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         return await _call(work())
 
+    directory = "A directory on the machine running this MCP server (absolute, or relative to its cwd)."
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def push(
+        sandbox: Sandbox,
+        directory: Annotated[str, Field(description=directory)],
+        delete: Annotated[bool, Field(description="Remove files an earlier push sent that are gone locally.")] = False,
+        exclude: Annotated[list[str] | None, Field(description="Glob patterns to leave out.")] = None,
+        dry_run: Annotated[bool, Field(description="Only say what would be sent and deleted.")] = False,
+        force: Annotated[bool, Field(description="Allow a delete of more than 100 files or 20% of the tree.")] = False,
+    ) -> CallToolResult:
+        """Copy a local tree into the sandbox's /workspace, sending only what changed since the last
+        push (git repos: tracked + untracked-not-ignored files). Summary: files_sent, bytes, deleted, skipped."""
+        return await _call(client.push(sandbox, directory, delete=delete, exclude=exclude or (), dry_run=dry_run, force=force))
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def pull(
+        sandbox: Sandbox,
+        directory: Annotated[str, Field(description=directory)],
+        dry_run: Annotated[bool, Field(description="Only say what would be written.")] = False,
+        force: Annotated[bool, Field(description="Overwrite local files whose content differs.")] = False,
+    ) -> CallToolResult:
+        """Copy the sandbox's /workspace into a local directory. Refuses (error kind conflict), writing
+        nothing, when local files would be overwritten with other content, unless force."""
+        return await _call(client.pull(sandbox, directory, dry_run=dry_run, force=force))
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    async def snapshot_save(
+        sandbox: Sandbox,
+        name: Annotated[str, Field(description="The snapshot's unique name (letters, digits, '.', '_', '-').")],
+    ) -> CallToolResult:
+        """Save the sandbox's workspace (owners, modes, symlinks, xattrs) as a named snapshot: a
+        checkpoint before a risky step. Restore it with snapshot_restore."""
+        return await _call(client.snapshot_save(sandbox, name))
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    async def snapshot_restore(
+        snapshot: Annotated[str, Field(description="The snapshot's name (from snapshot_save).")],
+        name: Annotated[str | None, Field(description="Name for the new sandbox.")] = None,
+    ) -> CallToolResult:
+        """Create a new sandbox whose workspace is the snapshot's; returns the new sandbox."""
+        return await _call(client.snapshot_restore(snapshot, name))
+
     return app, client
 
 

@@ -22,6 +22,7 @@ from hutch.models import NetworkPolicy
 from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
+from hutch.sdk_workspace import AsyncSandboxWorkspace, SandboxWorkspace
 
 __all__ = [
     "AsyncFiles",
@@ -132,7 +133,7 @@ class Files:
         return [FileInfo(**e) for e in self._sbx.client.list_files(self._sbx.id, path)]
 
 
-class Sandbox:
+class Sandbox(SandboxWorkspace):
     """A sandbox, driven through the local daemon (started on demand) or a gateway."""
 
     def __init__(self, info: dict[str, Any], client: Client) -> None:
@@ -345,7 +346,7 @@ class AsyncFiles:
         return [FileInfo(**e) for e in await self._sbx.client.list_files(self._sbx.id, path)]
 
 
-class AsyncSandbox:
+class AsyncSandbox(AsyncSandboxWorkspace):
     """The asynchronous twin of :class:`Sandbox`."""
 
     def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:

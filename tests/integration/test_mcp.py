@@ -33,6 +33,10 @@ TOOLS = {
     "logs",
     "events",
     "policy_update",
+    "push",
+    "pull",
+    "snapshot_save",
+    "snapshot_restore",
 }
 
 

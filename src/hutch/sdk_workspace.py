@@ -1,0 +1,112 @@
+"""Workspace methods of the SDK (push, pull, snapshot, restore, fork), mixed into
+:class:`~hutch.sdk.Sandbox` and :class:`~hutch.sdk.AsyncSandbox` and kept in step."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from hutch.errors import HutchError
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from hutch.client import AsyncClient, Client
+    from hutch.config import Settings
+
+
+def _children(result: dict[str, Any]) -> builtins.list[dict[str, Any] | HutchError]:
+    return [c if c["sandbox"] else HutchError.from_dict(c) for c in result["children"]]
+
+
+class SandboxWorkspace:
+    info: dict[str, Any]
+    client: Client
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    def push(
+        self,
+        directory: str = ".",
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Send a local tree into /workspace (only what changed); returns the summary."""
+        return self.client.push(self.id, directory, delete=delete, exclude=exclude, dry_run=dry_run, force=force)
+
+    def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
+        return self.client.pull(self.id, directory, dry_run=dry_run, force=force)
+
+    def snapshot(self, name: str) -> dict[str, Any]:
+        """Save the workspace as snapshot ``name``."""
+        return self.client.snapshot_save(self.id, name)
+
+    @classmethod
+    def restore(cls, snapshot: str, *, name: str | None = None, settings: Settings | None = None) -> Self:
+        """A new sandbox whose workspace is ``snapshot``."""
+        from hutch.client import Client
+
+        client = Client(settings)
+        return cls(client.snapshot_restore(snapshot, name), client)  # type: ignore[call-arg]
+
+    def fork(self, count: int = 1, *, name_prefix: str | None = None) -> builtins.list[Self | HutchError]:
+        """``count`` new sandboxes starting from a copy of this workspace; a child that
+        failed is its :class:`HutchError` in the list, the others are sandboxes."""
+        result = self.client.fork(self.id, count, name_prefix)
+        return [
+            c if isinstance(c, HutchError) else type(self)(self.client.get(c["sandbox"]), self.client)  # type: ignore[call-arg]
+            for c in _children(result)
+        ]
+
+
+class AsyncSandboxWorkspace:
+    info: dict[str, Any]
+    client: AsyncClient
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    async def push(
+        self,
+        directory: str = ".",
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> dict[str, Any]:
+        """Send a local tree into /workspace (only what changed); returns the summary."""
+        return await self.client.push(self.id, directory, delete=delete, exclude=exclude, dry_run=dry_run, force=force)
+
+    async def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+        """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
+        return await self.client.pull(self.id, directory, dry_run=dry_run, force=force)
+
+    async def snapshot(self, name: str) -> dict[str, Any]:
+        """Save the workspace as snapshot ``name``."""
+        return await self.client.snapshot_save(self.id, name)
+
+    @classmethod
+    async def restore(cls, snapshot: str, *, name: str | None = None, settings: Settings | None = None) -> Self:
+        """A new sandbox whose workspace is ``snapshot``."""
+        from hutch.client import AsyncClient
+
+        client = AsyncClient(settings)
+        return cls(await client.snapshot_restore(snapshot, name), client)  # type: ignore[call-arg]
+
+    async def fork(self, count: int = 1, *, name_prefix: str | None = None) -> builtins.list[Self | HutchError]:
+        """``count`` new sandboxes starting from a copy of this workspace; a child that
+        failed is its :class:`HutchError` in the list, the others are sandboxes."""
+        result = await self.client.fork(self.id, count, name_prefix)
+        out: builtins.list[Self | HutchError] = []
+        for c in _children(result):
+            out.append(c if isinstance(c, HutchError) else type(self)(await self.client.get(c["sandbox"]), self.client))  # type: ignore[call-arg]
+        return out
