@@ -329,7 +329,7 @@ class LocalProvider(WorkspaceMixin):
         try:
             async with Channel(rec.data["socket"]) as ch:
                 await ch.request({"op": "ping"}, timeout=5.0)
-        except HutchError:
+        except (HutchError, OSError):
             return False
         return True
 

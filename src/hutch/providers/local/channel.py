@@ -73,7 +73,10 @@ class Channel:
         while b"\n" not in self.buf:
             if len(self.buf) > MAX_HEADER:
                 raise InternalError("oversized reply from the sandbox agent")
-            chunk = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), timeout)
+            try:
+                chunk = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), timeout)
+            except ConnectionError:  # the agent died (reset), as good as closed
+                return None
             if not chunk:
                 return None
             self.buf += chunk
@@ -89,7 +92,10 @@ class Channel:
         out = bytearray(self.buf[:size])
         self.buf = self.buf[size:]
         while len(out) < size:
-            chunk = await loop.sock_recv(self.sock, min(1 << 20, size - len(out)))
+            try:
+                chunk = await loop.sock_recv(self.sock, min(1 << 20, size - len(out)))
+            except ConnectionError:
+                chunk = b""
             if not chunk:
                 raise UnavailableError("the sandbox agent closed the connection mid-transfer")
             out += chunk
