@@ -44,6 +44,9 @@ Command = Annotated[
     str | list[str],
     Field(description="A shell string (run with /bin/sh -c, e.g. 'make && make test') or an argv list (no shell)."),
 ]
+Directory = Annotated[
+    str, Field(description="A directory on the machine running this MCP server (absolute, or relative to its cwd).")
+]
 RunId = Annotated[str, Field(description="The run's id (run_...), from exec or exec_background.")]
 MaxOutput = Annotated[
     int | None,
@@ -353,12 +356,10 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         return await _call(work())
 
-    directory = "A directory on the machine running this MCP server (absolute, or relative to its cwd)."
-
     @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def push(
         sandbox: Sandbox,
-        directory: Annotated[str, Field(description=directory)],
+        directory: Directory,
         delete: Annotated[bool, Field(description="Remove files an earlier push sent that are gone locally.")] = False,
         exclude: Annotated[list[str] | None, Field(description="Glob patterns to leave out.")] = None,
         dry_run: Annotated[bool, Field(description="Only say what would be sent and deleted.")] = False,
@@ -371,7 +372,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
     @app.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def pull(
         sandbox: Sandbox,
-        directory: Annotated[str, Field(description=directory)],
+        directory: Directory,
         dry_run: Annotated[bool, Field(description="Only say what would be written.")] = False,
         force: Annotated[bool, Field(description="Overwrite local files whose content differs.")] = False,
     ) -> CallToolResult:

@@ -251,6 +251,7 @@ class SandboxSpec(BaseModel):
     def model_post_init(self, _context: Any) -> None:
         if self.secrets:
             self.secret_names = sorted(set(self.secret_names) | set(self.secrets))
+
     tenant: str | None = None  # a persistent sandbox line: its /workspace outlives the sandbox
     session: str | None = None  # auto mode: the reuse key (profile + working directory)
 

@@ -81,7 +81,11 @@ def test_catalog_entries_have_the_contract_fields(capsys: pytest.CaptureFixture[
     assert [(a["name"], a["nargs"]) for a in exec_["arguments"]] == [("SANDBOX", 1), ("COMMAND", -1)]
     env = next(o for o in exec_["options"] if o["name"] == "--env")
     assert env["flags"] == ["--env", "-e"] and env["multiple"] and env["default"] == []
-    assert next(o for o in exec_["options"] if o["name"] == "--session-id").get("hidden") is True
+    session = next(o for o in exec_["options"] if o["name"] == "--session-id")  # documented, no longer hidden
+    assert not session.get("hidden") and "alias" in session["help"]
+    for name in ("get", "destroy", "push", "pull", "fork", "snapshot save", "write"):
+        command = next(c for c in doc["commands"] if c["name"] == name)
+        assert any(o["name"] == "--session-id" for o in command["options"]), name
     daemon = next(c for c in doc["commands"] if c["name"] == "daemon")
     assert daemon["subcommands"] == ["logs", "start", "status", "stop"]
     home = next(o for o in doc["global_options"] if o["name"] == "--home")

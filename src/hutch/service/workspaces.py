@@ -26,6 +26,9 @@ DELETE_MAX_FILES = 100
 DELETE_MAX_SHARE = 0.2
 MAX_FORK = 32
 ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
+# Not carried from a source sandbox to a fork or a restore: its session line, and values
+# the store never holds (env values are redacted there, secrets are not stored at all).
+UNCOPIED: dict[str, Any] = {"tenant": None, "session": None, "env": {}, "secrets": {}, "secret_names": []}
 
 
 def check_rel(path: str) -> str:
@@ -233,9 +236,7 @@ class Workspaces:
             raise NotFoundError(f"snapshot {name!r} has lost its archive {snap.path}", hint=f"hutch snapshot delete {name}")
         spec = SandboxSpec(name=new_name, provider=snap.provider)
         with contextlib.suppress(NotFoundError):
-            spec = self.store.get_sandbox(snap.sandbox_id).spec.model_copy(
-                update={"name": new_name, "tenant": None, "session": None, "env": {}}
-            )
+            spec = self.store.get_sandbox(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
         workspace_provider(self.service.provider(spec.provider))
         rec = await self.service.create(spec)
         try:
@@ -270,7 +271,7 @@ class Workspaces:
         children: list[dict[str, Any]] = []
         for i in range(1, count + 1):
             name = f"{name_prefix}{i}" if name_prefix is not None else None
-            spec = src.spec.model_copy(update={"name": name, "tenant": None, "session": None, "env": {}})
+            spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
             child: SandboxRecord | None = None
             try:
                 child = await self.service.create(spec)
