@@ -65,8 +65,8 @@ from hutch.server.launcher import prepare_home  # noqa: E402
 
 PAYLOAD = "100M"  # head -c 100M: 100 MiB
 PAYLOAD_BYTES = 100 << 20
-NOT_BUILT = "feature not built yet"
-UNBUILT = (  # measured once hutch has them (issue 8)
+NOT_BUILT = "measured by bench/workspaces.py (docs/benchmarks.md, Workspaces)"
+UNBUILT = (  # not part of this harness: bench/workspaces.py measures them
     ("snapshot", "snapshot of a sandbox's workspace"),
     ("fork", "fork of a sandbox from a snapshot"),
 )
