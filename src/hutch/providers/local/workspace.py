@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING
 from hutch.errors import CapacityError, InternalError, InvalidError, UnavailableError
 from hutch.models import SandboxRecord
 from hutch.providers.local import bwrap as bw
+from hutch.providers.local import seccomp
 from hutch.providers.local.host import rmtree
 
 if TYPE_CHECKING:
@@ -89,17 +90,19 @@ class WorkspaceMixin:
         ws = self.workspace_dir(rec)
         ws_fd = os.open(ws, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            args = [self.bwrap().path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
-            args += ["--dev", "/dev", "--bind-fd", str(ws_fd), "/workspace", "--chdir", "/workspace", "--", *argv]
-            uid = self._slot_uid(rec) if self.root else None
-            return subprocess.Popen(
-                args,
-                stdin=stdin,
-                stdout=stdout,
-                stderr=subprocess.PIPE,
-                pass_fds=[ws_fd],
-                preexec_fn=self._drop(uid, []),
-            )
+            with seccomp.fds() as filters:  # tar reads what the sandbox wrote: the same syscall filter
+                args = [self.bwrap().path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
+                args += [*seccomp.bwrap_args(filters)[0], "--dev", "/dev", "--bind-fd", str(ws_fd), "/workspace"]
+                args += ["--chdir", "/workspace", "--", *argv]
+                uid = self._slot_uid(rec) if self.root else None
+                return subprocess.Popen(
+                    args,
+                    stdin=stdin,
+                    stdout=stdout,
+                    stderr=subprocess.PIPE,
+                    pass_fds=[ws_fd, *filters],
+                    preexec_fn=self._drop(uid, []),
+                )
         finally:
             os.close(ws_fd)
 
