@@ -504,3 +504,37 @@ print(closed)
     assert r.stdout.strip() == str(300 - 256), r.stdout + r.stderr
     # once those are gone, the proxy serves again
     assert curl(sbx, "http://allowed.test:8080/again")[1] == "upstream allowed /again\n"
+
+
+def test_secrets_reach_every_run_of_a_reused_session(netd: Daemon, tmp_path: Path) -> None:
+    value = "reuse-" + secrets.token_hex(8)
+    env = {**netd.env, "SESSION_TOKEN": value}
+    script = f'test "$TOKEN" = {value} && echo same; echo $TOKEN'
+    outs = []
+    for _ in range(2):  # the first run creates the session's sandbox, the second reuses it
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hutch",
+                "run",
+                "--reuse",
+                "--json",
+                "--secret",
+                "TOKEN=env:SESSION_TOKEN",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        outs.append(json.loads(r.stdout))
+    assert [o["stdout"] for o in outs] == ["same\n[redacted:TOKEN]\n"] * 2
+    assert outs[0]["sandbox_id"] == outs[1]["sandbox_id"]
+    with netd.client() as c:
+        c.destroy(outs[0]["sandbox_id"])

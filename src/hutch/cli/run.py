@@ -307,7 +307,8 @@ def run(
             max_output,
             no_redact,
         )
-        if reuse and create_kw.get("secrets"):  # an existing sandbox: the secrets are this run's
+        if (reuse or auto or create_kw.get("tenant")) and create_kw.get("secrets"):
+            # a sandbox that may already exist: the secrets go with this run, not its creation
             req["secrets"] = resolve_secrets(create_kw.pop("secrets"))
         if argv:
             req["command"] = argv  # code is never re-split by a shell
