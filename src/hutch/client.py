@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+from hutch.client_lifecycle import AsyncLifecycleAPI, LifecycleAPI
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.server.launcher import ensure_daemon
@@ -83,7 +84,7 @@ class _Base:
         )
 
 
-class Client(_Base):
+class Client(_Base, LifecycleAPI):
     """Synchronous client over the daemon's unix socket.
 
     Built on the standard library's http.client: importing httpx costs about 115 ms,
@@ -191,20 +192,22 @@ class Client(_Base):
     def create(self, spec: dict[str, Any]) -> dict[str, Any]:
         return dict(self.json("POST", "/v1/sandboxes", json=spec))
 
-    def list(self, include_all: bool = False) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/sandboxes", params={"all": include_all}))
+    def list(
+        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        return list(self.json("GET", "/v1/sandboxes", params=_list_params(include_all, labels, state)))
 
     def get(self, ref: str) -> dict[str, Any]:
         return dict(self.json("GET", _path(ref)))
 
-    def destroy(self, ref: str) -> dict[str, Any]:
-        return dict(self.json("DELETE", _path(ref)))
+    def destroy(self, ref: str, approval: str | None = None) -> dict[str, Any]:
+        return dict(self.json("DELETE", _path(ref), params={"approval": approval}))
 
     def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(self.json("POST", _path(ref) + "/exec", json=req))
 
-    def policy(self, ref: str, change: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/policy", json=change))
+    def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
+        return dict(self.json("POST", _path(ref) + "/policy", json=change, params={"approval": approval}))
 
     def exec_stream(self, ref: str, req: dict[str, Any]) -> Iterator[dict[str, Any]]:
         return self.stream("POST", _path(ref) + "/exec", params={"stream": True}, json=req)
@@ -279,13 +282,14 @@ class Client(_Base):
         dry_run: bool = False,
         force: bool = False,
         progress: Progress | None = None,
+        approval: str | None = None,
     ) -> dict[str, Any]:
         from hutch import transfer
 
         kept = self.json("GET", _path(ref) + "/manifest")["files"]
         plan = transfer.plan_push(Path(root), exclude, kept)
         body = transfer.push_body(Path(root), plan.manifest, [] if dry_run else plan.send, progress)
-        params = {"delete": delete, "force": force, "dry_run": dry_run}
+        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
         return plan.summary(self.json("POST", _path(ref) + "/push", params=params, content=body))
 
     def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
@@ -322,12 +326,16 @@ def _clean(params: dict[str, Any]) -> dict[str, Any]:
     return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
 
 
+def _list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, Any]:
+    return {"all": include_all, "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None, "state": state}
+
+
 def _query(params: dict[str, Any]) -> str:
     clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
     return "?" + urlencode(clean, doseq=True) if clean else ""
 
 
-class AsyncClient(_Base):
+class AsyncClient(_Base, AsyncLifecycleAPI):
     """Asynchronous client with the same methods as :class:`Client`."""
 
     def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
@@ -362,20 +370,24 @@ class AsyncClient(_Base):
     async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.json("POST", "/v1/sandboxes", json=spec))
 
-    async def list(self, include_all: bool = False) -> builtins.list[dict[str, Any]]:
-        return list(await self.json("GET", "/v1/sandboxes", params={"all": include_all}))
+    async def list(
+        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
+        params = {k: v for k, v in _list_params(include_all, labels, state).items() if v is not None}
+        return list(await self.json("GET", "/v1/sandboxes", params=params))
 
     async def get(self, ref: str) -> dict[str, Any]:
         return dict(await self.json("GET", _path(ref)))
 
-    async def destroy(self, ref: str) -> dict[str, Any]:
-        return dict(await self.json("DELETE", _path(ref)))
+    async def destroy(self, ref: str, approval: str | None = None) -> dict[str, Any]:
+        return dict(await self.json("DELETE", _path(ref), params={"approval": approval} if approval else None))
 
     async def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(await self.json("POST", _path(ref) + "/exec", json=req))
 
-    async def policy(self, ref: str, change: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/policy", json=change))
+    async def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
+        params = {"approval": approval} if approval else None
+        return dict(await self.json("POST", _path(ref) + "/policy", json=change, params=params))
 
     async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = await self.request("GET", _path(ref) + "/files", params={"path": path})
@@ -441,6 +453,7 @@ class AsyncClient(_Base):
         dry_run: bool = False,
         force: bool = False,
         progress: Progress | None = None,
+        approval: str | None = None,
     ) -> dict[str, Any]:
         import asyncio
 
@@ -449,7 +462,7 @@ class AsyncClient(_Base):
         kept = (await self.json("GET", _path(ref) + "/manifest"))["files"]
         plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
         body = await asyncio.to_thread(transfer.push_body, Path(root), plan.manifest, [] if dry_run else plan.send, progress)
-        params = {"delete": delete, "force": force, "dry_run": dry_run}
+        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
         return plan.summary(await self.json("POST", _path(ref) + "/push", params=_clean(params), content=body))
 
     async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:

@@ -42,6 +42,9 @@ class Settings:
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
     egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
+    subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
+    reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
+    approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -101,5 +104,8 @@ class Settings:
             self.daemon_start_timeout = float(self.daemon_start_timeout)
             self.exec_timeout = float(self.exec_timeout)
             self.egress_hosts = str(self.egress_hosts or "")
+            self.subagent_depth = int(self.subagent_depth)
+            self.reaper_interval = float(self.reaper_interval)
+            self.approval_timeout = float(self.approval_timeout)
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -13,6 +13,7 @@ Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the
     +-- TimeoutError_          timeout            run/exec: 124, others: 1
     +-- PolicyError            policy
     +-- PermissionDeniedError  permission_denied  (inside the sandbox)
+    +-- ApprovalRequiredError  approval_required  (a human must approve: ``approval_id``)
     +-- InternalError          internal
 
 Foreign exceptions are translated at the boundary where they happen.
@@ -44,7 +45,10 @@ class HutchError(Exception):
     def from_dict(data: dict[str, Any]) -> HutchError:
         body = data.get("error", data)
         cls = KINDS.get(str(body.get("kind", "internal")), InternalError)
-        return cls(str(body.get("message", "unknown error")), body.get("hint"))
+        err = cls(str(body.get("message", "unknown error")), body.get("hint"))
+        if isinstance(err, ApprovalRequiredError):
+            err.approval_id = body.get("approval_id")
+        return err
 
 
 class InvalidError(HutchError):
@@ -92,6 +96,24 @@ class PermissionDeniedError(HutchError):
     status = 403
 
 
+class ApprovalRequiredError(HutchError):
+    """The sandbox's policy requires a human's approval for this action; ``approval_id``
+    names the pending request (``hutch approve ID``), and the caller retries with it."""
+
+    kind = "approval_required"
+    status = 403
+
+    def __init__(self, message: str, hint: str | None = None, approval_id: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.approval_id = approval_id
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        if self.approval_id:
+            body["error"]["approval_id"] = self.approval_id
+        return body
+
+
 class InternalError(HutchError):
     kind = "internal"
     status = 500
@@ -109,6 +131,7 @@ KINDS: dict[str, type[HutchError]] = {
         TimeoutError_,
         PolicyError,
         PermissionDeniedError,
+        ApprovalRequiredError,
         InternalError,
     )
 }

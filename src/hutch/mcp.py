@@ -397,6 +397,36 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         """Create a new sandbox whose workspace is the snapshot's; returns the new sandbox."""
         return await _call(client.snapshot_restore(snapshot, name))
 
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=False))
+    async def approval_request(
+        sandbox: Sandbox,
+        action: Annotated[str, Field(min_length=1, description="What you want to do, e.g. 'push to main'.")],
+        reason: Annotated[str | None, Field(description="Why: shown to the human who decides.")] = None,
+        timeout: Annotated[float, Field(gt=0, le=7 * 86400, description="Seconds the request stays open.")] = 600,
+        wait: Annotated[float, Field(ge=0, le=300, description="Seconds to wait here for the decision (0: return at once).")] = 0,
+    ) -> CallToolResult:
+        """Ask a human at the host to approve an action, and (with `wait`) wait for the answer.
+
+        Returns the request: `status` is pending, approved, rejected (see decision_reason) or expired.
+        Do the action only once it is approved; while pending, call approval_status with its id.
+        You cannot approve it yourself: a human runs `hutch approve ID`."""
+
+        async def work() -> dict[str, Any]:
+            body = {"action": action, "sandbox": sandbox, "reason": reason, "timeout": timeout}
+            apr = await client.request_approval(body)
+            return await client.wait_approval(apr["id"], wait) if wait else apr
+
+        return await _call(work())
+
+    @app.tool(annotations=read_only)
+    async def approval_status(
+        approval_id: Annotated[str, Field(pattern=r"^apr_[0-9a-f]+$", description="The id approval_request returned.")],
+        wait: Annotated[float, Field(ge=0, le=300, description="Seconds to wait for a decision (0: at once).")] = 0,
+    ) -> CallToolResult:
+        """An approval request's status (pending, approved, rejected or expired), waiting up to `wait` seconds."""
+        work = client.wait_approval(approval_id, wait) if wait else client.approval(approval_id)
+        return await _call(work)
+
     return app, client
 
 

@@ -13,12 +13,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hutch.errors import InvalidError
-from hutch.units import parse_size
+from hutch.units import parse_duration, parse_size
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
 DEFAULT_OUTPUT_CAP = 1 << 20
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
+LABEL_KEY_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_./-]{0,62}$")
+MAX_TTL = 365 * 86400.0
+APPROVAL_ACTIONS = ("destroy", "network.change", "push.delete")  # and exec:PATTERN
 
 
 def new_id(prefix: str) -> str:
@@ -29,13 +32,14 @@ def new_id(prefix: str) -> str:
 class SandboxState(StrEnum):
     creating = "creating"
     running = "running"
+    paused = "paused"
     destroying = "destroying"
     destroyed = "destroyed"
     failed = "failed"
     lost = "lost"
 
 
-LIVE_STATES = (SandboxState.creating, SandboxState.running, SandboxState.destroying)
+LIVE_STATES = (SandboxState.creating, SandboxState.running, SandboxState.paused, SandboxState.destroying)
 
 
 class RunStatus(StrEnum):
@@ -262,6 +266,37 @@ class SandboxSpec(BaseModel):
             raise InvalidError(f"invalid tenant name {v!r}", hint="tenant names are 1-63 letters, digits, '.', '_' or '-'")
         return v
 
+    ttl: float | None = None  # seconds from creation (or the last keepalive --ttl) until expiry
+    idle_timeout: float | None = None  # seconds without a run or API activity until expiry
+    on_expire: Literal["destroy", "pause"] = "destroy"
+    require_approval: list[str] = Field(default_factory=list)  # destroy, network.change, push.delete, exec:PATTERN
+    parent: str | None = None  # a sub-agent's parent sandbox id (set by hutch subagent)
+    workspace: Literal["rw", "ro"] | None = None  # a sub-agent's view of the parent's /workspace
+
+    @field_validator("ttl", "idle_timeout", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float | None:
+        if v is None:
+            return None
+        seconds = parse_duration(v)
+        if seconds > MAX_TTL:
+            raise InvalidError(f"duration {v!r} is longer than a year", hint="use at most 365d")
+        return seconds
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            check_label(key, value)
+        return v
+
+    @field_validator("require_approval")
+    @classmethod
+    def _require_approval(cls, v: list[str]) -> list[str]:
+        for action in v:
+            check_action(action)
+        return sorted(set(v))
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
@@ -280,6 +315,25 @@ class SandboxSpec(BaseModel):
         return v
 
 
+def check_label(key: str, value: str) -> None:
+    if not LABEL_KEY_RE.match(key):
+        raise InvalidError(
+            f"invalid label key {key!r}", hint="keys are 1-63 letters, digits, '.', '_', '/' or '-', e.g. team=infra"
+        )
+    if len(value) > 256 or "\n" in value:
+        raise InvalidError(f"invalid value for label {key!r}", hint="label values are one line of at most 256 characters")
+
+
+def check_action(action: str) -> None:
+    """An action that can require approval: one of APPROVAL_ACTIONS, or ``exec:PATTERN``."""
+    if action in APPROVAL_ACTIONS or (action.startswith("exec:") and len(action) > len("exec:")):
+        return
+    raise InvalidError(
+        f"unknown action {action!r}",
+        hint=f"use {', '.join(APPROVAL_ACTIONS)} or exec:PATTERN (a shell glob over the command, e.g. 'exec:git push*')",
+    )
+
+
 class SandboxRecord(BaseModel):
     """What hutch knows about a sandbox; stored, and returned by every edge."""
 
@@ -293,6 +347,8 @@ class SandboxRecord(BaseModel):
     error: str | None = None
     enforcement: dict[str, str] = Field(default_factory=dict)
     egress: dict[str, int] | None = None  # decisions so far (allowed / denied), when it has a network
+    expires_at: float | None = None  # the TTL deadline (stored: the daemon enforces it after a restart)
+    last_active_at: float | None = None  # the last run or API activity (for --idle-timeout)
     data: dict[str, Any] = Field(default_factory=dict, exclude=True)
 
 
@@ -313,6 +369,8 @@ class ExecRequest(BaseModel):
     @classmethod
     def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
         return check_secrets(v)
+
+    approval: str | None = None  # an approved request (apr_...) for a command the sandbox's policy gates
 
     def argv(self) -> list[str]:
         if isinstance(self.command, str):
@@ -374,3 +432,40 @@ class SnapshotRecord(BaseModel):
     path: str
     size: int
     created_at: float
+
+
+class ApprovalStatus(StrEnum):
+    pending = "pending"
+    approved = "approved"
+    rejected = "rejected"
+    expired = "expired"
+
+
+class ApprovalRecord(BaseModel):
+    """A durable request for a human's decision (``hutch confirm`` / a policy-gated action)."""
+
+    id: str
+    sandbox_id: str | None = None
+    action: str
+    detail: str | None = None  # what exactly (the command of exec:PATTERN ...)
+    reason: str | None = None
+    status: ApprovalStatus
+    created_at: float
+    expires_at: float | None = None
+    decided_at: float | None = None
+    decided_by: str | None = None
+    decision_reason: str | None = None
+    used_at: float | None = None  # a policy approval is good for one performance of its action
+
+
+class ApprovalRequest(BaseModel):
+    action: str = Field(min_length=1, max_length=200)
+    sandbox: str | None = None
+    reason: str | None = Field(default=None, max_length=2000)
+    timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+
+
+class ApprovalDecision(BaseModel):
+    approve: bool = True
+    reason: str | None = Field(default=None, max_length=2000)
+    by: str | None = Field(default=None, max_length=200)

@@ -46,6 +46,8 @@ class Capabilities:
     network: bool = False  # egress policies (allowlist / open) beyond "none"
     secrets: bool = False  # sandbox-level secrets held outside the store
     workspace: bool = False  # the WorkspaceProvider methods: push/pull, snapshots, fork, tenants
+    pause: bool = False  # pause/resume freeze and thaw every process
+    shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
 
 
 @dataclass
@@ -125,6 +127,12 @@ class Provider(Protocol):
     async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None: ...
 
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]: ...
+
+    async def pause(self, rec: SandboxRecord) -> str:
+        """Freeze every process of the sandbox; returns how (kept and given back to resume)."""
+        ...
+
+    async def resume(self, rec: SandboxRecord) -> None: ...
 
     async def close(self) -> None: ...
 

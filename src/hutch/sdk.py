@@ -10,18 +10,16 @@ hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``
 
 from __future__ import annotations
 
-import base64
 import builtins
-import os
 from typing import Any, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
-from hutch.errors import InvalidError
-from hutch.models import NetworkPolicy
+from hutch.sdk_lifecycle import _AsyncLifecycle, _Lifecycle
 from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
+from hutch.sdk_spec import _exec_req, _policy_change, _spec, _with_defaults
 from hutch.sdk_workspace import AsyncSandboxWorkspace, SandboxWorkspace
 
 __all__ = [
@@ -41,81 +39,6 @@ __all__ = [
 ]
 
 
-def _spec(**kw: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        k: v for k, v in kw.items() if k in ("name", "env", "labels", "workdir", "provider") and v is not None
-    }
-    limits = {k: kw[k] for k in ("memory", "pids", "cpus") if kw.get(k) is not None}
-    if limits:
-        spec["limits"] = limits
-    if kw.get("mounts"):
-        spec["mounts"] = [_mount(m) for m in kw["mounts"]]
-    if kw.get("network") or kw.get("allow_hosts") or kw.get("allow_ports") or kw.get("allow_cidrs"):
-        policy = NetworkPolicy.build(
-            kw.get("network"), kw.get("allow_hosts") or (), kw.get("allow_ports") or (), kw.get("allow_cidrs") or ()
-        )
-        spec["network"] = policy.model_dump(mode="json")
-    if kw.get("secrets"):
-        spec["secrets"] = dict(kw["secrets"])
-    return spec
-
-
-def _mount(m: str | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(m, dict):
-        return m
-    parts = m.split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
-        raise InvalidError(f"invalid mount {m!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
-    source = os.path.abspath(os.path.expanduser(parts[0]))
-    return {"source": source, "target": parts[1], "readonly": len(parts) > 2 and parts[2] == "ro"}
-
-
-def _with_defaults(spec: dict[str, Any], settings: Settings) -> dict[str, Any]:
-    """Unset limits come from Settings (HUTCH_MEMORY, config.toml ...), as in the CLI."""
-    limits = {"memory": settings.memory, "pids": settings.pids, "cpus": settings.cpus} | spec.get("limits", {})
-    return spec | {"limits": limits}
-
-
-def _exec_req(
-    command: str | list[str],
-    env: dict[str, str] | None,
-    cwd: str | None,
-    timeout: float | None,
-    stdin: bytes | str | None,
-    max_output: int | None,
-    idle_timeout: float | None = None,
-    background: bool = False,
-    secrets: dict[str, str] | None = None,
-    redact: bool = True,
-) -> dict[str, Any]:
-    req: dict[str, Any] = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout}
-    req |= {"idle_timeout": idle_timeout, "background": background, "secrets": secrets or {}, "redact": redact}
-    if stdin is not None:
-        raw = stdin.encode() if isinstance(stdin, str) else stdin
-        req |= {"stdin": base64.b64encode(raw).decode(), "stdin_base64": True}
-    if max_output is not None:
-        req["max_output"] = max_output
-    return req
-
-
-def _policy_change(
-    network: str | None,
-    allow_hosts: list[str] | None,
-    deny_hosts: list[str] | None,
-    remove_hosts: list[str] | None,
-    ports: list[int] | None,
-    cidrs: list[str] | None,
-) -> dict[str, Any]:
-    change: dict[str, Any] = {"mode": network, "allow_hosts": allow_hosts, "deny_hosts": deny_hosts}
-    change |= {"remove_hosts": remove_hosts, "ports": ports, "cidrs": cidrs}
-    return {k: v for k, v in change.items() if v}
-
-
-def _matches(info: dict[str, Any], labels: dict[str, str] | None, state: str | None) -> bool:
-    have = info.get("spec", {}).get("labels", {})
-    return (state is None or info.get("state") == state) and all(have.get(k) == v for k, v in (labels or {}).items())
-
-
 class Files:
     def __init__(self, sbx: Sandbox) -> None:
         self._sbx = sbx
@@ -133,7 +56,7 @@ class Files:
         return [FileInfo(**e) for e in self._sbx.client.list_files(self._sbx.id, path)]
 
 
-class Sandbox(SandboxWorkspace):
+class Sandbox(SandboxWorkspace, _Lifecycle):
     """A sandbox, driven through the local daemon (started on demand) or a gateway."""
 
     def __init__(self, info: dict[str, Any], client: Client) -> None:
@@ -175,6 +98,10 @@ class Sandbox(SandboxWorkspace):
         allow_ports: builtins.list[int] | None = None,
         allow_cidrs: builtins.list[str] | None = None,
         secrets: dict[str, str] | None = None,
+        ttl: str | float | None = None,
+        idle_timeout: str | float | None = None,
+        on_expire: Literal["destroy", "pause"] | None = None,
+        require_approval: builtins.list[str] | None = None,
         settings: Settings | None = None,
     ) -> Sandbox:
         client = Client(settings)
@@ -193,6 +120,10 @@ class Sandbox(SandboxWorkspace):
             labels=labels,
             workdir=workdir,
             provider=provider or client.settings.provider,
+            ttl=ttl,
+            idle_timeout=idle_timeout,
+            on_expire=on_expire,
+            require_approval=require_approval,
         )
         return cls(client.create(_with_defaults(spec, client.settings)), client)
 
@@ -213,8 +144,7 @@ class Sandbox(SandboxWorkspace):
         """Sandboxes (live ones unless ``include_all`` or a ``state`` is given), optionally
         only those carrying all of ``labels`` or in ``state``."""
         client = Client(settings)
-        infos = client.list(include_all or state is not None)
-        return [cls(info, client) for info in infos if _matches(info, labels, state)]
+        return [cls(info, client) for info in client.list(include_all, labels, state)]
 
     def refresh(self) -> dict[str, Any]:
         self.info = self.client.get(self.id)
@@ -258,6 +188,7 @@ class Sandbox(SandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: Literal[False] = False,
+        approval: str | None = None,
     ) -> ExecResult: ...
 
     @overload
@@ -274,6 +205,7 @@ class Sandbox(SandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: Literal[True],
+        approval: str | None = None,
     ) -> Run: ...
 
     def exec(
@@ -289,13 +221,14 @@ class Sandbox(SandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: bool = False,
+        approval: str | None = None,
     ) -> ExecResult | Run:
         """Run a command. Returns an :class:`ExecResult`, or a :class:`Run` with ``background=True``.
 
         A non-zero exit never raises: read ``exit_code`` and ``status``.
         """
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact)
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact, approval)
         if background:
             return Run(self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(self.client.exec(self.id, req))
@@ -319,8 +252,8 @@ class Sandbox(SandboxWorkspace):
         ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return Pty(ws)
 
-    def destroy(self) -> dict[str, Any]:
-        return self.client.destroy(self.id)
+    def destroy(self, approval: str | None = None) -> dict[str, Any]:
+        return self.client.destroy(self.id, approval)
 
     def __enter__(self) -> Sandbox:
         return self
@@ -346,7 +279,7 @@ class AsyncFiles:
         return [FileInfo(**e) for e in await self._sbx.client.list_files(self._sbx.id, path)]
 
 
-class AsyncSandbox(AsyncSandboxWorkspace):
+class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
     """The asynchronous twin of :class:`Sandbox`."""
 
     def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
@@ -388,6 +321,10 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         allow_ports: builtins.list[int] | None = None,
         allow_cidrs: builtins.list[str] | None = None,
         secrets: dict[str, str] | None = None,
+        ttl: str | float | None = None,
+        idle_timeout: str | float | None = None,
+        on_expire: Literal["destroy", "pause"] | None = None,
+        require_approval: builtins.list[str] | None = None,
         settings: Settings | None = None,
     ) -> AsyncSandbox:
         client = AsyncClient(settings)
@@ -406,6 +343,10 @@ class AsyncSandbox(AsyncSandboxWorkspace):
             labels=labels,
             workdir=workdir,
             provider=provider or client.settings.provider,
+            ttl=ttl,
+            idle_timeout=idle_timeout,
+            on_expire=on_expire,
+            require_approval=require_approval,
         )
         return cls(await client.create(_with_defaults(spec, client.settings)), client)
 
@@ -426,8 +367,7 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         """Sandboxes (live ones unless ``include_all`` or a ``state`` is given), optionally
         only those carrying all of ``labels`` or in ``state``."""
         client = AsyncClient(settings)
-        infos = await client.list(include_all or state is not None)
-        return [cls(info, client) for info in infos if _matches(info, labels, state)]
+        return [cls(info, client) for info in await client.list(include_all, labels, state)]
 
     async def refresh(self) -> dict[str, Any]:
         self.info = await self.client.get(self.id)
@@ -471,6 +411,7 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: Literal[False] = False,
+        approval: str | None = None,
     ) -> ExecResult: ...
 
     @overload
@@ -487,6 +428,7 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: Literal[True],
+        approval: str | None = None,
     ) -> AsyncRun: ...
 
     async def exec(
@@ -502,10 +444,11 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         secrets: dict[str, str] | None = None,
         redact: bool = True,
         background: bool = False,
+        approval: str | None = None,
     ) -> ExecResult | AsyncRun:
         """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact)
+        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact, approval)
         if background:
             return AsyncRun(await self.client.exec(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
@@ -528,8 +471,8 @@ class AsyncSandbox(AsyncSandboxWorkspace):
         await ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return AsyncPty(ws)
 
-    async def destroy(self) -> dict[str, Any]:
-        return await self.client.destroy(self.id)
+    async def destroy(self, approval: str | None = None) -> dict[str, Any]:
+        return await self.client.destroy(self.id, approval)
 
     async def __aenter__(self) -> AsyncSandbox:
         return self

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import ConflictError, NotFoundError, UnavailableError
-from hutch.models import ExecResult, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord
+from hutch.models import (
+    ExecResult,
+    SandboxRecord,
+    SandboxSpec,
+    SandboxState,
+    SnapshotRecord,
+)
+from hutch.store_lifecycle import LIFECYCLE_SQL, LifecycleStore
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -100,7 +107,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0005_lifecycle",
+        LIFECYCLE_SQL,
+    ),
 ]
+LIVE_SQL = "('creating', 'running', 'paused', 'destroying')"
+UNSET: Any = object()
 
 
 REDACTED = "***"
@@ -111,7 +124,7 @@ def redacted(spec: SandboxSpec) -> SandboxSpec:
     return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
 
 
-class Store:
+class Store(LifecycleStore):
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         if self.path != ":memory:":
@@ -188,14 +201,16 @@ class Store:
             error=row["error"],
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            expires_at=row["expires_at"],
+            last_active_at=row["last_active_at"],
         )
 
     def insert_sandbox(self, rec: SandboxRecord) -> None:
         try:
             with self.transaction() as conn:
                 conn.execute(
-                    "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at,"
+                    " expires_at, last_active_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         rec.id,
                         rec.name,
@@ -207,6 +222,9 @@ class Store:
                         rec.error,
                         rec.created_at,
                         rec.updated_at,
+                        rec.expires_at,
+                        rec.last_active_at,
+                        rec.spec.parent,
                     ),
                 )
         except ConflictError as exc:
@@ -224,12 +242,20 @@ class Store:
         enforcement: dict[str, str] | None = None,
         error: str | None = None,
         spec: SandboxSpec | None = None,
+        expires_at: float | None = UNSET,
+        last_active_at: float | None = None,
     ) -> SandboxRecord:
         sets: list[str] = ["updated_at = ?"]
         args: list[Any] = [time.time()]
         if spec is not None:
             sets.append("spec = ?")
             args.append(redacted(spec).model_dump_json())
+        if expires_at is not UNSET:
+            sets.append("expires_at = ?")
+            args.append(expires_at)
+        if last_active_at is not None:
+            sets.append("last_active_at = ?")
+            args.append(last_active_at)
         if state is not None:
             sets.append("state = ?")
             args.append(state.value)
@@ -252,19 +278,23 @@ class Store:
         row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
         if row is None:
             row = conn.execute(
-                "SELECT * FROM sandboxes WHERE name = ? ORDER BY"
-                " state IN ('creating', 'running', 'destroying') DESC, created_at DESC LIMIT 1",
+                f"SELECT * FROM sandboxes WHERE name = ? ORDER BY state IN {LIVE_SQL} DESC, created_at DESC LIMIT 1",
                 (ref,),
             ).fetchone()
         if row is None:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return self._record(row)
 
-    def list_sandboxes(self, states: tuple[SandboxState, ...] | None = None) -> list[SandboxRecord]:
-        sql, args = "SELECT * FROM sandboxes", []
+    def list_sandboxes(self, states: tuple[SandboxState, ...] | None = None, *, parent: str | None = None) -> list[SandboxRecord]:
+        where: list[str] = []
+        args: list[Any] = []
         if states:
-            sql += f" WHERE state IN ({', '.join('?' for _ in states)})"
-            args = [s.value for s in states]
+            where.append(f"state IN ({', '.join('?' for _ in states)})")
+            args += [s.value for s in states]
+        if parent:
+            where.append("parent_id = ?")
+            args.append(parent)
+        sql = "SELECT * FROM sandboxes" + (f" WHERE {' AND '.join(where)}" if where else "")
         return [self._record(r) for r in self._conn().execute(sql + " ORDER BY created_at", args)]
 
     # -- runs ------------------------------------------------------------------------

@@ -32,3 +32,29 @@ def format_size(size: int) -> str:
         if size >= mult and size % mult == 0:
             return f"{size // mult}{unit}"
     return str(size)
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_HINT = "use a positive number with an optional unit: 90s, 30m, 2h, 1d (a bare number is seconds)"
+
+
+def parse_duration(value: str | float) -> float:
+    """``30m``, ``2h``, ``90s``, ``1.5d``, ``45`` -> seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        m = _DURATION_RE.match(str(value))
+        if not m:
+            raise InvalidError(f"invalid duration {value!r}", hint=_DURATION_HINT)
+        seconds = float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
+    if seconds <= 0:
+        raise InvalidError(f"a duration must be positive, got {value!r}", hint=_DURATION_HINT)
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    return f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -37,6 +37,8 @@ TOOLS = {
     "pull",
     "snapshot_save",
     "snapshot_restore",
+    "approval_request",
+    "approval_status",
 }
 
 
@@ -249,5 +251,25 @@ def test_network_policy_tools(daemon: Daemon) -> None:
         bad = tool_error(await c.call_tool("sandbox_create", {"network": "none", "allow_hosts": ["a.test"]}))
         assert bad["kind"] == "invalid"
         ok(await c.call_tool("sandbox_destroy", {"sandbox": "mcp-net"}))
+
+    run(daemon, body)
+
+
+def test_approval_request_waits_for_a_human(daemon: Daemon) -> None:
+    from hutch.client import Client as HutchClient
+
+    sbx = HutchClient(daemon.settings, autostart=False).create({"provider": "local"})
+
+    async def body(c: Client) -> None:
+        apr = ok(await c.call_tool("approval_request", {"sandbox": sbx["id"], "action": "push", "reason": "tests pass"}))
+        assert apr["id"].startswith("apr_") and apr["status"] == "pending" and apr["reason"] == "tests pass"
+        assert ok(await c.call_tool("approval_status", {"approval_id": apr["id"]}))["status"] == "pending"
+        await asyncio.to_thread(HutchClient(daemon.settings, autostart=False).decide, apr["id"], True, None, "a human")
+        done = ok(await c.call_tool("approval_status", {"approval_id": apr["id"], "wait": 5}))
+        assert done["status"] == "approved" and done["decided_by"] == "a human"
+        err = tool_error(await c.call_tool("approval_status", {"approval_id": "apr_00000000000deadbeef"}))
+        assert err["kind"] == "not_found"
+        short = ok(await c.call_tool("approval_request", {"sandbox": sbx["id"], "action": "x", "timeout": 0.5, "wait": 5}))
+        assert short["status"] == "expired"
 
     run(daemon, body)

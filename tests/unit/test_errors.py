@@ -19,6 +19,7 @@ EXPECTED_KINDS = {
     "timeout",
     "policy",
     "permission_denied",
+    "approval_required",
     "internal",
 }
 
@@ -82,3 +83,11 @@ def test_root_defaults() -> None:
 def test_timeout_error_keeps_the_builtin() -> None:
     assert KINDS["timeout"] is errors.TimeoutError_
     assert not issubclass(errors.TimeoutError_, TimeoutError)
+
+
+def test_approval_required_carries_the_id_both_ways() -> None:
+    err = errors.ApprovalRequiredError("needs a human", hint="hutch approve apr_1", approval_id="apr_1")
+    body = err.to_dict()
+    assert body["error"]["approval_id"] == "apr_1"
+    back = HutchError.from_dict(json.loads(json.dumps(body)))
+    assert isinstance(back, errors.ApprovalRequiredError) and back.approval_id == "apr_1"

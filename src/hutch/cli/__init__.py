@@ -8,11 +8,13 @@ import click
 
 from hutch import __version__
 from hutch.cli.agents import mcp
+from hutch.cli.approvals import approvals, approve, confirm
 from hutch.cli.benchmark import benchmark
 from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.cli.files import ls, read, write
 from hutch.cli.interactive import shell
+from hutch.cli.lifecycle import keepalive, label, pause, resume, subagent
 from hutch.cli.network import policy
 from hutch.cli.run import exec_, run
 from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
@@ -54,6 +56,14 @@ for command in (
     get,
     destroy,
     policy,
+    pause,
+    resume,
+    keepalive,
+    subagent,
+    label,
+    confirm,
+    approve,
+    approvals,
     runs_,
     poll,
     wait,

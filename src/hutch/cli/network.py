@@ -107,9 +107,12 @@ def describe_network(r: dict[str, Any]) -> list[tuple[str, str]]:
 @click.option("--remove-host", "remove_hosts", multiple=True, metavar="HOST", help="Drop a host from both lists.")
 @click.option("--allow-port", "ports", multiple=True, type=int, metavar="PORT", help="Allow a port.")
 @click.option("--allow-cidr", "cidrs", multiple=True, metavar="CIDR", help="Allow an address range (private ones too).")
+@click.option(
+    "--approval", metavar="ID", help="An approved request (apr_...) when the sandbox requires approval for network.change."
+)
 @json_option
 @click.pass_obj
-def policy(obj: Ctx, /, sandbox: str, network: str | None, **changes: tuple[Any, ...]) -> None:
+def policy(obj: Ctx, /, sandbox: str, network: str | None, approval: str | None, **changes: tuple[Any, ...]) -> None:
     """Show or change a sandbox's network policy, live: new connections follow it at once.
 
     Without options, prints the policy. Every change is recorded as a policy_changed event.
@@ -117,7 +120,7 @@ def policy(obj: Ctx, /, sandbox: str, network: str | None, **changes: tuple[Any,
     body: dict[str, Any] = {k: list(v) for k, v in changes.items() if v}
     if network:
         body["mode"] = network
-    rec = obj.client.policy(sandbox, body) if body else obj.client.get(sandbox)
+    rec = obj.client.policy(sandbox, body, approval) if body else obj.client.get(sandbox)
     if obj.json:
         emit({"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")})
         return

@@ -154,6 +154,7 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
 @click.option("--interactive", "-i", is_flag=True, help="Forward this process's stdin to the command as it comes.")
 @click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
 @secret_option("Secret for this run: from $NAME, env:VAR or file:PATH; never stored, redacted from output.")
+@click.option("--approval", metavar="ID", help="An approved request (apr_...) for a command the sandbox requires approval for.")
 @exec_options
 @json_option
 @click.pass_obj
@@ -167,6 +168,7 @@ def exec_(
     background: bool,
     interactive: bool,
     tty: bool,
+    approval: str | None,
     stream: bool,
     **kw: Any,
 ) -> None:
@@ -180,6 +182,8 @@ def exec_(
         req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
         if secrets:
             req["secrets"] = resolve_secrets(secrets)
+        if approval:
+            req["approval"] = approval
         ref = sandbox
         if background:
             run = obj.client.exec(ref, req | {"background": True})

@@ -11,7 +11,7 @@ import click
 from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, parse_pairs, table
 from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
 from hutch.errors import InvalidError
-from hutch.units import format_size
+from hutch.units import format_duration, format_size
 
 
 def create_options(f: Any) -> Any:
@@ -47,6 +47,49 @@ def create_options(f: Any) -> Any:
     for opt in reversed(opts):
         f = opt(f)
     return network_options(f)
+
+
+def lifetime_options(f: Any) -> Any:
+    """Options of create only (``run`` destroys its sandbox itself)."""
+    opts = [
+        click.option("--ttl", metavar="DURATION", help="Expire this long after creation, e.g. 30m, 2h (default: never)."),
+        click.option(
+            "--idle-timeout",
+            "idle",
+            metavar="DURATION",
+            help="Expire after this long without a run or API activity, e.g. 10m (a running background run is activity).",
+        ),
+        click.option(
+            "--on-expire",
+            type=click.Choice(["destroy", "pause"]),
+            help="What expiry does: destroy (default) or pause the sandbox.",
+        ),
+        click.option(
+            "--require-approval",
+            "require_approval",
+            multiple=True,
+            metavar="ACTIONS",
+            help="Actions a human must approve first, comma-separated (repeatable): destroy, network.change, "
+            "push.delete, exec:PATTERN (a glob over the command).",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def lifetime_spec(ttl: str | None, idle: str | None, on_expire: str | None, require_approval: tuple[str, ...]) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if ttl:
+        spec["ttl"] = ttl
+    if idle:
+        spec["idle_timeout"] = idle
+    if on_expire:
+        spec["on_expire"] = on_expire
+    actions = [a.strip() for item in require_approval for a in item.split(",") if a.strip()]
+    if actions:
+        spec["require_approval"] = actions
+    return spec
 
 
 def build_spec(
@@ -98,11 +141,20 @@ def build_spec(
 
 @click.command()
 @create_options
+@lifetime_options
 @json_option
 @click.pass_obj
-def create(obj: Ctx, /, **kw: Any) -> None:
+def create(
+    obj: Ctx,
+    /,
+    ttl: str | None,
+    idle: str | None,
+    on_expire: str | None,
+    require_approval: tuple[str, ...],
+    **kw: Any,
+) -> None:
     """Create a sandbox and print its id."""
-    rec = obj.client.create(build_spec(obj, **kw))
+    rec = obj.client.create(build_spec(obj, **kw) | lifetime_spec(ttl, idle, on_expire, require_approval))
     if obj.json:
         emit(rec)
     else:
@@ -116,11 +168,19 @@ def _age(ts: float) -> str:
 
 @click.command("list")
 @click.option("--all", "-a", "include_all", is_flag=True, help="Include destroyed and failed sandboxes.")
+@click.option(
+    "--label", "labels", multiple=True, metavar="K=V", help="Only sandboxes with this label (repeatable: all must match)."
+)
+@click.option(
+    "--state",
+    type=click.Choice(["creating", "running", "paused", "destroying", "destroyed", "failed", "lost"]),
+    help="Only sandboxes in this state.",
+)
 @json_option
 @click.pass_obj
-def list_(obj: Ctx, include_all: bool) -> None:
-    """List sandboxes."""
-    recs = obj.client.list(include_all)
+def list_(obj: Ctx, include_all: bool, labels: tuple[str, ...], state: str | None) -> None:
+    """List sandboxes (live ones unless --all or --state)."""
+    recs = obj.client.list(include_all, parse_pairs(labels, "label"), state)
     if obj.json:
         emit(recs)
         return
@@ -161,6 +221,7 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("cpus", f"{lim['cpus'] if lim.get('cpus') else 'unlimited'}" + (f" ({enf['cpus']})" if "cpus" in enf else "")),
         ("workdir", r["spec"]["workdir"]),
         *describe_network(r),
+        *_lifetime_lines(r),
     ]
     if "seccomp" in enf:
         lines.append(("seccomp", enf["seccomp"]))
@@ -174,17 +235,31 @@ def get(obj: Ctx, sandbox: str) -> None:
         click.echo(f"{k + ':':<10} {v}")
 
 
+def _lifetime_lines(r: dict[str, Any]) -> list[tuple[str, str]]:
+    spec, lines = r["spec"], []
+    if spec.get("parent"):
+        lines.append(("parent", f"{spec['parent']} (workspace {spec.get('workspace') or 'rw'})"))
+    if r.get("expires_at"):
+        lines.append(("expires", f"in {format_duration(max(0.0, r['expires_at'] - time.time()))} ({spec['on_expire']})"))
+    if spec.get("idle_timeout"):
+        lines.append(("idle", f"expires after {format_duration(spec['idle_timeout'])} without activity ({spec['on_expire']})"))
+    if spec.get("require_approval"):
+        lines.append(("approval", "required for " + ", ".join(spec["require_approval"])))
+    return lines
+
+
 @click.command(cls=SandboxCommand)
 @click.argument("sandboxes", nargs=-1)
 @click.option("--all", "destroy_all", is_flag=True, help="Destroy every live sandbox.")
+@click.option("--approval", metavar="ID", help="An approved request (apr_...) when the sandbox requires approval to destroy.")
 @json_option
 @click.pass_obj
-def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool) -> None:
-    """Destroy sandboxes (idempotent: already gone is success)."""
+def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool, approval: str | None) -> None:
+    """Destroy sandboxes and their sub-agents (idempotent: already gone is success)."""
     if not sandboxes and not destroy_all:
         raise click.UsageError("give one or more sandboxes, or --all")
     refs = list(sandboxes) + ([r["id"] for r in obj.client.list()] if destroy_all else [])
-    results = [obj.client.destroy(ref) for ref in refs]
+    results = [obj.client.destroy(ref, approval) for ref in refs]
     if obj.json:
         emit(results)
         return

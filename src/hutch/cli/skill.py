@@ -34,6 +34,9 @@ ADVICE = {
     "policy": "A policy forbids this action. Do not work around it: ask the user.",
     "permission_denied": "The sandbox's user may not touch that path (the root is read-only). Use `/workspace`, "
     "`/tmp` or the home directory, or a read-write mount.",
+    "approval_required": "The sandbox's policy needs a human's approval for this action. Tell the user the "
+    "`approval_id` (they run `hutch approve ID`), wait with `hutch approvals`, then retry with `--approval ID`. "
+    "Never try to approve it yourself.",
     "internal": "A bug in hutch. Retry once; then report the message with the end of `hutch daemon logs`.",
 }
 

@@ -70,16 +70,26 @@ def show_pull(obj: Ctx, r: dict[str, Any]) -> None:
 @click.option("--exclude", "excludes", multiple=True, metavar="PAT", help="Leave out paths matching PAT (repeatable).")
 @click.option("--dry-run", is_flag=True, help="Show what would be sent and deleted; change nothing.")
 @click.option("--force", is_flag=True, help="Allow --delete to remove more than 100 files or 20% of the tree.")
+@click.option("--approval", metavar="ID", help="An approved request (apr_...) when push.delete requires approval.")
 @json_option
 @click.pass_obj
-def push(obj: Ctx, sandbox: str, directory: str, delete: bool, excludes: tuple[str, ...], dry_run: bool, force: bool) -> None:
+def push(
+    obj: Ctx,
+    sandbox: str,
+    directory: str,
+    delete: bool,
+    excludes: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    approval: str | None,
+) -> None:
     """Copy a local tree (default: .) into the sandbox's /workspace, sending only what changed.
 
     In a git repository: tracked and untracked-but-not-ignored files; elsewhere every file
     but .git and --exclude. Modes and symlinks are kept; symlinks leading out of the tree
     are skipped.
     """
-    r = do_push(obj, sandbox, directory, delete=delete, exclude=excludes, dry_run=dry_run, force=force)
+    r = do_push(obj, sandbox, directory, delete=delete, exclude=excludes, dry_run=dry_run, force=force, approval=approval)
     show_push(obj, r)
 
 

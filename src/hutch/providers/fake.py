@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import InvalidError, NotFoundError
+from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 
@@ -27,7 +27,13 @@ from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 class FakeProvider:
     name = "fake"
     capabilities = Capabilities(
-        mounts=False, limits=frozenset({"memory", "pids", "cpus"}), files=True, secrets=True, workspace=True
+        mounts=False,
+        limits=frozenset({"memory", "pids", "cpus"}),
+        files=True,
+        secrets=True,
+        workspace=True,
+        pause=True,
+        shared_workspace=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -39,6 +45,8 @@ class FakeProvider:
         self.transcript: list[tuple[str, str, str, bytes]] = []
         self.tenants: dict[str, dict[str, bytes]] = {}
         self.modes: dict[str, int] = {}  # "sandbox id:path" -> mode of files written by a tar
+        self.paused: set[str] = set()
+        self.readonly: set[str] = set()  # sub-agents with a read-only view of the parent's files
 
     async def check(self) -> list[CheckResult]:
         return [CheckResult("fake", True, "in-memory provider")]
@@ -47,6 +55,11 @@ class FakeProvider:
         self.calls.append(("create", rec.id))
         self.sandboxes[rec.id] = self.tenants.setdefault(rec.spec.tenant, {}) if rec.spec.tenant else {}
         self.secrets[rec.id] = dict(rec.spec.secrets)
+        parent = rec.data.get("parent")
+        if parent:  # a sub-agent shares its parent's files (the fake's whole tree stands for /workspace)
+            self.sandboxes[rec.id] = self.sandboxes.setdefault(parent, {})
+        if parent and rec.data.get("workspace_readonly"):
+            self.readonly.add(rec.id)
         return dict(rec.data), {k: "fake" for k in ("memory", "pids", "cpus")}
 
     async def alive(self, rec: SandboxRecord) -> bool:
@@ -155,6 +168,8 @@ class FakeProvider:
     async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
         if path.endswith("/"):
             raise InvalidError(f"{path}: is a directory")
+        if rec.id in self.readonly:
+            raise PermissionDeniedError(f"{path}: read-only file system")
         self._files(rec)[path] = data
 
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
@@ -208,6 +223,16 @@ class FakeProvider:
 
     async def delete_tenant(self, name: str) -> bool:
         return self.tenants.pop(name, None) is not None
+
+    async def pause(self, rec: SandboxRecord) -> str:
+        self._files(rec)
+        self.calls.append(("pause", rec.id))
+        self.paused.add(rec.id)
+        return "fake"
+
+    async def resume(self, rec: SandboxRecord) -> None:
+        self.calls.append(("resume", rec.id))
+        self.paused.discard(rec.id)
 
     async def close(self) -> None:
         return None

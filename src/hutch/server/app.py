@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hutch import __version__
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
+from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.runs import router as runs_router
 from hutch.server.workspaces import router as workspaces_router
 from hutch.service import Service
@@ -25,6 +26,7 @@ class DestroyResult(BaseModel):
     destroyed: bool
     existed: bool
     message: str
+    children: list[str] | None = None
 
 
 def _validation_message(exc: ValidationError | RequestValidationError) -> str:
@@ -85,16 +87,27 @@ def create_app(service: Service) -> FastAPI:
         return await service.create(spec)
 
     @app.get("/v1/sandboxes")
-    async def list_(all: bool = False) -> list[SandboxRecord]:  # noqa: A002 - query name
-        return service.list(all)
+    async def list_(
+        all: bool = False,  # noqa: A002 - query name
+        label: Annotated[list[str] | None, Query()] = None,
+        state: str | None = None,
+    ) -> list[SandboxRecord]:
+        labels = {}
+        for item in label or []:
+            key, sep, value = item.partition("=")
+            if not key or not sep:
+                raise InvalidError(f"invalid label filter {item!r}", hint="use --label K=V")
+            labels[key] = value
+        return service.list(all, labels, state)
 
     @app.get("/v1/sandboxes/{ref}")
     async def get(ref: str) -> SandboxRecord:
         return service.get(ref)
 
     @app.delete("/v1/sandboxes/{ref}")
-    async def destroy(ref: str) -> DestroyResult:
-        return DestroyResult(**await service.destroy(ref))
+    async def destroy(ref: str, approval: str | None = None) -> dict[str, Any]:
+        result = DestroyResult(**await service.destroy(ref, approval))
+        return result.model_dump(exclude=None if result.children else {"children"})
 
     @app.get("/v1/sandboxes/{ref}/files", response_model=None)
     async def read_file(ref: str, path: str, limit: int = Query(64 << 20, ge=0)) -> Response:
@@ -110,8 +123,8 @@ def create_app(service: Service) -> FastAPI:
         return await service.write_file(ref, path, await request.body(), perms)
 
     @app.post("/v1/sandboxes/{ref}/policy")
-    async def policy(ref: str, change: PolicyChange) -> SandboxRecord:
-        return await service.policy(ref, **change.model_dump(exclude_none=True))
+    async def policy(ref: str, change: PolicyChange, approval: str | None = None) -> SandboxRecord:
+        return await service.policy(ref, approval, **change.model_dump(exclude_none=True))
 
     @app.get("/v1/sandboxes/{ref}/ls")
     async def list_files(ref: str, path: str | None = None) -> list[FileEntry]:
@@ -119,4 +132,5 @@ def create_app(service: Service) -> FastAPI:
 
     app.include_router(runs_router(service))
     app.include_router(workspaces_router(service))
+    app.include_router(lifecycle_router(service))
     return app

@@ -58,6 +58,7 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
     log.info(
         "adopted %d sandboxes, marked %d lost, cleaned %d", len(report["adopted"]), len(report["lost"]), len(report["cleaned"])
     )
+    service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
     app = create_app(service)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))

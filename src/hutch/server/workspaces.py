@@ -97,14 +97,20 @@ def router(service: Service) -> APIRouter:
 
     @r.post("/v1/sandboxes/{ref}/push")
     async def push(
-        ref: str, request: Request, delete: bool = False, force: bool = False, dry_run: bool = False
+        ref: str,
+        request: Request,
+        delete: bool = False,
+        force: bool = False,
+        dry_run: bool = False,
+        approval: str | None = None,
     ) -> dict[str, Any]:
         service.live(ref)  # a missing sandbox answers before the body is read
         tar = ws.tmp_path(".push.tar")
         try:
             body = await _spool(request, tar)
             has_tar = tar.stat().st_size > 0
-            return await ws.push(ref, body["files"], tar if has_tar else None, delete=delete, force=force, dry_run=dry_run)
+            files, tar_path = body["files"], tar if has_tar else None
+            return await ws.push(ref, files, tar_path, delete=delete, force=force, dry_run=dry_run, approval=approval)
         finally:
             tar.unlink(missing_ok=True)
 

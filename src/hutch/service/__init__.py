@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from hutch import __version__
 from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError, NotFoundError, UnavailableError
+from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, UnavailableError
 from hutch.models import (
     LIVE_STATES,
     ExecRequest,
@@ -28,6 +28,8 @@ from hutch.models import (
 )
 from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
+from hutch.service.approvals import Approvals
+from hutch.service.lifecycle import Lifecycle
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -46,6 +48,8 @@ class Service:
         self._create_lock = asyncio.Lock()
         self.runs = Runs(self)
         self.workspaces = Workspaces(self)
+        self.lifecycle = Lifecycle(self)
+        self.approvals = Approvals(self)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -67,8 +71,9 @@ class Service:
         report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
         for rec in self.store.list_sandboxes(LIVE_STATES):
             provider = self.provider(rec.provider)
-            if rec.state == SandboxState.running and await provider.alive(rec):
-                await self.runs.adopt(rec)
+            if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
+                if rec.state == SandboxState.running:  # a paused one's runs are settled once resumed
+                    await self.runs.adopt(rec)
                 if rec.spec.network.mode != "none":
                     try:  # the proxy listener lived in the previous daemon: take it up again
                         await self._set_network(provider, rec)
@@ -77,7 +82,7 @@ class Service:
                 report["adopted"].append(rec.id)
                 continue
             self.store.mark_running_runs_lost(rec.id, "the sandbox died while the daemon was down")
-            if rec.state == SandboxState.running:
+            if rec.state in (SandboxState.running, SandboxState.paused):
                 self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
                 self.store.append_event("sandbox_lost", rec.id)
                 report["lost"].append(rec.id)
@@ -89,12 +94,14 @@ class Service:
         return report
 
     async def close(self) -> None:
+        await self.lifecycle.stop_reaper()
         for provider in self._providers.values():
             await provider.close()
 
     # -- sandboxes -------------------------------------------------------------------
 
     async def create(self, spec: SandboxSpec) -> SandboxRecord:
+        spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
         provider = self.provider(spec.provider)
         caps = provider.capabilities
         if spec.mounts and not caps.mounts:
@@ -105,6 +112,8 @@ class Service:
             raise InvalidError(f"the {provider.name} provider has no egress policies", hint="drop --network")
         if spec.secrets and not caps.secrets:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
+        if spec.on_expire == "pause" and not caps.pause:
+            raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
         now = time.time()
         async with self._create_lock:
             self.workspaces.check_tenant(spec)
@@ -118,8 +127,12 @@ class Service:
                 spec=spec,
                 created_at=now,
                 updated_at=now,
+                expires_at=now + spec.ttl if spec.ttl else None,
+                last_active_at=now,
                 data={"slot": slot},
             )
+            if parent is not None:
+                rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
             self.store.insert_sandbox(rec)
         try:
             data, enforcement = await provider.create(rec)
@@ -128,7 +141,7 @@ class Service:
             self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
             raise
         rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
-        self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name)
+        self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
@@ -146,13 +159,15 @@ class Service:
             raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
         await apply(rec)
 
-    async def policy(self, ref: str, **changes: Any) -> SandboxRecord:
+    async def policy(self, ref: str, approval: str | None = None, **changes: Any) -> SandboxRecord:
         """Change a live sandbox's network policy; new connections see it at once."""
         rec = self.live(ref)
         before = rec.spec.network
         after = apply_change(before, **changes)
         if after == before:
             return self.get(rec.id)
+        self.lifecycle.check_policy_change(rec, after)
+        self.approvals.require(rec, "network.change", approval)
         provider = self.provider(rec.provider)
         if after.mode != "none" and not provider.capabilities.network:
             raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
@@ -164,32 +179,61 @@ class Service:
         )
         return self.get(rec.id)
 
-    def live(self, ref: str) -> SandboxRecord:
+    def live(self, ref: str, touch: bool = True) -> SandboxRecord:
+        """A running sandbox (a call on it counts as activity for --idle-timeout)."""
         rec = self.get(ref)
+        if rec.state == SandboxState.paused:
+            raise ConflictError(f"sandbox {ref!r} is paused", hint=f"resume it first: hutch resume {ref}")
         if rec.state != SandboxState.running:
             raise NotFoundError(
                 f"sandbox {ref!r} is {rec.state.value}" + (f": {rec.error}" if rec.error else ""),
                 hint="create a new one with hutch create, or list live ones with hutch list",
             )
+        if touch:
+            self.lifecycle.touch(rec)
         return rec
 
-    def list(self, include_all: bool = False) -> builtins.list[SandboxRecord]:
-        states = None if include_all else (*LIVE_STATES, SandboxState.lost)
-        return self.store.list_sandboxes(states)
+    def list(
+        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
+    ) -> builtins.list[SandboxRecord]:
+        """Live (and lost) sandboxes, or all; only those in ``state`` and carrying every one of ``labels``."""
+        if state is not None:
+            try:
+                states: tuple[SandboxState, ...] | None = (SandboxState(state),)
+            except ValueError:
+                raise InvalidError(
+                    f"unknown state {state!r}", hint=f"use one of {', '.join(s.value for s in SandboxState)}"
+                ) from None
+        else:
+            states = None if include_all else (*LIVE_STATES, SandboxState.lost)
+        recs = self.store.list_sandboxes(states)
+        want = labels or {}
+        return [r for r in recs if all(r.spec.labels.get(k) == v for k, v in want.items())]
 
-    async def destroy(self, ref: str) -> dict[str, Any]:
+    async def destroy(
+        self, ref: str, approval: str | None = None, *, cause: str | None = None, checked: bool = False
+    ) -> dict[str, Any]:
+        """Destroy a sandbox and, first, its sub-agents. ``checked``: the caller is hutch itself
+        (an expiry, a parent's destroy), not subject to the sandbox's approval policy."""
         try:
             rec = self.get(ref)
         except NotFoundError:
             return {"sandbox": ref, "destroyed": True, "existed": False, "message": "no such sandbox (nothing to do)"}
         if rec.state in (SandboxState.destroyed, SandboxState.failed):
             return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": False, "message": "already gone"}
+        if not checked:
+            self.approvals.require(rec, "destroy", approval)
+        children = []
+        for child in self.store.list_sandboxes(LIVE_STATES, parent=rec.id):
+            await self.destroy(child.id, cause=f"parent {rec.id} destroyed", checked=True)
+            children.append(child.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroying)
         await self.provider(rec.provider).destroy(rec)
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
-        self.store.append_event("sandbox_destroyed", rec.id)
-        return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
+        self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)
+        out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
+        return out | ({"children": children} if children else {})
 
     # -- exec (the run use-cases live in service/runs.py) ------------------------------
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
 from hutch.provider import Interactive
+from hutch.service.approvals import command_text
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -112,6 +113,7 @@ class Runs:
 
     def _prepare(self, rec: SandboxRecord, req: ExecRequest, background: bool) -> tuple[str, list[str], bytes | None]:
         argv = req.argv()
+        self.svc.approvals.require(rec, "exec", req.approval, command_text(req.command))
         if req.idle_timeout is not None and req.idle_timeout <= 0:
             raise InvalidError("--idle-output-timeout must be positive")
         stdin: bytes | None = None

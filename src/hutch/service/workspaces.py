@@ -131,11 +131,17 @@ class Workspaces:
         delete: bool = False,
         force: bool = False,
         dry_run: bool = False,
+        approval: str | None = None,
     ) -> dict[str, Any]:
         """Bring the workspace to ``manifest`` (what the client has). Only entries that
         differ from what hutch last put there travel; ``delete`` removes what an earlier
         push sent and the client no longer has (never files made in the sandbox)."""
         rec = self.service.live(ref)
+        if rec.spec.workspace == "ro":
+            raise PolicyError(
+                f"sandbox {rec.id} is a sub-agent with a read-only view of its parent's workspace",
+                hint=f"push to the parent instead: hutch push {rec.spec.parent}",
+            )
         provider = self._provider(rec)
         entries = {check_rel(p): {k: e.get(k) for k in ENTRY_KEYS} for p, e in manifest.items()}
         kept = self.store.get_manifest(rec.id)
@@ -159,6 +165,8 @@ class Workspaces:
         }
         if dry_run:
             return summary | {"send": send, "delete": deletes}
+        if deletes:  # a sandbox may require a human's approval before a push deletes anything
+            self.service.approvals.require(rec, "push.delete", approval)
         if send or deletes:
             names: set[str] = set()
             if tar_path is not None:

@@ -26,10 +26,10 @@ from typing import Any
 
 from hutch.config import Settings
 from hutch.errors import CapacityError, HutchError, InternalError, UnavailableError
-from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
+from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, mounts, runs, seccomp
+from hutch.providers.local import cgroups, freeze, mounts, runs, seccomp
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
 from hutch.providers.local.egress import PORT, Egress, OnEvent, proxy_env
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
@@ -49,6 +49,8 @@ class LocalProvider(WorkspaceMixin):
         network=True,
         secrets=True,
         workspace=True,
+        pause=True,
+        shared_workspace=True,
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -151,6 +153,9 @@ class LocalProvider(WorkspaceMixin):
     def _slot_uid(self, rec: SandboxRecord) -> int:
         if not self.root:
             return os.getuid()
+        parent = rec.data.get("parent_data")
+        if parent and parent.get("uid") is not None:  # a sub-agent writes the parent's workspace as its owner
+            return int(parent["uid"])
         return self.settings.uid_base + 1 + int(rec.data.get("slot", 0))
 
     def _validate_mounts(self, rec: SandboxRecord) -> list[tuple[int, str, bool]]:
@@ -215,7 +220,9 @@ class LocalProvider(WorkspaceMixin):
                 elif limits.cpus is not None:
                     enforcement[key] = "not enforced (no cgroup cpu controller)"
             python, python_prefix = bw.find_python()
-            ws_fd = os.open(ws, os.O_PATH | os.O_CLOEXEC)
+            shared = self._shared_workspace(rec)
+            data["workspace_path"] = shared or str(ws)  # a sub-agent's is its parent's
+            ws_fd = os.open(shared or ws, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
             ctl_fd = os.open(ctl, os.O_PATH | os.O_CLOEXEC)
             runs_fd = os.open(rdir, os.O_PATH | os.O_CLOEXEC)
             fds += [ws_fd, ctl_fd, runs_fd]
@@ -235,7 +242,8 @@ class LocalProvider(WorkspaceMixin):
             args += seccomp_args
             args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
             args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
-            args += ["--chmod", "1777", "/tmp", "--bind-fd", str(ws_fd), "/workspace"]
+            ws_bind = "--ro-bind-fd" if shared and rec.data.get("workspace_readonly") else "--bind-fd"
+            args += ["--chmod", "1777", "/tmp", ws_bind, str(ws_fd), "/workspace"]
             args += [
                 "--dir",
                 "/.hutch",
@@ -301,6 +309,14 @@ class LocalProvider(WorkspaceMixin):
             await self._teardown(self._planned(rec.model_copy(update={"data": data})), rec.id)
             raise
 
+    @staticmethod
+    def _shared_workspace(rec: SandboxRecord) -> str | None:
+        """A sub-agent's /workspace: its parent's (which, for a sub-agent, is its own parent's)."""
+        parent = rec.data.get("parent_data")
+        if not parent:
+            return None
+        return str(parent.get("workspace_path") or Path(parent["dir"]) / "workspace")
+
     def _make_dirs(self, sdir: Path, uid: int, tenant: str | None = None) -> tuple[Path, Path, Path]:
         """The sandbox's directories: its own (0711), workspace, control and runs (0700, its uid's)."""
         self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
@@ -326,6 +342,8 @@ class LocalProvider(WorkspaceMixin):
         pid, start = rec.data.get("init_pid"), rec.data.get("init_start")
         if not pid or start_time(int(pid)) != start:
             return False
+        if rec.state == SandboxState.paused:
+            return True  # frozen: its agent cannot answer, and its init is still the one we started
         try:
             async with Channel(rec.data["socket"]) as ch:
                 await ch.request({"op": "ping"}, timeout=5.0)
@@ -409,6 +427,12 @@ class LocalProvider(WorkspaceMixin):
     async def close(self) -> None:
         await self.egress.close_all()
         self._children.clear()
+
+    async def pause(self, rec: SandboxRecord) -> str:
+        return await asyncio.to_thread(freeze.pause, rec.data)
+
+    async def resume(self, rec: SandboxRecord) -> None:
+        await asyncio.to_thread(freeze.resume, rec.data, rec.data.get("paused_by"))
 
     # -- exec ------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CONTROLLERS = ("memory", "pids", "cpu")
+V1_EXTRA = ("freezer",)  # pause/resume: the v1 freezer; on v2 every cgroup has cgroup.freeze
 GROUP = "hutch"
 
 
@@ -46,7 +47,7 @@ def _parse_mounts(mountinfo: str) -> tuple[dict[str, Path], Path | None]:
             v2 = point
         elif fstype == "cgroup":
             for opt in opts:
-                if opt in CONTROLLERS:
+                if opt in CONTROLLERS + V1_EXTRA:
                     v1[opt] = point
     return v1, v2
 
@@ -60,7 +61,7 @@ def _parse_self(text: str) -> tuple[dict[str, str], str | None]:
         if hid == "0" and names == "":
             v2 = path
         for name in names.split(","):
-            if name in CONTROLLERS:
+            if name in CONTROLLERS + V1_EXTRA:
                 v1[name] = path
     return v1, v2
 
@@ -166,6 +167,7 @@ class SandboxCgroup:
                 with contextlib.suppress(OSError):
                     _write(d / "cgroup.kill", "1")
         end = time.monotonic() + deadline
+        thawed = False
         while time.monotonic() < end:
             pids = self.pids()
             if not pids:
@@ -173,7 +175,48 @@ class SandboxCgroup:
             for pid in pids:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+            if not thawed:  # a frozen task dies of its SIGKILL only once thawed
+                thawed = True
+                with contextlib.suppress(OSError):
+                    self.set_frozen(False, deadline=1.0)
             time.sleep(0.005)
+
+    def freezer(self) -> Path | None:
+        """The file that freezes this sandbox: v1 ``freezer.state`` or v2 ``cgroup.freeze``."""
+        for d in self.dirs:
+            for name in ("freezer.state", "cgroup.freeze"):
+                if (d / name).exists():
+                    return d / name
+        return None
+
+    def set_frozen(self, frozen: bool, deadline: float = 10.0) -> bool:
+        """Freeze or thaw every task, waiting until the kernel says it is done; False without a freezer."""
+        path = self.freezer()
+        if path is None:
+            return False
+        v1 = path.name == "freezer.state"
+        _write(path, ("FROZEN" if frozen else "THAWED") if v1 else ("1" if frozen else "0"))
+        end = time.monotonic() + deadline
+        while True:
+            if v1:
+                done = path.read_text().strip() == ("FROZEN" if frozen else "THAWED")
+            else:
+                done = f"frozen {int(frozen)}" in (path.parent / "cgroup.events").read_text().splitlines()
+            if done:
+                return True
+            if time.monotonic() > end:
+                raise OSError(errno.EBUSY, f"{path} did not become {'frozen' if frozen else 'thawed'} in {deadline:.0f}s")
+            if v1 and frozen:
+                _write(path, "FROZEN")  # v1 may stay FREEZING: asking again retries the stragglers
+            time.sleep(0.002)
+
+    def frozen(self) -> bool | None:
+        path = self.freezer()
+        if path is None:
+            return None
+        if path.name == "freezer.state":
+            return path.read_text().strip() == "FROZEN"
+        return "frozen 1" in (path.parent / "cgroup.events").read_text().splitlines()
 
     def remove(self, deadline: float = 5.0) -> None:
         end = time.monotonic() + deadline
@@ -211,6 +254,8 @@ def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None
             _write(d / "cpu.cfs_period_us", "100000")
             _write(d / "cpu.cfs_quota_us", str(max(1000, int(cpus * 100000))))
             enforced["cpus"] = "cgroup v1"
+        elif ctl == "freezer":
+            enforced["pause"] = "cgroup v1 freezer"
     if layout.v2 is not None and layout.v2_controllers:
         parent = _v2_prepare(layout.v2, layout.v2_controllers)
         d = parent / name
@@ -227,4 +272,6 @@ def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None
         if "cpu" in layout.v2_controllers and cpus is not None:
             _write(d / "cpu.max", f"{max(1000, int(cpus * 100000))} 100000")
             enforced["cpus"] = "cgroup v2"
+        if "pause" not in enforced and (d / "cgroup.freeze").exists():
+            enforced["pause"] = "cgroup v2 freeze"
     return SandboxCgroup(dirs, v2=layout.v2 is not None), enforced

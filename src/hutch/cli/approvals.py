@@ -1,0 +1,101 @@
+"""confirm, approve, approvals: asking a human, and answering."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import time
+from typing import Any
+
+import click
+
+from hutch.cli.common import EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, table
+from hutch.units import parse_duration
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _show(obj: Ctx, apr: dict[str, Any]) -> None:
+    if obj.json:
+        emit(apr)
+        return
+    line = f"{apr['id']}: {apr['status']}"
+    if apr.get("decided_by"):
+        line += f" by {apr['decided_by']}"
+    if apr.get("decision_reason"):
+        line += f": {apr['decision_reason']}"
+    click.echo(line)
+
+
+@click.command(cls=SandboxCommand)
+@click.argument("sandbox")
+@click.argument("action")
+@click.option("--reason", help="Why: shown to the human who decides.")
+@click.option(
+    "--timeout", metavar="DURATION", default="10m", show_default=True, help="Give up after this long (exit 1, status expired)."
+)
+@click.option("--no-wait", is_flag=True, help="Print the request id at once (decide later; follow with hutch approvals).")
+@json_option
+@click.pass_obj
+def confirm(obj: Ctx, sandbox: str, action: str, reason: str | None, timeout: str, no_wait: bool) -> None:
+    """Ask a human to approve ACTION on SANDBOX, and wait for the answer.
+
+    Exit 0 when approved; 1 when rejected or expired. The request is durable: it
+    survives a daemon restart, and hutch approve ID decides it from any terminal.
+    """
+    seconds = parse_duration(timeout)
+    apr = obj.client.request_approval({"action": action, "sandbox": sandbox, "reason": reason, "timeout": seconds})
+    if no_wait:
+        emit(apr) if obj.json else click.echo(apr["id"])
+        return
+    if not obj.json:
+        click.echo(f"waiting for a human: hutch approve {apr['id']}   (or --reject --reason ...)", err=True)
+    deadline = time.monotonic() + seconds + 5
+    while apr["status"] == "pending" and time.monotonic() < deadline:
+        apr = obj.client.wait_approval(apr["id"], min(60.0, max(1.0, deadline - time.monotonic())))
+    _show(obj, apr)
+    if apr["status"] != "approved":
+        raise SystemExit(EXIT_FAILED)
+
+
+@click.command()
+@click.argument("approval_id", metavar="ID")
+@click.option("--reject", is_flag=True, help="Reject instead of approving.")
+@click.option("--reason", help="Why (recorded with the decision).")
+@json_option
+@click.pass_obj
+def approve(obj: Ctx, approval_id: str, reject: bool, reason: str | None) -> None:
+    """Approve (or --reject) a pending request. Who decided, and when, is an event."""
+    _show(obj, obj.client.decide(approval_id, not reject, reason, _who()))
+
+
+@click.command()
+@click.option("--pending", is_flag=True, help="Only requests still waiting for a decision.")
+@click.option("--sandbox", help="Only requests about this sandbox.")
+@json_option
+@click.pass_obj
+def approvals(obj: Ctx, pending: bool, sandbox: str | None) -> None:
+    """List approval requests (newest last)."""
+    items = obj.client.approvals(pending, sandbox)
+    if obj.json:
+        emit(items)
+        return
+    rows = [
+        [
+            a["id"],
+            a.get("sandbox_id") or "-",
+            (a["action"] + (f" {a['detail']}" if a.get("detail") else ""))[:60],
+            a["status"],
+            a.get("decided_by") or "-",
+            (a.get("reason") or "")[:40],
+        ]
+        for a in items
+    ]
+    table(rows, ["id", "sandbox", "action", "status", "by", "reason"])

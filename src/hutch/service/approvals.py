@@ -1,0 +1,158 @@
+"""Approvals: durable requests for a human's decision, and the policy that enforces them.
+
+A request (``apr_...``) is stored before anyone waits on it, so it survives a daemon
+restart; every step is an event (``approval_requested``, ``approval_granted``,
+``approval_rejected``, ``approval_expired``). A sandbox created with
+``--require-approval ACTIONS`` has those actions refused with ``approval_required`` and
+the id of a pending request; once a human approved it, the caller retries with
+``--approval ID`` and the action is performed (each approval is good for one
+performance). Only a client of the daemon's socket can decide: the socket is the
+owner's alone and is never visible inside a sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import fnmatch
+import shlex
+import time
+from typing import TYPE_CHECKING
+
+from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, PolicyError
+from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, check_action, new_id
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+POLL = 0.2
+
+
+def command_text(command: list[str] | str) -> str:
+    return command if isinstance(command, str) else shlex.join(command)
+
+
+def gated(rec: SandboxRecord, action: str, detail: str | None = None) -> bool:
+    """Does the sandbox's policy require approval for ``action`` (``exec`` with its command)?"""
+    for rule in rec.spec.require_approval:
+        if action == "exec" and rule.startswith("exec:") and detail is not None:
+            if fnmatch.fnmatchcase(detail, rule.removeprefix("exec:")):
+                return True
+        elif rule == action:
+            return True
+    return False
+
+
+class Approvals:
+    """The approval use-cases of :class:`hutch.service.Service` (one instance per Service)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.store = service.store
+
+    def request(
+        self,
+        action: str,
+        sandbox: str | None = None,
+        reason: str | None = None,
+        timeout: float | None = None,
+        detail: str | None = None,
+    ) -> ApprovalRecord:
+        if not action.strip():
+            raise InvalidError("an approval request needs an action", hint='e.g. hutch confirm SBX "deploy to staging"')
+        sandbox_id = self.svc.get(sandbox).id if sandbox else None
+        now = time.time()
+        apr = ApprovalRecord(
+            id=new_id("apr"),
+            sandbox_id=sandbox_id,
+            action=action,
+            detail=detail,
+            reason=reason,
+            status=ApprovalStatus.pending,
+            created_at=now,
+            expires_at=now + (timeout or self.svc.settings.approval_timeout),
+        )
+        self.store.insert_approval(apr)
+        return apr
+
+    def get(self, approval_id: str) -> ApprovalRecord:
+        apr = self.store.get_approval(approval_id)
+        if apr.status == ApprovalStatus.pending and apr.expires_at is not None and apr.expires_at <= time.time():
+            self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, time.time())
+            apr = self.store.get_approval(approval_id)
+        return apr
+
+    def list(self, pending: bool = False, sandbox: str | None = None) -> builtins.list[ApprovalRecord]:
+        self.expire_due(time.time())
+        sandbox_id = self.svc.get(sandbox).id if sandbox else None
+        return self.store.list_approvals(ApprovalStatus.pending if pending else None, sandbox_id)
+
+    async def wait(self, approval_id: str, timeout: float | None) -> ApprovalRecord:
+        """Until decided or expired, or ``timeout`` seconds (then it is returned still pending)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        apr = self.get(approval_id)
+        while apr.status == ApprovalStatus.pending:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL if deadline is None else max(0.0, min(POLL, deadline - time.monotonic())))
+            apr = self.get(approval_id)
+        return apr
+
+    def decide(self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None) -> ApprovalRecord:
+        apr = self.get(approval_id)  # not_found for an unknown id; a request past its time is expired first
+        status = ApprovalStatus.approved if approve else ApprovalStatus.rejected
+        if apr.status != ApprovalStatus.pending or not self.store.decide_approval(apr.id, status, by, reason, time.time()):
+            apr = self.store.get_approval(approval_id)
+            who = f" by {apr.decided_by}" if apr.decided_by else ""
+            raise ConflictError(
+                f"approval request {approval_id} is already {apr.status.value}{who}",
+                hint="list pending requests with: hutch approvals --pending",
+            )
+        return self.store.get_approval(approval_id)
+
+    def expire_due(self, now: float) -> int:
+        count = 0
+        for apr in self.store.list_approvals(ApprovalStatus.pending):
+            if apr.expires_at is not None and apr.expires_at <= now:
+                count += self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, now)
+        return count
+
+    # -- enforcement -----------------------------------------------------------------
+
+    def require(self, rec: SandboxRecord, action: str, approval: str | None, detail: str | None = None) -> None:
+        """Pass when the policy does not gate ``action``, or ``approval`` approves exactly this
+        action (spent by this call); otherwise refuse with ``approval_required``."""
+        check_action(action if action != "exec" else f"exec:{detail or '*'}")
+        if not gated(rec, action, detail):
+            return
+        what = f"{action} {detail}" if detail else action
+        if approval:
+            apr = self.get(approval)
+            if apr.sandbox_id != rec.id or apr.action != action or apr.detail != detail:
+                raise InvalidError(
+                    f"approval {approval} is for {apr.action} {apr.detail or ''} on {apr.sandbox_id}, not {what} on {rec.id}",
+                    hint="retry with the id the approval_required error gave",
+                )
+            if apr.status == ApprovalStatus.rejected:
+                why = f": {apr.decision_reason}" if apr.decision_reason else ""
+                raise PolicyError(f"{what} on {rec.id} was rejected by {apr.decided_by or 'a human'}{why}")
+            if apr.status == ApprovalStatus.approved:
+                if not self.store.use_approval(apr.id, time.time()):
+                    raise ConflictError(
+                        f"approval {approval} was already used", hint="each approval is good for one action: ask again"
+                    )
+                self.store.append_event("approval_used", rec.id, approval_id=apr.id, action=action, detail=detail)
+                return
+            if apr.status == ApprovalStatus.pending:
+                raise self._required(apr, what)
+        waiting = [a for a in self.store.list_approvals(ApprovalStatus.pending, rec.id, action) if a.detail == detail]
+        apr = waiting[0] if waiting else self.request(action, rec.id, f"required by the sandbox's policy: {what}", None, detail)
+        raise self._required(apr, what)
+
+    @staticmethod
+    def _required(apr: ApprovalRecord, what: str) -> ApprovalRequiredError:
+        return ApprovalRequiredError(
+            f"{what} on {apr.sandbox_id} needs a human's approval (request {apr.id})",
+            hint=f"a human approves with: hutch approve {apr.id}; then retry with --approval {apr.id}",
+            approval_id=apr.id,
+        )

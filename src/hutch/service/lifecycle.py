@@ -1,0 +1,314 @@
+"""Lifecycle use-cases: pause/resume, lifetimes (TTL, idle, keepalive, the reaper),
+sub-agents and labels.
+
+Deadlines live in the store (``expires_at``, ``last_active_at``), never only in memory:
+the daemon's reaper task enforces them whether or not a CLI is running, and a daemon
+started after a restart enforces what the previous one left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from hutch.errors import ConflictError, HutchError, InvalidError, PolicyError
+from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState, check_label
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+log = logging.getLogger("hutch.service")
+TOUCH_EVERY = 1.0  # activity is written to the store at most once a second per sandbox
+
+
+MODES = {"none": 0, "allowlist": 1, "open": 2}
+
+
+def _host_covered(host: str, allowed: list[str]) -> bool:
+    if host in allowed:
+        return True
+    bare = host.removeprefix("*.")
+    return any(p.startswith("*.") and bare.endswith("." + p.removeprefix("*.")) for p in allowed)
+
+
+def _ports(net: NetworkPolicy) -> set[int] | None:
+    """The ports a policy lets through; None for any."""
+    if net.ports:
+        return set(net.ports)
+    return {80, 443} if net.mode == "allowlist" else None if net.mode == "open" else set()
+
+
+def network_wider(parent: NetworkPolicy, child: NetworkPolicy) -> str | None:
+    """Why ``child`` would reach something ``parent`` cannot; None when it is not wider."""
+    if child.mode == "none":
+        return None
+    if MODES[child.mode] > MODES[parent.mode]:
+        return f"network mode {child.mode} is wider than the parent's {parent.mode}"
+    if parent.mode == "allowlist":
+        extra = [h for h in child.allow_hosts if not _host_covered(h, parent.allow_hosts)]
+        if extra:
+            return f"host {extra[0]} is not allowed for the parent"
+    missing = set(parent.deny_hosts) - set(child.deny_hosts)
+    if missing:
+        return f"the parent denies {sorted(missing)[0]}"
+    parent_ports, child_ports = _ports(parent), _ports(child)
+    if parent_ports is not None and (child_ports is None or not child_ports <= parent_ports):
+        return f"ports {sorted(child_ports or [])} or any are wider than the parent's {sorted(parent_ports)}"
+    for text in child.cidrs:
+        net = ipaddress.ip_network(text)
+        if not any(
+            net.version == p.version and net.subnet_of(p)  # type: ignore[arg-type]
+            for p in map(ipaddress.ip_network, parent.cidrs)
+        ):
+            return f"address range {text} is not allowed for the parent"
+    return None
+
+
+def check_network(parent: SandboxRecord, child: NetworkPolicy) -> None:
+    why = network_wider(parent.spec.network, child)
+    if why:
+        raise PolicyError(
+            f"a sub-agent's network may not be wider than its parent's ({parent.id}): {why}",
+            hint=f"see the parent's policy with: hutch policy {parent.id}",
+        )
+
+
+def check_not_wider(parent: SandboxRecord, child: SandboxSpec) -> SandboxSpec:
+    """A sub-agent may not get more than its parent: the one place to extend when a new
+    kind of policy lands.
+
+    The network policy (none < allowlist < open; hosts, ports and address ranges within the
+    parent's; the parent's denied hosts kept), the parent's approval requirements (the
+    child's are added to them), a read-only view stays read-only below, and the child lives
+    on the parent's provider.
+    """
+    if parent.spec.workspace == "ro" and child.workspace == "rw":
+        raise PolicyError(
+            f"sandbox {parent.id} sees its workspace read-only: its sub-agents cannot write it",
+            hint="use --workspace ro",
+        )
+    if child.provider != parent.provider:
+        raise InvalidError(f"a sub-agent lives on its parent's provider ({parent.provider})", hint="drop --provider")
+    required = sorted(set(parent.spec.require_approval) | set(child.require_approval))
+    net = child.network
+    if "network" not in child.model_fields_set:  # not asked for: the parent's own
+        net = parent.spec.network
+    net = net.model_copy(update={"deny_hosts": sorted(set(net.deny_hosts) | set(parent.spec.network.deny_hosts))})
+    check_network(parent, net)
+    return child.model_copy(update={"require_approval": required, "network": net})
+
+
+class Lifecycle:
+    """The lifecycle use-cases of :class:`hutch.service.Service` (one instance per Service)."""
+
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.store = service.store
+        self._touched: dict[str, float] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    # -- activity --------------------------------------------------------------------
+
+    def touch(self, rec: SandboxRecord, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        if now - self._touched.get(rec.id, 0.0) < TOUCH_EVERY:
+            return
+        self._touched[rec.id] = now
+        try:
+            self.store.touch(rec.id, now)
+        except HutchError as exc:  # a full disk must not fail the call that was active
+            log.warning("could not record activity of %s: %s", rec.id, exc.message)
+
+    # -- pause / resume --------------------------------------------------------------
+
+    def _pausable(self, rec: SandboxRecord) -> None:
+        provider = self.svc.provider(rec.provider)
+        if not provider.capabilities.pause:
+            raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="destroy it instead")
+
+    async def pause(self, ref: str, reason: str = "requested") -> dict[str, Any]:
+        rec = self.svc.get(ref)
+        if rec.state == SandboxState.paused:
+            return self._state(rec, "already paused", changed=False)
+        if rec.state != SandboxState.running:
+            raise ConflictError(f"sandbox {rec.id} is {rec.state.value}: only a running sandbox can be paused")
+        self._pausable(rec)
+        method = await self.svc._guarded(rec, self.svc.provider(rec.provider).pause(rec))
+        rec = self.store.update_sandbox(rec.id, state=SandboxState.paused, data=rec.data | {"paused_by": method})
+        self.store.append_event("sandbox_paused", rec.id, method=method, reason=reason)
+        return self._state(rec, f"paused ({method})", changed=True)
+
+    async def resume(self, ref: str) -> dict[str, Any]:
+        rec = self.svc.get(ref)
+        if rec.state == SandboxState.running:
+            return self._state(rec, "already running", changed=False)
+        if rec.state != SandboxState.paused:
+            raise ConflictError(f"sandbox {rec.id} is {rec.state.value}: only a paused sandbox can be resumed")
+        await self.svc.provider(rec.provider).resume(rec)
+        now = time.time()
+        data = {k: v for k, v in rec.data.items() if k != "paused_by"}
+        rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, last_active_at=now)
+        self._touched[rec.id] = now
+        self.store.append_event("sandbox_resumed", rec.id)
+        return self._state(rec, "resumed", changed=True)
+
+    @staticmethod
+    def _state(rec: SandboxRecord, message: str, changed: bool) -> dict[str, Any]:
+        return {"sandbox": rec.id, "name": rec.name, "state": rec.state.value, "changed": changed, "message": message}
+
+    # -- lifetimes -------------------------------------------------------------------
+
+    def keepalive(self, ref: str, ttl: float | None = None) -> dict[str, Any]:
+        """Reset the idle timer; with ``ttl``, set a new absolute deadline ``ttl`` from now."""
+        rec = self.svc.get(ref)
+        if rec.state not in (SandboxState.running, SandboxState.paused):
+            raise ConflictError(f"sandbox {rec.id} is {rec.state.value}", hint="create a new one with hutch create")
+        now = time.time()
+        if ttl is not None:
+            spec = SandboxSpec.model_validate(rec.spec.model_dump() | {"ttl": ttl})
+            rec = self.store.update_sandbox(rec.id, spec=spec, expires_at=now + (spec.ttl or 0), last_active_at=now)
+        else:
+            rec = self.store.update_sandbox(rec.id, last_active_at=now)
+        self._touched[rec.id] = now
+        self.store.append_event("sandbox_keepalive", rec.id, expires_at=rec.expires_at)
+        return self.deadlines(rec)
+
+    @staticmethod
+    def deadlines(rec: SandboxRecord) -> dict[str, Any]:
+        idle_at = None
+        if rec.spec.idle_timeout is not None and rec.state == SandboxState.running:
+            idle_at = (rec.last_active_at or rec.created_at) + rec.spec.idle_timeout
+        return {
+            "sandbox": rec.id,
+            "name": rec.name,
+            "state": rec.state.value,
+            "expires_at": rec.expires_at,
+            "idle_expires_at": idle_at,
+            "on_expire": rec.spec.on_expire,
+        }
+
+    async def expire(self, rec: SandboxRecord, reason: str) -> None:
+        """The deadline passed: record why, then destroy or pause as the sandbox asked."""
+        action = rec.spec.on_expire
+        if action == "pause" and not self.svc.provider(rec.provider).capabilities.pause:
+            action = "destroy"
+        # the deadline is spent either way: a paused sandbox is not expired again
+        self.store.update_sandbox(rec.id, expires_at=None)
+        self.store.append_event("sandbox_expired", rec.id, reason=reason, action=action)
+        log.info("sandbox %s expired (%s): %s", rec.id, reason, action)
+        if action == "pause":
+            if rec.state == SandboxState.running:
+                await self.pause(rec.id, reason=f"expired ({reason})")
+        else:
+            await self.svc.destroy(rec.id, cause=f"expired ({reason})", checked=True)
+
+    async def reap_once(self, now: float | None = None) -> list[tuple[str, str]]:
+        """Expire every sandbox whose deadline has passed; returns (id, reason) pairs."""
+        now = time.time() if now is None else now
+        fired: list[tuple[str, str]] = []
+        for rec in self.store.list_sandboxes((SandboxState.running, SandboxState.paused)):
+            reason = None
+            if rec.expires_at is not None and rec.expires_at <= now:
+                reason = "ttl"
+            elif rec.spec.idle_timeout is not None and rec.state == SandboxState.running:
+                if self.store.list_runs(rec.id, "running"):
+                    self.touch(rec, now)  # a running (background) run is activity
+                    continue
+                if (rec.last_active_at or rec.created_at) + rec.spec.idle_timeout <= now:
+                    reason = "idle"
+            if reason is None:
+                continue
+            try:
+                await self.expire(rec, reason)
+                fired.append((rec.id, reason))
+            except HutchError as exc:
+                log.warning("could not expire %s: %s", rec.id, exc.message)
+        self.svc.approvals.expire_due(now)
+        return fired
+
+    def start_reaper(self) -> None:
+        interval = self.svc.settings.reaper_interval
+        if interval <= 0 or self._reaper is not None:
+            return
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await self.reap_once()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # keep enforcing: one bad pass must not end the reaper
+                    log.exception("reaper pass failed")
+                await asyncio.sleep(interval)
+
+        self._reaper = asyncio.get_running_loop().create_task(loop())
+
+    async def stop_reaper(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+            self._reaper = None
+
+    # -- sub-agents ------------------------------------------------------------------
+
+    def depth(self, rec: SandboxRecord) -> int:
+        depth = 0
+        while rec.spec.parent:
+            depth += 1
+            rec = self.store.get_sandbox(rec.spec.parent)
+        return depth
+
+    def check_parent(self, spec: SandboxSpec) -> tuple[SandboxSpec, SandboxRecord | None]:
+        """For a sub-agent's spec: the live parent, the depth limit and the not-wider rule."""
+        if spec.parent is None:
+            if spec.workspace is not None:
+                raise InvalidError("a workspace mode is only for sub-agents", hint="use hutch subagent PARENT --workspace ro")
+            return spec, None
+        parent = self.svc.live(spec.parent, touch=False)
+        if not self.svc.provider(parent.provider).capabilities.shared_workspace:
+            raise InvalidError(f"the {parent.provider} provider cannot share a workspace with a sub-agent")
+        limit = self.svc.settings.subagent_depth
+        depth = self.depth(parent) + 1
+        if depth > limit:
+            raise PolicyError(
+                f"a sub-agent of {parent.id} would be {depth} levels deep; the limit is {limit}",
+                hint="create it from a shallower sandbox, or raise the subagent_depth setting (HUTCH_SUBAGENT_DEPTH)",
+            )
+        mode = spec.workspace or ("ro" if parent.spec.workspace == "ro" else "rw")
+        spec = spec.model_copy(update={"parent": parent.id, "workspace": mode})
+        return check_not_wider(parent, spec), parent
+
+    def check_policy_change(self, rec: SandboxRecord, after: NetworkPolicy) -> None:
+        """A sub-agent stays within its parent; a parent may not drop below a live child."""
+        if rec.spec.parent:
+            check_network(self.store.get_sandbox(rec.spec.parent), after)
+        for child in self.store.list_sandboxes((SandboxState.running, SandboxState.paused), parent=rec.id):
+            why = network_wider(after, child.spec.network)
+            if why:
+                raise PolicyError(
+                    f"sub-agent {child.id} would then be wider than {rec.id}: {why}",
+                    hint=f"narrow the sub-agent first (hutch policy {child.id}), or destroy it",
+                )
+
+    async def subagent(self, parent_ref: str, spec: SandboxSpec) -> SandboxRecord:
+        parent = self.svc.get(parent_ref)
+        return await self.svc.create(spec.model_copy(update={"parent": parent.id}))
+
+    # -- labels ----------------------------------------------------------------------
+
+    def label(self, ref: str, set_: dict[str, str], remove: list[str]) -> SandboxRecord:
+        rec = self.svc.get(ref)
+        for key, value in set_.items():
+            check_label(key, value)
+        clash = set(set_) & set(remove)
+        if clash:
+            raise InvalidError(f"label {sorted(clash)[0]!r} is both set and removed", hint="give it once")
+        labels = {k: v for k, v in rec.spec.labels.items() if k not in remove} | set_
+        rec = self.store.update_sandbox(rec.id, spec=rec.spec.model_copy(update={"labels": labels}))
+        self.store.append_event("labels_changed", rec.id, set=set_, removed=remove)
+        return rec
