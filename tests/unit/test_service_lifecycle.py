@@ -240,3 +240,13 @@ def test_subagents_inherit_and_cannot_widen_the_network(service: Service) -> Non
                 parent.id, SandboxSpec(provider="fake", network={"mode": "allowlist", "allow_hosts": ["x.org"]})
             )
         )
+
+
+def test_approvals_of_a_destroyed_sandbox_are_closed(service: Service) -> None:
+    rec = create(service)
+    pending = service.approvals.request("deploy", rec.id)
+    run(service.destroy(rec.id))
+    closed = service.store.get_approval(pending.id)
+    assert closed.status == "expired" and closed.decided_by == "hutch (sandbox destroyed)"
+    with pytest.raises(ConflictError, match="destroyed"):
+        service.approvals.request("deploy", rec.id)

@@ -232,6 +232,7 @@ class Service:
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
         self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)
+        self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
         return out | ({"children": children} if children else {})
 

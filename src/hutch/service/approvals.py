@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, PolicyError
-from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, check_action, new_id
+from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, SandboxState, check_action, new_id
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -60,7 +60,12 @@ class Approvals:
     ) -> ApprovalRecord:
         if not action.strip():
             raise InvalidError("an approval request needs an action", hint='e.g. hutch confirm SBX "deploy to staging"')
-        sandbox_id = self.svc.get(sandbox).id if sandbox else None
+        sandbox_id = None
+        if sandbox:
+            rec = self.svc.get(sandbox)
+            if rec.state in (SandboxState.destroyed, SandboxState.failed):
+                raise ConflictError(f"sandbox {rec.id} is {rec.state.value}", hint="ask about a live sandbox")
+            sandbox_id = rec.id
         now = time.time()
         apr = ApprovalRecord(
             id=new_id("apr"),
@@ -109,6 +114,11 @@ class Approvals:
                 hint="list pending requests with: hutch approvals --pending",
             )
         return self.store.get_approval(approval_id)
+
+    def close_for(self, sandbox_id: str) -> None:
+        """The sandbox is gone: what was pending about it can no longer be performed."""
+        for apr in self.store.list_approvals(ApprovalStatus.pending, sandbox_id):
+            self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (sandbox destroyed)", None, time.time())
 
     def expire_due(self, now: float) -> int:
         count = 0
