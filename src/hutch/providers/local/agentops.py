@@ -1,0 +1,117 @@
+"""What the local provider asks a sandbox's agent: runs, processes, files, the proxy listener.
+
+Mixed into :class:`hutch.providers.local.LocalProvider`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hutch.errors import InternalError, UnavailableError
+from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
+from hutch.providers.local import runs
+from hutch.providers.local.channel import Channel
+from hutch.providers.local.egress import PORT, Egress
+
+
+class AgentOpsMixin:
+    egress: Egress
+    _planned: Callable[[SandboxRecord], dict[str, Any]]
+    _raw: Callable[[dict[str, Any], bytes, bytes, bool], RawOutput]
+
+    # -- network -----------------------------------------------------------------------
+
+    async def _listen(self, sandbox_id: str, agent_socket: str, policy: NetworkPolicy) -> None:
+        """The proxy's listener, made by the agent inside the sandbox's network namespace."""
+
+        def take() -> socket.socket:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
+                conn.settimeout(10.0)
+                conn.connect(agent_socket)
+                body = marshal.dumps({"op": "listen", "port": PORT}, 2)
+                conn.sendall(len(body).to_bytes(4, "big") + body)
+                msg, fds, _, _ = socket.recv_fds(conn, 65536, 1)
+                if not fds:
+                    raise UnavailableError(
+                        f"the sandbox could not open its proxy port: {msg.decode(errors='replace').strip()}",
+                        hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
+                    )
+                return socket.socket(fileno=fds[0])
+
+        try:
+            sock = await asyncio.to_thread(take)
+        except OSError as exc:
+            raise UnavailableError(f"cannot reach the sandbox to open its network: {exc}", hint="see hutch get") from exc
+        await self.egress.open(sandbox_id, sock, policy)
+
+    async def set_network(self, rec: SandboxRecord) -> None:
+        """Apply the record's policy now: new connections see it at once, nothing restarts."""
+        policy = rec.spec.network
+        if policy.mode == "none":
+            await self.egress.close(rec.id)
+            async with Channel(rec.data["socket"]) as ch:
+                await ch.request({"op": "unlisten"}, timeout=10.0)
+        elif not self.egress.update(rec.id, policy):
+            await self._listen(rec.id, rec.data["socket"], policy)
+
+    # -- runs ------------------------------------------------------------------------
+
+    def _runs_dir(self, rec: SandboxRecord) -> Path:
+        return Path(self._planned(rec)["dir"]) / "runs"
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        status = runs.read_status(self._runs_dir(rec), run_id)
+        return None if status is None else self._raw(status, b"", b"", False)
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        return runs.read_range(self._runs_dir(rec), [run_id, stream], offset, limit)
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, max(limit, runs.HEADER))
+        records, next_offset = runs.parse_transcript(data, offset)
+        if not records and len(data) >= runs.HEADER:  # one record larger than limit: return it whole
+            need = runs.record_size(data)
+            if need:
+                data, size = runs.read_range(self._runs_dir(rec), ["transcript"], offset, need)
+                records, next_offset = runs.parse_transcript(data, offset)
+        return records, next_offset, size
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "runs"}, timeout=10.0)
+        return {str(r) for r in reply.get("alive", [])}
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "kill", "run_id": run_id, "signal": sig}, timeout=30.0)
+        return bool(reply.get("was_running"))
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "ps"}, timeout=10.0)
+        return list(reply.get("processes", []))
+
+    # -- files -----------------------------------------------------------------------
+
+    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "read", "path": path, "limit": limit})
+            size = int(reply["size"])
+            if not 0 <= size <= limit:
+                raise InternalError(f"the sandbox agent announced {size} bytes for a read capped at {limit}")
+            data = await ch.recv_exact(size)
+        return data, bool(reply.get("truncated"))
+
+    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
+        async with Channel(rec.data["socket"]) as ch:
+            await ch.request({"op": "write", "path": path, "size": len(data), "mode": mode}, data)
+
+    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
+        async with Channel(rec.data["socket"]) as ch:
+            reply = await ch.request({"op": "list", "path": path})
+        return [FileEntry(**e) for e in reply["entries"]]
