@@ -45,6 +45,7 @@ class Settings:
     subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
+    unikraft_image: str | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -238,6 +238,8 @@ class SandboxSpec(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     workdir: str = "/workspace"
     network: NetworkPolicy = Field(default_factory=NetworkPolicy)
+    image: str | None = None  # providers that boot images (unikraft): the OCI image
+    provider_options: dict[str, str] = Field(default_factory=dict)  # e.g. {"metro": "fra"} for unikraft
     # Secret values travel in the request only: never serialized, stored or returned.
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     secret_names: list[str] = Field(default_factory=list)

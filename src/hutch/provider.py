@@ -48,6 +48,7 @@ class Capabilities:
     workspace: bool = False  # the WorkspaceProvider methods: push/pull, snapshots, fork, tenants
     pause: bool = False  # pause/resume freeze and thaw every process
     shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
+    images: bool = False  # boots an OCI image (--image)
 
 
 @dataclass
@@ -175,6 +176,7 @@ def workspace_provider(provider: Provider) -> WorkspaceProvider:
 BUILTINS: dict[str, str] = {
     "local": "hutch.providers.local:LocalProvider",
     "fake": "hutch.providers.fake:FakeProvider",
+    "unikraft": "hutch.providers.unikraft:UnikraftProvider",
 }
 
 

@@ -30,6 +30,7 @@ from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
 from hutch.service.lifecycle import Lifecycle
+from hutch.service.claims import Claims, crashpoint
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -50,6 +51,7 @@ class Service:
         self.workspaces = Workspaces(self)
         self.lifecycle = Lifecycle(self)
         self.approvals = Approvals(self)
+        self.claims = Claims(self)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -57,12 +59,19 @@ class Service:
             bind = getattr(provider, "bind_events", None)
             if bind is not None:
                 bind(self._provider_event)
+            if getattr(provider, "claims", False):
+                provider.crash_hook = crashpoint  # type: ignore[attr-defined]
             self._providers[name] = provider
         return self._providers[name]
 
     def _provider_event(self, type_: str, sandbox_id: str, run_id: str | None, data: dict[str, Any]) -> None:
         """Events a provider observes on its own (egress decisions), recorded like any other."""
         self.store.append_event(type_, sandbox_id, run_id, **data)
+
+    @staticmethod
+    def claimed(provider: Provider) -> bool:
+        """Resources that outlive us go through claims (service/claims.py)."""
+        return bool(getattr(provider, "claims", False))
 
     # -- start / adopt ---------------------------------------------------------------
 
@@ -71,6 +80,11 @@ class Service:
         report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
         for rec in self.store.list_sandboxes(LIVE_STATES):
             provider = self.provider(rec.provider)
+            if self.claimed(provider) and rec.state != SandboxState.running:
+                # its claim holds the truth; hutch cleanup settles the remote side
+                self.store.update_sandbox(rec.id, state=SandboxState.failed, error="interrupted by a daemon restart")
+                report["cleaned"].append(rec.id)
+                continue
             if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
                 if rec.state == SandboxState.running:  # a paused one's runs are settled once resumed
                     await self.runs.adopt(rec)
@@ -114,6 +128,8 @@ class Service:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         if spec.on_expire == "pause" and not caps.pause:
             raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
+        if (spec.image or spec.provider_options) and not caps.images:
+            raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image / --unikraft-metro")
         now = time.time()
         async with self._create_lock:
             self.workspaces.check_tenant(spec)
@@ -135,7 +151,10 @@ class Service:
                 rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
             self.store.insert_sandbox(rec)
         try:
-            data, enforcement = await provider.create(rec)
+            if self.claimed(provider):
+                data, enforcement = await self.claims.create(rec, provider)
+            else:
+                data, enforcement = await provider.create(rec)
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
             self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
@@ -228,7 +247,16 @@ class Service:
             await self.destroy(child.id, cause=f"parent {rec.id} destroyed", checked=True)
             children.append(child.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroying)
-        await self.provider(rec.provider).destroy(rec)
+        provider = self.provider(rec.provider)
+        if self.claimed(provider):
+            claim = self.store.find_claim(rec.id)
+            outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
+            self.store.mark_running_runs_lost(rec.id)
+            self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
+            self.store.append_event("sandbox_destroyed", rec.id)
+            message = "destroyed (absence proven)" if outcome["existed"] else "destroyed (the instance was already gone)"
+            return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": bool(outcome["existed"]), "message": message}
+        await provider.destroy(rec)
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
         self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)

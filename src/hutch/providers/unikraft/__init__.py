@@ -1,0 +1,466 @@
+"""The ``unikraft`` provider: sandboxes as Unikraft Cloud instances with the sandbox plugin.
+
+I/O only. The claim workflow (intent before create, adoption after an ambiguous create,
+delete by UUID with proof of absence) is the Service's (``hutch.service.claims``); this
+module offers the single calls it needs (:class:`ClaimOps`) and the ordinary Provider
+methods, which go through the platform's authenticated plugin API.
+
+A foreground exec costs three requests: start the command, wait for it, read its logs.
+The exit code rides at the end of stderr behind a per-run random marker (the wrapper
+prints it), so no inspect call is needed; without the marker (the wrapper was killed) a
+fourth request inspects the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import secrets
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from hutch.config import Settings
+from hutch.errors import HutchError, InternalError, InvalidError, NotFoundError, UnavailableError
+from hutch.models import FileEntry, RawOutput, SandboxRecord
+from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
+from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_token
+
+DEFAULT_IMAGE = "debian-slim:latest"
+PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
+HOLD = 64  # stderr bytes held back while streaming: the exit marker may be among them
+READY_DEADLINE = 60.0
+
+
+def _marker(nonce: str) -> bytes:
+    return b"\nhutch-exit-" + nonce.encode() + b":"
+
+
+def wrap(argv: list[str], nonce: str, stdin: bool) -> str:
+    """The shell line for the plugin: the command, then its exit code behind the marker."""
+    line = shlex.join(argv) + ("" if stdin else " </dev/null")
+    return f"{line}; printf '\\nhutch-exit-{nonce}:%d\\n' $? >&2"
+
+
+def split_marker(stderr: bytes, nonce: str) -> tuple[bytes, int | None]:
+    mark = _marker(nonce)
+    at = stderr.rfind(mark)
+    if at < 0:
+        return stderr, None
+    tail = stderr[at + len(mark) :].strip()
+    try:
+        return stderr[:at], int(tail)
+    except ValueError:
+        return stderr, None
+
+
+class UnikraftProvider:
+    name = "unikraft"
+    capabilities = Capabilities(mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True)
+    claims = True
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._apis: dict[str, Api] = {}
+        self.crash_hook: Any = None  # set by the Service: called as hook(point) on the wire
+
+    # -- connection ----------------------------------------------------------------------
+
+    def api(self, endpoint: str) -> Api:
+        if endpoint not in self._apis:
+            token, _ = resolve_token()
+
+            async def on_response(method: str, path: str) -> None:
+                if self.crash_hook is not None and method == "POST" and path == "/v1/instances":
+                    self.crash_hook("create_sent")
+
+            self._apis[endpoint] = Api(endpoint, token, on_response=on_response)
+        return self._apis[endpoint]
+
+    def endpoint_for(self, rec: SandboxRecord) -> str:
+        return str(rec.data.get("endpoint") or resolve_endpoint(rec.spec.provider_options.get("metro")))
+
+    async def account(self, endpoint: str) -> dict[str, Any]:
+        """The token's account, from ``/v1/users/quotas`` (read-only; validates the token)."""
+        reply = await self.api(endpoint).call("GET", "/v1/users/quotas", "reading the account's quotas")
+        quotas = reply.data.get("quotas") or []
+        uuids = {q.get("uuid") for q in quotas if isinstance(q, dict) and q.get("uuid")}
+        if len(uuids) != 1:
+            raise UnavailableError(
+                f"the quotas endpoint named {len(uuids)} accounts (expected exactly one)", hint="check the token"
+            )
+        q = quotas[0]
+        used, hard = q.get("used") or {}, q.get("hard") or {}
+        return {"account": uuids.pop(), "used": used.get("instances"), "hard": hard.get("instances"), "limits": q.get("limits")}
+
+    # -- the calls the claim workflow makes -------------------------------------------------
+
+    def plan(self, rec: SandboxRecord, name: str) -> dict[str, Any]:
+        image = rec.spec.image or os.environ.get("UKC_SANDBOX_IMAGE") or self.settings.unikraft_image or DEFAULT_IMAGE
+        return {
+            "name": name,
+            "image": image,
+            "memory_mb": max(16, rec.spec.limits.memory >> 20),
+            "env": dict(rec.spec.env),
+            "autostart": True,
+            "plugins": [PLUGIN],
+            "scale_to_zero": {"policy": "idle", "stateful": True, "cooldown_time_ms": 60000},
+            "tags": ["hutch", f"hutch-sandbox={rec.id}"],
+        }
+
+    async def create_instance(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        reply = await self.api(endpoint).request("POST", "/v1/instances", body=body)
+        if reply.status >= 400 or not isinstance(reply.body, dict):
+            raise self.api(endpoint).fail(reply, f"creating instance {body['name']}")
+        items = reply.data.get("instances") or []
+        if len(items) != 1 or items[0].get("status", "success") != "success" or not items[0].get("uuid"):
+            raise self.api(endpoint).fail(reply, f"creating instance {body['name']}")
+        return dict(items[0])
+
+    async def lookup(self, endpoint: str, uuid: str) -> dict[str, Any] | None:
+        reply = await self.api(endpoint).request("GET", f"/v1/instances/{uuid}")
+        if reply.status == 404:
+            return None
+        if reply.status >= 400:
+            raise self.api(endpoint).fail(reply, f"looking up instance {uuid}")
+        items = reply.data.get("instances") or []
+        if items and isinstance(items[0], dict) and items[0].get("status", "success") != "success":
+            if items[0].get("error") == 404 or "not found" in str(items[0].get("message", "")).lower():
+                return None
+            raise self.api(endpoint).fail(reply, f"looking up instance {uuid}")
+        return dict(items[0]) if items else None
+
+    async def inventory(self, endpoint: str) -> list[dict[str, Any]]:
+        """The account's complete instance listing."""
+        reply = await self.api(endpoint).call("GET", "/v1/instances", "listing instances", params={"details": "false"})
+        return [dict(i) for i in reply.data.get("instances") or [] if isinstance(i, dict)]
+
+    async def delete_instance(self, endpoint: str, uuid: str) -> str:
+        """One-item, UUID-only batch delete: 'accepted', or 'absent' when it was already gone."""
+        api = self.api(endpoint)
+        reply = await api.request("DELETE", "/v1/instances", body=[{"uuid": uuid}])
+        items = reply.data.get("instances") or []
+        mine = [i for i in items if isinstance(i, dict) and i.get("uuid") == uuid]
+        if reply.status < 400 and len(items) == 1 and len(mine) == 1 and mine[0].get("status") == "success":
+            return "accepted"
+        if len(mine) == 1 and (mine[0].get("error") == 404 or "not found" in str(mine[0].get("message", "")).lower()):
+            return "absent"
+        if reply.status == 404:
+            return "absent"
+        detail = mine[0].get("message") if len(mine) == 1 else f"{len(items)} items answered"
+        raise UnavailableError(
+            api.redact(f"deleting instance {uuid} was not accepted (HTTP {reply.status}: {detail})"),
+            hint="the claim is kept; retry with hutch destroy or hutch cleanup",
+        )
+
+    async def wait_ready(self, endpoint: str, uuid: str, deadline: float = READY_DEADLINE) -> None:
+        """Until the plugin answers its readiness probe (``GET /commands``)."""
+        api = self.api(endpoint)
+        end = time.monotonic() + deadline
+        last = "no answer"
+        while time.monotonic() < end:
+            try:
+                reply = await api.plugin(uuid, "GET", "/commands", "probing the sandbox plugin", idempotent=True)
+            except UnavailableError as exc:
+                last = exc.message
+            else:
+                if reply.status == 200:
+                    return
+                last = f"HTTP {reply.status}" + (f": {reply.message}" if reply.message else "")
+                if reply.status in (401, 403, 404):
+                    break
+            await asyncio.sleep(0.2)
+        raise UnavailableError(f"the sandbox plugin of instance {uuid} never became ready ({last})", hint="check the image")
+
+    # -- Provider protocol -------------------------------------------------------------------
+
+    async def check(self) -> list[CheckResult]:
+        from hutch.providers.unikraft.doctor import checks
+
+        return await checks(self)
+
+    async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        raise InternalError("unikraft sandboxes are created through claims (Service.create)")
+
+    async def alive(self, rec: SandboxRecord) -> bool:
+        try:
+            inst = await self.lookup(self.endpoint_for(rec), str(rec.data["uuid"]))
+        except HutchError:
+            return True  # cannot tell: keep it (it survives us; cleanup settles it)
+        return inst is not None and inst.get("state") not in ("stopped", "stopping")
+
+    async def destroy(self, rec: SandboxRecord) -> bool:
+        raise InternalError("unikraft sandboxes are destroyed through claims (Service.destroy)")
+
+    async def close(self) -> None:
+        for api in self._apis.values():
+            await api.close()
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def _dir(self, rec: SandboxRecord) -> Path:
+        d = self.settings.home / "unikraft" / rec.id
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return d
+
+    async def _plugin(self, rec: SandboxRecord, method: str, path: str, what: str, *, ok: tuple[int, ...] = (200,), **kw: Any) -> Reply:
+        api = self.api(self.endpoint_for(rec))
+        reply = await api.plugin(str(rec.data["uuid"]), method, path, what, idempotent=method == "GET", **kw)
+        if reply.status not in ok:
+            raise api.fail(reply, what)
+        return reply
+
+    async def exec(
+        self,
+        rec: SandboxRecord,
+        run_id: str,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        timeout: float | None,
+        idle_timeout: float | None,
+        max_output: int,
+        stream: bool = True,
+        on_output: OnOutput | None = None,
+        interactive: Interactive | None = None,
+    ) -> RawOutput:
+        if interactive is not None:
+            raise InvalidError("the unikraft provider has no interactive runs yet", hint="drop -i/-t, or pass stdin")
+        nonce = secrets.token_hex(8)
+        body: dict[str, Any] = {"cmd": wrap(argv, nonce, stdin is not None), "cwd": cwd}
+        if env:
+            body["env"] = env
+        reply = await self._plugin(rec, "POST", "/commands", "starting the command", body=body)
+        cmd = str(reply.data.get("uuid") or "")
+        if not cmd:
+            raise UnavailableError("the sandbox plugin did not return a command uuid", hint="retry")
+        meta = {"command": cmd, "nonce": nonce, "started_at": time.time()}
+        (self._dir(rec) / f"{run_id}.json").write_text(json.dumps(meta))
+        if stdin is not None:
+            data = base64.b64encode(stdin).decode()
+            await self._plugin(rec, "POST", f"/commands/{cmd}/stdin", "feeding stdin", body={"data": data, "eof": True})
+        sent = {"stdout": 0, "stderr": 0}
+        deadline = time.monotonic() + timeout if timeout else None
+        last_output = time.monotonic()
+        reason = None
+        watch = on_output is not None or idle_timeout is not None
+        while True:
+            step = 3600.0 if not watch else 0.25
+            if deadline is not None:
+                step = max(0.0, min(step, deadline - time.monotonic()))
+            wait = await self._plugin(
+                rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": step}, timeout=step + 30
+            )
+            done = wait.status == 200
+            if watch and not done:
+                grew = await self._follow(rec, cmd, sent, on_output)
+                if grew:
+                    last_output = time.monotonic()
+            if done:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+            elif idle_timeout is not None and time.monotonic() - last_output >= idle_timeout:
+                reason = "idle_timeout"
+            if reason:
+                await self._plugin(rec, "POST", f"/commands/{cmd}/signal", "stopping the command", body={"signal": 9})
+                await self._plugin(rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": 10})
+                break
+        raw = await self._finish(rec, run_id, cmd, nonce, max_output, reason)
+        if on_output is not None:
+            for name in ("stdout", "stderr"):
+                rest = getattr(raw, name)[sent[name] :] if sent[name] < len(getattr(raw, name)) else b""
+                if rest:
+                    await on_output(name, rest)
+        return raw
+
+    async def _follow(self, rec: SandboxRecord, cmd: str, sent: dict[str, int], on_output: OnOutput | None) -> bool:
+        """New output since ``sent`` (stderr minus the bytes that may be the exit marker)."""
+        ranges = {n: {"offset": sent[n]} for n in ("stdout", "stderr")}
+        reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
+        grew = False
+        for name in ("stdout", "stderr"):
+            chunk = base64.b64decode(reply.data.get(name) or "")
+            if name == "stderr":
+                chunk = chunk[: max(0, len(chunk) - HOLD)]
+            if chunk:
+                grew = True
+                sent[name] += len(chunk)
+                if on_output is not None:
+                    await on_output(name, chunk)
+        return grew
+
+    async def _finish(self, rec: SandboxRecord, run_id: str, cmd: str, nonce: str, cap: int, reason: str | None) -> RawOutput:
+        ranges = {"stdout": {"offset": 0, "limit": cap}, "stderr": {"offset": 0, "limit": cap + HOLD}}
+        reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
+        out = base64.b64decode(reply.data.get("stdout") or "")
+        err = base64.b64decode(reply.data.get("stderr") or "")
+        out_total = int(reply.data.get("stdout_available") or len(out))
+        err_total = int(reply.data.get("stderr_available") or len(err))
+        if err_total > len(err):  # the marker is at the very end: read the tail
+            tail = {"stdout": {"offset": out_total, "limit": 0}, "stderr": {"offset": max(0, err_total - HOLD)}}
+            extra = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=tail)
+            _, code = split_marker(base64.b64decode(extra.data.get("stderr") or ""), nonce)
+            marker_len = len(_marker(nonce)) + len(str(code)) + 1 if code is not None else 0
+        else:
+            err, code = split_marker(err, nonce)
+            marker_len = err_total - len(err) if code is not None else 0
+        if code is None:  # the wrapper itself was killed
+            info = await self._plugin(rec, "GET", f"/commands/{cmd}", "inspecting the command")
+            code = info.data.get("exitcode")
+            code = 137 if code is None else int(code)
+        err_total -= marker_len
+        raw = RawOutput(
+            exit_code=124 if reason else code,
+            signal=9 if reason else (code - 128 if code > 128 else 0),
+            stdout=out[:cap],
+            stderr=err[:cap],
+            stdout_bytes=out_total,
+            stderr_bytes=err_total,
+            timed_out=reason is not None,
+            reason=reason,
+            finished_at=time.time(),
+        )
+        self._store(rec, run_id, raw)
+        return raw
+
+    def _store(self, rec: SandboxRecord, run_id: str, raw: RawOutput) -> None:
+        d = self._dir(rec)
+        (d / f"{run_id}.stdout").write_bytes(raw.stdout)
+        (d / f"{run_id}.stderr").write_bytes(raw.stderr)
+        (d / f"{run_id}.status").write_text(raw.model_dump_json(exclude={"stdout", "stderr"}))
+        with open(d / "transcript.jsonl", "a") as f:
+            for name in ("stdout", "stderr"):
+                data = getattr(raw, name)
+                if data:
+                    f.write(json.dumps({"run_id": run_id, "stream": name, "data": base64.b64encode(data).decode()}) + "\n")
+
+    def _meta(self, rec: SandboxRecord, run_id: str) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads((self._dir(rec) / f"{run_id}.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        path = self._dir(rec) / f"{run_id}.status"
+        if path.exists():
+            return RawOutput.model_validate_json(path.read_text())
+        meta = self._meta(rec, run_id)
+        if meta is None:
+            return None
+        info = await self._plugin(rec, "GET", f"/commands/{meta['command']}", "inspecting the command", ok=(200, 404))
+        if info.status == 404 or info.data.get("exitcode") is None:
+            return None
+        return await self._finish(rec, run_id, meta["command"], meta["nonce"], self.settings.output_cap, None)
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]:
+        alive = set()
+        for meta_path in self._dir(rec).glob("run_*.json"):
+            run_id = meta_path.stem
+            if (self._dir(rec) / f"{run_id}.status").exists():
+                continue
+            meta = self._meta(rec, run_id) or {}
+            info = await self._plugin(rec, "GET", f"/commands/{meta.get('command')}", "inspecting", ok=(200, 404))
+            if info.status == 200 and info.data.get("exitcode") is None:
+                alive.add(run_id)
+        return alive
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
+        meta = self._meta(rec, run_id)
+        if meta is None or (self._dir(rec) / f"{run_id}.status").exists():
+            return False
+        await self._plugin(rec, "POST", f"/commands/{meta['command']}/signal", "signalling", ok=(200, 404), body={"signal": sig})
+        return True
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        path = self._dir(rec) / f"{run_id}.{stream}"
+        if path.exists():
+            data = path.read_bytes()
+            return data[offset : offset + limit], len(data)
+        meta = self._meta(rec, run_id)
+        if meta is None:
+            return b"", 0
+        other = "stderr" if stream == "stdout" else "stdout"
+        ranges = {stream: {"offset": offset, "limit": limit}, other: {"offset": 0, "limit": 0}}
+        reply = await self._plugin(rec, "GET", f"/commands/{meta['command']}/logs", "reading output", body=ranges)
+        data = base64.b64decode(reply.data.get(stream) or "")
+        size = int(reply.data.get(f"{stream}_available") or 0)
+        if stream == "stderr":  # never hand out what may be the exit marker
+            size = max(0, size - HOLD)
+            data = data[: max(0, size - offset)]
+        return data, size
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        path = self._dir(rec) / "transcript.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        records, used = [], 0
+        for i, line in enumerate(lines[offset:], start=offset):
+            entry = json.loads(line)
+            data = base64.b64decode(entry["data"])
+            if records and used + len(data) > limit:
+                break
+            records.append({"offset": i, "run_id": entry["run_id"], "stream": entry["stream"], "data": data})
+            used += len(data)
+        return records, offset + len(records), len(lines)
+
+    async def _sh(self, rec: SandboxRecord, script: str, timeout: float = 60.0) -> RawOutput:
+        return await self.exec(
+            rec,
+            "run_internal" + secrets.token_hex(6),
+            ["/bin/sh", "-c", script],
+            env={},
+            cwd="/",
+            stdin=None,
+            timeout=timeout,
+            idle_timeout=None,
+            max_output=8 << 20,
+        )
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
+        raw = await self._sh(rec, "ps -eo pid=,ppid=,user=,stat=,rss=,args= 2>/dev/null")
+        procs = []
+        for line in raw.stdout.decode(errors="replace").splitlines():
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[0].isdigit():
+                pid, ppid, user, state, rss, command = parts
+                procs.append(
+                    {"pid": int(pid), "ppid": int(ppid), "user": user, "state": state, "rss": int(rss) * 1024, "command": command}
+                )
+        return procs
+
+    # -- files -----------------------------------------------------------------------------------
+
+    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
+        reply = await self._plugin(rec, "POST", "/fs/read", f"reading {path}", ok=(200, 404, 500), body={"path": path})
+        if reply.status != 200:
+            raise NotFoundError(f"{path}: cannot read ({reply.message or reply.status})", hint="check the path")
+        data = base64.b64decode(reply.data.get("contents") or "")
+        return data[:limit], len(data) > limit
+
+    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
+        if path.endswith("/"):
+            raise InvalidError(f"{path}: is a directory")
+        parent = os.path.dirname(path) or "/"
+        await self._plugin(rec, "POST", "/fs/mkdir", f"creating {parent}", body={"path": parent, "parents": True})
+        body = {"path": path, "append": False, "encoding": "base64", "data": base64.b64encode(data).decode()}
+        await self._plugin(rec, "POST", "/fs/write", f"writing {path}", body=body)
+        if mode != 0o644:
+            await self._sh(rec, f"chmod {mode:o} {shlex.quote(path)}")
+
+    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
+        script = f"find {shlex.quote(path)} -mindepth 1 -maxdepth 1 -printf '%y %s %m %T@ %f\\n'"
+        raw = await self._sh(rec, script)
+        if raw.exit_code != 0:
+            raise NotFoundError(f"{path}: {raw.stderr.decode(errors='replace').strip() or 'cannot list'}")
+        entries = []
+        for line in raw.stdout.decode(errors="replace").splitlines():
+            kind, size, mode, mtime, name = line.split(" ", 4)
+            type_ = {"f": "file", "d": "dir", "l": "symlink"}.get(kind, "other")
+            entries.append(FileEntry(name=name, type=type_, size=int(size), mode=int(mode, 8), mtime=float(mtime)))
+        return sorted(entries, key=lambda e: e.name)
+

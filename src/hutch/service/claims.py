@@ -1,0 +1,320 @@
+"""Claims: the durable local record that we own a remote resource, written before it exists.
+
+The workflow for providers whose resources outlive us (``provider.claims``), after Crabbox:
+
+- create: read the account scope (validates the token), record the *intent* (generated
+  unique name, request hash, endpoint, account), then send one create. An ambiguous answer
+  (lost, 5xx, timeout) is settled by searching the full inventory for the exact name:
+  exactly one match is adopted, zero or several leave the claim for recovery. A create is
+  never sent twice for a claim. A definite rejection drops the intent once the name is
+  proven absent.
+- destroy: ``delete_attempt`` is recorded, the UUID is deleted (one-item batch, explicit
+  per-item success), ``delete_accepted`` is recorded, and the claim is dropped only after
+  absence is proven: lookup 404, a full listing without the UUID or name, lookup 404 again.
+  A retried destroy resumes where the last one stopped.
+- every step holds the claim's cross-process lock, and every update checks its revision.
+
+``HUTCH_CRASH_AT=<point>`` kills the process (SIGKILL) at a lifecycle step, for the crash
+tests: after_intent, create_sent, create_answered, delete_attempt, delete_accepted, mid_proof.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from hutch.errors import (
+    CapacityError,
+    ConflictError,
+    HutchError,
+    InvalidError,
+    NotFoundError,
+    UnauthorizedError,
+    UnavailableError,
+)
+from hutch.models import SandboxRecord, SandboxState, new_id
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+CRASH_ENV = "HUTCH_CRASH_AT"
+LOCK_WAIT = 60.0
+PROOF_DEADLINE = 60.0
+
+
+def crashpoint(point: str) -> None:
+    if os.environ.get(CRASH_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def request_hash(body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+class Claims:
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.store = service.store
+        self.lock_dir = service.settings.home / "claims"
+
+    @contextlib.asynccontextmanager
+    async def lock(self, claim_id: str) -> AsyncIterator[None]:
+        """The claim's lock, across processes (flock on a file per claim)."""
+        self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.lock_dir / f"{claim_id}.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            deadline = time.monotonic() + LOCK_WAIT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ConflictError(f"claim {claim_id} is busy in another process", hint="retry later") from None
+                    await asyncio.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)
+
+    async def _scope(self, provider: Any, endpoint: str) -> dict[str, Any]:
+        return dict(await provider.account(endpoint))
+
+    def _check_account(self, claim: dict[str, Any], account: str) -> None:
+        if claim["account"] != account:
+            raise UnauthorizedError(
+                f"claim {claim['name']} belongs to another Unikraft Cloud account than the current token",
+                hint="use the token of the account that created it; hutch never touches another account's claims",
+            )
+
+    # -- create ------------------------------------------------------------------------
+
+    async def create(self, rec: SandboxRecord, provider: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        endpoint = provider.endpoint_for(rec)
+        scope = await self._scope(provider, endpoint)
+        if scope.get("hard") is not None and scope.get("used") is not None and scope["used"] >= scope["hard"]:
+            raise CapacityError(
+                f"the account's instance quota is used up ({scope['used']} of {scope['hard']})",
+                hint="destroy sandboxes (hutch cleanup --provider unikraft) or raise the quota",
+            )
+        name = "hutch-" + rec.id.removeprefix("sbx_").replace("_", "-").lower()
+        body = provider.plan(rec, name)
+        claim = self.store.insert_claim(
+            {
+                "id": new_id("clm"),
+                "provider": provider.name,
+                "sandbox_id": rec.id,
+                "name": name,
+                "endpoint": endpoint,
+                "account": scope["account"],
+                "request_hash": request_hash(body),
+                "state": "intent",
+            }
+        )
+        self.store.append_event("claim_intent", rec.id, claim=claim["id"], name=name)
+        crashpoint("after_intent")
+        async with self.lock(claim["id"]):
+            inst = await self._send_create(claim, provider, body)
+            crashpoint("create_answered")
+            claim = self.store.update_claim(claim["id"], claim["revision"], state="ready", resource_id=inst["uuid"])
+        self.store.append_event("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
+        data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
+        try:
+            await provider.wait_ready(endpoint, inst["uuid"])
+        except HutchError as exc:
+            result = await self.destroy_claim(claim["id"], provider)
+            raise UnavailableError(
+                f"{exc.message}; the instance was deleted ({result['message']})", hint=exc.hint or "check the image"
+            ) from exc
+        return data, {"memory": f"instance memory {body['memory_mb']} MiB (Unikraft Cloud)"}
+
+    async def _send_create(self, claim: dict[str, Any], provider: Any, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return dict(await provider.create_instance(claim["endpoint"], body))
+        except (InvalidError, CapacityError, UnauthorizedError, NotFoundError, ConflictError) as exc:
+            # a definite rejection: the intent goes only once the name is proven absent
+            matches = await self._matches(claim, provider)
+            if not matches:
+                self.store.delete_claim(claim["id"], claim["revision"])
+                raise
+            if len(matches) == 1:
+                return matches[0]
+            self.store.update_claim(claim["id"], claim["revision"], error=f"rejected, yet {len(matches)} instances named so")
+            raise
+        except HutchError as exc:
+            matches = await self._safe_matches(claim, provider)
+            if matches is not None and len(matches) == 1:
+                return matches[0]  # the create happened: adopt it
+            why = "no instance by that name yet" if matches == [] else f"{len(matches or [])} matches"
+            if matches is None:
+                why = "the inventory could not be read"
+            self.store.update_claim(claim["id"], claim["revision"], error=f"ambiguous create ({exc.message}); {why}")
+            raise UnavailableError(
+                f"the create of {claim['name']} got no clear answer ({exc.message}); {why}. The claim is kept",
+                hint="hutch cleanup --provider unikraft settles it (adopts and deletes, or proves it absent)",
+            ) from exc
+
+    async def _matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]]:
+        return [i for i in await provider.inventory(claim["endpoint"]) if i.get("name") == claim["name"]]
+
+    async def _safe_matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]] | None:
+        try:
+            return await self._matches(claim, provider)
+        except HutchError:
+            return None
+
+    # -- destroy -----------------------------------------------------------------------
+
+    async def destroy_claim(self, claim_id: str, provider: Any) -> dict[str, Any]:
+        """Drive a claim to its end (resuming whatever step it is in); idempotent."""
+        try:
+            claim = self.store.get_claim(claim_id)
+        except NotFoundError:
+            return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
+        scope = await self._scope(provider, claim["endpoint"])
+        self._check_account(claim, scope["account"])
+        async with self.lock(claim["id"]):
+            claim = self.store.get_claim(claim["id"])  # what another process may have done meanwhile
+            existed = True
+            if claim["state"] == "intent":
+                matches = await self._matches(claim, provider)
+                if len(matches) > 1:
+                    raise ConflictError(
+                        f"{len(matches)} instances are named {claim['name']}; the claim is kept",
+                        hint="inspect them with hutch list --provider unikraft --all",
+                    )
+                if not matches:
+                    if await self._matches(claim, provider):  # a second look before the intent goes
+                        raise ConflictError(f"instance {claim['name']} appeared while checking", hint="retry")
+                    self.store.delete_claim(claim["id"], claim["revision"])
+                    self.store.append_event("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="never created")
+                    return {"claim": claim["id"], "existed": False, "message": "the create never happened; intent dropped"}
+                claim = self.store.update_claim(claim["id"], claim["revision"], state="ready", resource_id=matches[0]["uuid"])
+            if claim["state"] in ("ready", "delete_attempt"):
+                if claim["state"] == "ready":
+                    claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_attempt")
+                    crashpoint("delete_attempt")
+                outcome = await provider.delete_instance(claim["endpoint"], claim["resource_id"])
+                existed = outcome == "accepted"
+                claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_accepted")
+                self.store.append_event("claim_delete_accepted", claim["sandbox_id"], claim=claim["id"], outcome=outcome)
+                crashpoint("delete_accepted")
+            await self._prove_absent(claim, provider)
+            self.store.delete_claim(claim["id"], claim["revision"])
+        self.store.append_event("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="absence proven")
+        return {"claim": claim["id"], "existed": existed, "message": "deleted, absence proven" if existed else "already gone"}
+
+    async def _prove_absent(self, claim: dict[str, Any], provider: Any) -> None:
+        uuid, name = claim["resource_id"], claim["name"]
+        deadline = time.monotonic() + PROOF_DEADLINE
+        while await provider.lookup(claim["endpoint"], uuid) is not None:
+            if time.monotonic() > deadline:
+                raise UnavailableError(f"instance {uuid} is still there after its delete was accepted", hint="retry later")
+            await asyncio.sleep(0.5)
+        crashpoint("mid_proof")
+        listing = await provider.inventory(claim["endpoint"])
+        if any(i.get("uuid") == uuid or i.get("name") == name for i in listing):
+            raise UnavailableError(f"instance {uuid} is still listed after its delete", hint="retry hutch destroy / cleanup")
+        if await provider.lookup(claim["endpoint"], uuid) is not None:
+            raise UnavailableError(f"instance {uuid} reappeared during the absence proof", hint="retry")
+
+    # -- inventory and cleanup ---------------------------------------------------------
+
+    async def inventory(self, provider: Any, endpoint: str, include_all: bool) -> dict[str, Any]:
+        scope = await self._scope(provider, endpoint)
+        listing = await provider.inventory(endpoint)
+        by_uuid = {i.get("uuid"): i for i in listing}
+        by_name = {i.get("name"): i for i in listing}
+        claims = [c for c in self.store.list_claims(provider.name, endpoint) if c["account"] == scope["account"]]
+        items = []
+        seen: set[str] = set()
+        for c in claims:
+            inst = by_uuid.get(c["resource_id"]) or by_name.get(c["name"])
+            if inst:
+                seen.add(str(inst.get("uuid")))
+            items.append(
+                {
+                    "claimed": True,
+                    "claim": c["id"],
+                    "claim_state": c["state"],
+                    "sandbox": c["sandbox_id"],
+                    "name": c["name"],
+                    "uuid": c["resource_id"] or (inst or {}).get("uuid"),
+                    "instance_state": (inst or {}).get("state", "missing"),
+                    "missing": inst is None,
+                    "error": c["error"],
+                }
+            )
+        if include_all:
+            for inst in listing:
+                if str(inst.get("uuid")) not in seen:
+                    items.append(
+                        {
+                            "claimed": False,
+                            "name": inst.get("name"),
+                            "uuid": inst.get("uuid"),
+                            "instance_state": inst.get("state"),
+                            "missing": False,
+                        }
+                    )
+        return {"endpoint": endpoint, "account": scope["account"], "items": items}
+
+    async def cleanup(
+        self, provider: Any, endpoint: str, *, dry_run: bool, keep: list[str], forget_missing: bool
+    ) -> dict[str, Any]:
+        view = await self.inventory(provider, endpoint, include_all=False)
+        actions = []
+        for item in view["items"]:
+            claim = self.store.get_claim(item["claim"])
+            rec = self._sandbox(claim["sandbox_id"])
+            kept = bool(keep) and any(k in (claim["id"], claim["name"], claim["sandbox_id"], rec and rec.name) for k in keep)
+            started = claim["state"] in ("delete_attempt", "delete_accepted")
+            live = rec is not None and rec.state == SandboxState.running
+            expired = claim["expires_at"] is not None and claim["expires_at"] < time.time()
+            if item["missing"] and claim["state"] == "ready":
+                action = "forget" if forget_missing else "report-missing"
+            elif started or claim["state"] == "intent":
+                action = "destroy"  # resumed whatever keep says: deletion (or the create) already started
+            elif kept:
+                action = "keep"
+            elif live and not expired:
+                action = "skip-live"
+            else:
+                action = "destroy"
+            entry = {"claim": claim["id"], "name": claim["name"], "sandbox": claim["sandbox_id"], "state": claim["state"]}
+            entry["action"] = action
+            if not dry_run and action in ("destroy", "forget"):
+                try:
+                    if action == "destroy":
+                        entry["result"] = (await self.destroy_claim(claim["id"], provider))["message"]
+                    else:
+                        async with self.lock(claim["id"]):
+                            self.store.delete_claim(claim["id"], self.store.get_claim(claim["id"])["revision"])
+                        entry["result"] = "claim dropped (the instance was already deleted by the provider)"
+                    self._settle(rec, SandboxState.destroyed if action == "destroy" else SandboxState.lost)
+                except HutchError as exc:
+                    entry["error"] = exc.to_dict()["error"]
+            actions.append(entry)
+        ok = all("error" not in a for a in actions)
+        return {"endpoint": endpoint, "account": view["account"], "dry_run": dry_run, "ok": ok, "actions": actions}
+
+    def _sandbox(self, sandbox_id: str | None) -> SandboxRecord | None:
+        if not sandbox_id:
+            return None
+        try:
+            return self.store.get_sandbox(sandbox_id)
+        except NotFoundError:
+            return None
+
+    def _settle(self, rec: SandboxRecord | None, state: SandboxState) -> None:
+        if rec is not None and rec.state not in (SandboxState.destroyed, SandboxState.failed):
+            self.store.mark_running_runs_lost(rec.id)
+            self.store.update_sandbox(rec.id, state=state, error=None if state == SandboxState.destroyed else "deleted outside hutch")
+            self.store.append_event("sandbox_destroyed" if state == SandboxState.destroyed else "sandbox_lost", rec.id)
