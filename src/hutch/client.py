@@ -203,6 +203,16 @@ class Client(_Base, LifecycleAPI):
     def destroy(self, ref: str, approval: str | None = None) -> dict[str, Any]:
         return dict(self.json("DELETE", _path(ref), params={"approval": approval}))
 
+    def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> dict[str, Any]:
+        return dict(self.json("GET", _path(ref) + "/status", params={"wait": wait, "timeout": timeout}))
+
+    def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> dict[str, Any]:
+        params: dict[str, Any] = {"all": include_all} | ({"metro": metro} if metro else {})
+        return dict(self.json("GET", f"/v1/providers/{quote(provider, safe='')}/inventory", params=params))
+
+    def cleanup(self, **req: Any) -> dict[str, Any]:
+        return dict(self.json("POST", "/v1/cleanup", json=req))
+
     def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
         return dict(self.json("POST", _path(ref) + "/exec", json=req))
 

@@ -16,6 +16,7 @@ from hutch.cli.files import ls, read, write
 from hutch.cli.interactive import shell
 from hutch.cli.lifecycle import keepalive, label, pause, resume, subagent
 from hutch.cli.network import policy
+from hutch.cli.inventory import cleanup, status, stop, warmup
 from hutch.cli.run import exec_, run
 from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
 from hutch.cli.sandbox import create, destroy, get, list_
@@ -64,6 +65,10 @@ for command in (
     confirm,
     approve,
     approvals,
+    status,
+    cleanup,
+    warmup,
+    stop,
     runs_,
     poll,
     wait,

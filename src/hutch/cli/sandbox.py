@@ -37,7 +37,14 @@ def create_options(f: Any) -> Any:
         ),
         click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable)."),
         click.option("--workdir", help="Default working directory for commands (default /workspace)."),
-        click.option("--provider", help="Where the sandbox lives (default: local)."),
+        click.option("--provider", help="Where the sandbox lives: local, unikraft ... (default: local)."),
+        click.option("--image", help="OCI image to boot, for providers that boot images (unikraft; default UKC_SANDBOX_IMAGE)."),
+        click.option(
+            "--unikraft-metro",
+            "metro",
+            metavar="METRO|URL",
+            help="Unikraft Cloud metro (fra, dal, sin, was, sfo) or endpoint root URL (default UKC_METRO, then fra).",
+        ),
         click.option(
             "--tenant",
             metavar="NAME",
@@ -109,6 +116,8 @@ def build_spec(
     allow_cidrs: tuple[str, ...] = (),
     secrets: tuple[str, ...] = (),
     tenant: str | None = None,
+    image: str | None = None,
+    metro: str | None = None,
 ) -> dict[str, Any]:
     s = obj.settings
     spec: dict[str, Any] = {
@@ -136,6 +145,10 @@ def build_spec(
         spec["workdir"] = workdir
     if tenant:
         spec["tenant"] = tenant
+    if image:
+        spec["image"] = image
+    if metro:
+        spec["provider_options"] = {"metro": metro}
     return spec
 
 
@@ -167,7 +180,13 @@ def _age(ts: float) -> str:
 
 
 @click.command("list")
-@click.option("--all", "-a", "include_all", is_flag=True, help="Include destroyed and failed sandboxes.")
+@click.option(
+    "--all",
+    "-a",
+    "include_all",
+    is_flag=True,
+    help="Include destroyed and failed sandboxes; with --provider unikraft, the account's unclaimed instances too.",
+)
 @click.option(
     "--label", "labels", multiple=True, metavar="K=V", help="Only sandboxes with this label (repeatable: all must match)."
 )
@@ -176,11 +195,23 @@ def _age(ts: float) -> str:
     type=click.Choice(["creating", "running", "paused", "destroying", "destroyed", "failed", "lost"]),
     help="Only sandboxes in this state.",
 )
+@click.option("--provider", help="Only this provider's sandboxes; for unikraft, its claims and instances (claim-first).")
+@click.option("--unikraft-metro", "metro", metavar="METRO|URL", help="Unikraft Cloud metro or endpoint URL (with --provider).")
 @json_option
 @click.pass_obj
-def list_(obj: Ctx, include_all: bool, labels: tuple[str, ...], state: str | None) -> None:
-    """List sandboxes (live ones unless --all or --state)."""
+def list_(
+    obj: Ctx, include_all: bool, labels: tuple[str, ...], state: str | None, provider: str | None, metro: str | None
+) -> None:
+    """List sandboxes (live ones unless --all or --state; with --provider unikraft: claimed
+    instances, including pending and missing ones)."""
+    if provider == "unikraft":
+        from hutch.cli.inventory import show_inventory
+
+        show_inventory(obj, obj.client.inventory(provider, metro, include_all))
+        return
     recs = obj.client.list(include_all, parse_pairs(labels, "label"), state)
+    if provider:
+        recs = [r for r in recs if r["provider"] == provider]
     if obj.json:
         emit(recs)
         return

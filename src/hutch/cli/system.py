@@ -28,9 +28,10 @@ def _daemon_status(settings: Settings) -> dict[str, Any]:
 
 
 @click.command()
+@click.option("--provider", help="Check this provider (default: the configured one, local). Read-only.")
 @json_option
 @click.pass_obj
-def doctor(obj: Ctx) -> None:
+def doctor(obj: Ctx, provider: str | None) -> None:
     """Check that sandboxes can run here, and say how to fix what cannot."""
     import asyncio
 
@@ -38,7 +39,7 @@ def doctor(obj: Ctx) -> None:
 
     settings = Settings.load(**obj.settings_flags)
     try:
-        report = asyncio.run(Service(settings).doctor())
+        report = asyncio.run(_doctor(Service(settings), provider))
     except HutchError as exc:
         report = {"ok": False, "checks": [{"name": "state dir", "ok": False, "detail": exc.message, "fix": exc.hint}]}
     status = _daemon_status(settings)
@@ -53,6 +54,13 @@ def doctor(obj: Ctx) -> None:
             if c.get("fix"):
                 click.echo(f"     fix: {c['fix']}")
     raise SystemExit(0 if report["ok"] else 1)
+
+
+async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
+    try:
+        return dict(await svc.doctor(provider))
+    finally:
+        await svc.close()
 
 
 @click.command()

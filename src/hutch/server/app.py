@@ -29,6 +29,14 @@ class DestroyResult(BaseModel):
     children: list[str] | None = None
 
 
+class CleanupRequest(BaseModel):
+    provider: str | None = None
+    metro: str | None = None
+    dry_run: bool = False
+    keep: list[str] = []
+    forget_missing: bool = False
+
+
 def _validation_message(exc: ValidationError | RequestValidationError) -> str:
     parts = []
     for e in exc.errors():
@@ -129,6 +137,18 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/sandboxes/{ref}/ls")
     async def list_files(ref: str, path: str | None = None) -> list[FileEntry]:
         return await service.list_files(ref, path)
+
+    @app.get("/v1/sandboxes/{ref}/status")
+    async def status(ref: str, wait: bool = False, timeout: float = Query(300.0, gt=0, le=86400)) -> dict[str, Any]:
+        return await service.status(ref, wait, timeout)
+
+    @app.get("/v1/providers/{name}/inventory")
+    async def inventory(name: str, metro: str | None = None, all: bool = False) -> dict[str, Any]:  # noqa: A002
+        return await service.inventory(name, metro, all)
+
+    @app.post("/v1/cleanup")
+    async def cleanup(req: CleanupRequest) -> dict[str, Any]:
+        return await service.cleanup(req.provider, req.metro, req.dry_run, req.keep, req.forget_missing)
 
     app.include_router(runs_router(service))
     app.include_router(workspaces_router(service))

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from hutch import __version__
 from hutch.config import Settings
-from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, UnavailableError
+from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
 from hutch.models import (
     LIVE_STATES,
     ExecRequest,
@@ -263,6 +263,58 @@ class Service:
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
         return out | ({"children": children} if children else {})
+
+    # -- inventory, cleanup, status (claims live in service/claims.py) ------------------
+
+    def _claimed_provider(self, name: str) -> Provider:
+        provider = self.provider(name)
+        if not self.claimed(provider):
+            raise InvalidError(f"the {name} provider keeps no claims", hint="use hutch list for its sandboxes")
+        return provider
+
+    async def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> dict[str, Any]:
+        """Claim-first: claimed instances (pending intents and missing ones too); ``include_all``
+        adds the account's unclaimed instances (read-only)."""
+        prov = self._claimed_provider(provider)
+        return await self.claims.inventory(prov, prov.endpoint_for_metro(metro), include_all)  # type: ignore[attr-defined]
+
+    async def cleanup(
+        self,
+        provider: str | None = None,
+        metro: str | None = None,
+        dry_run: bool = False,
+        keep: builtins.list[str] | None = None,
+        forget_missing: bool = False,
+    ) -> dict[str, Any]:
+        names = [provider] if provider else sorted({c["provider"] for c in self.store.list_claims()})
+        reports = []
+        for name in names:
+            prov = self._claimed_provider(name)
+            endpoint = prov.endpoint_for_metro(metro)  # type: ignore[attr-defined]
+            report = await self.claims.cleanup(prov, endpoint, dry_run=dry_run, keep=keep or [], forget_missing=forget_missing)
+            reports.append({"provider": name} | report)
+        return {"ok": all(r["ok"] for r in reports), "dry_run": dry_run, "providers": reports}
+
+    async def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> dict[str, Any]:
+        """The sandbox's state (and, for claimed providers, its claim); with ``wait``, poll until
+        it runs, failing early on a terminal state."""
+        deadline = time.monotonic() + timeout
+        while True:
+            rec = self.get(ref)
+            out: dict[str, Any] = {"sandbox": rec.id, "name": rec.name, "provider": rec.provider, "state": rec.state.value}
+            claim = self.store.find_claim(rec.id)
+            if claim:
+                out["claim"] = {k: claim[k] for k in ("id", "name", "state", "resource_id", "error")}
+            if rec.state == SandboxState.running and rec.provider != "local" and self.claimed(self.provider(rec.provider)):
+                alive = await self.provider(rec.provider).alive(rec)
+                out["instance"] = "running" if alive else "gone"
+            if not wait or rec.state == SandboxState.running:
+                return out
+            if rec.state in (SandboxState.failed, SandboxState.destroyed, SandboxState.lost):
+                raise UnavailableError(f"sandbox {ref} is {rec.state.value}" + (f": {rec.error}" if rec.error else ""))
+            if time.monotonic() > deadline:
+                raise TimeoutError_(f"sandbox {ref} is still {rec.state.value}", hint="retry with a longer --timeout")
+            await asyncio.sleep(0.2)
 
     # -- exec (the run use-cases live in service/runs.py) ------------------------------
 

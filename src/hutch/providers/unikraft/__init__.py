@@ -83,6 +83,9 @@ class UnikraftProvider:
     def endpoint_for(self, rec: SandboxRecord) -> str:
         return str(rec.data.get("endpoint") or resolve_endpoint(rec.spec.provider_options.get("metro")))
 
+    def endpoint_for_metro(self, metro: str | None) -> str:
+        return resolve_endpoint(metro)
+
     async def account(self, endpoint: str) -> dict[str, Any]:
         """The token's account, from ``/v1/users/quotas`` (read-only; validates the token)."""
         reply = await self.api(endpoint).call("GET", "/v1/users/quotas", "reading the account's quotas")

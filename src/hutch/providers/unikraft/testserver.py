@@ -510,6 +510,12 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.token or ["dev-token"]:
         token, _, account = item.partition("=")
         tokens[token] = account or str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, token))
+    import signal
+
+    def stop(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     server = serve(tokens, args.backend, Path(args.home) if args.home else None, args.port)
     print(json.dumps({"url": server.url, "accounts": sorted(set(tokens.values()))}), flush=True)
     try:
