@@ -46,6 +46,7 @@ class Settings:
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     unikraft_image: str | None = None
+    unikraft_ready_timeout: float = 60.0
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -108,5 +109,6 @@ class Settings:
             self.subagent_depth = int(self.subagent_depth)
             self.reaper_interval = float(self.reaper_interval)
             self.approval_timeout = float(self.approval_timeout)
+            self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

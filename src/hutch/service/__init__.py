@@ -238,7 +238,8 @@ class Service:
             rec = self.get(ref)
         except NotFoundError:
             return {"sandbox": ref, "destroyed": True, "existed": False, "message": "no such sandbox (nothing to do)"}
-        if rec.state in (SandboxState.destroyed, SandboxState.failed):
+        claim = self.store.find_claim(rec.id)
+        if rec.state in (SandboxState.destroyed, SandboxState.failed) and claim is None:
             return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": False, "message": "already gone"}
         if not checked:
             self.approvals.require(rec, "destroy", approval)
@@ -246,11 +247,15 @@ class Service:
         for child in self.store.list_sandboxes(LIVE_STATES, parent=rec.id):
             await self.destroy(child.id, cause=f"parent {rec.id} destroyed", checked=True)
             children.append(child.id)
+        previous = rec.state
         self.store.update_sandbox(rec.id, state=SandboxState.destroying)
         provider = self.provider(rec.provider)
         if self.claimed(provider):
-            claim = self.store.find_claim(rec.id)
-            outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
+            try:
+                outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
+            except HutchError as exc:  # the claim keeps the truth; the sandbox stays as it was
+                self.store.update_sandbox(rec.id, state=previous, error=f"destroy failed: {exc.message}")
+                raise
             self.store.mark_running_runs_lost(rec.id)
             self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
             self.store.append_event("sandbox_destroyed", rec.id)

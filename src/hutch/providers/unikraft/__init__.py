@@ -32,7 +32,6 @@ from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_t
 DEFAULT_IMAGE = "debian-slim:latest"
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
 HOLD = 64  # stderr bytes held back while streaming: the exit marker may be among them
-READY_DEADLINE = 60.0
 
 
 def _marker(nonce: str) -> bytes:
@@ -159,14 +158,16 @@ class UnikraftProvider:
             hint="the claim is kept; retry with hutch destroy or hutch cleanup",
         )
 
-    async def wait_ready(self, endpoint: str, uuid: str, deadline: float = READY_DEADLINE) -> None:
-        """Until the plugin answers its readiness probe (``GET /commands``)."""
+    async def wait_ready(self, endpoint: str, uuid: str) -> None:
+        """Until the plugin answers its readiness probe (``GET /commands``), at most
+        ``unikraft_ready_timeout`` seconds (HUTCH_UNIKRAFT_READY_TIMEOUT)."""
         api = self.api(endpoint)
-        end = time.monotonic() + deadline
+        end = time.monotonic() + self.settings.unikraft_ready_timeout
         last = "no answer"
         while time.monotonic() < end:
             try:
-                reply = await api.plugin(uuid, "GET", "/commands", "probing the sandbox plugin", idempotent=True)
+                left = max(0.1, end - time.monotonic())
+                reply = await api.plugin(uuid, "GET", "/commands", "probing the sandbox plugin", idempotent=True, wake=left)
             except UnavailableError as exc:
                 last = exc.message
             else:

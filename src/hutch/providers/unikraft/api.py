@@ -278,11 +278,13 @@ class Api:
             raise self.fail(reply, what)
         return reply
 
-    async def plugin(self, instance: str, method: str, path: str, what: str, *, idempotent: bool, **kw: Any) -> Reply:
+    async def plugin(
+        self, instance: str, method: str, path: str, what: str, *, idempotent: bool, wake: float | None = None, **kw: Any
+    ) -> Reply:
         """A sandbox-plugin call. An instance in standby is woken by the request itself: while
         it wakes, 502/503 answers (and, for requests that never left, connection errors) are
         retried with backoff until ``wake_deadline``."""
-        deadline = time.monotonic() + self.wake_deadline
+        deadline = time.monotonic() + (self.wake_deadline if wake is None else wake)
         delay = 0.05
         full = f"/v1/instances/{instance}/plugins/sandbox{path}"
         while True:

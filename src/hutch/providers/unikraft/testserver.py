@@ -19,7 +19,8 @@ instances, counters and the request log):
 - ``plugin_never_ready``: plugin routes always answer 503
 - ``duplicate_names``: names need not be unique (the real platform refuses duplicates)
 - ``partial_delete``: N batch deletes answer HTTP 200 with an error status on the item
-- ``redirect``: the next request is answered with ``{"status": 307|302, "location": ...}``
+- ``redirect``: the next request (after ``redirect_after`` more) is answered with
+  ``{"status": 307|302, "location": ...}``
 - ``quota_instances``: the hard limit on instances
 
 Start it with ``python -m hutch.providers.unikraft.testserver --token TOKEN[=ACCOUNT]``;
@@ -59,6 +60,7 @@ class Command:
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.done = threading.Event()
         self.logs_deleted = False
+        self.run_env: dict[str, str] = dict(env or {})
 
 
 class Instance:
@@ -126,7 +128,7 @@ class Backend:
                     rec,
                     cmd.run_id,
                     ["/bin/sh", "-c", cmd.cmdline],
-                    env=cmd.env or {},
+                    env=cmd.run_env,
                     cwd=cmd.cwd or "/",
                     stdin=None,
                     timeout=None,
@@ -188,6 +190,10 @@ class State:
                 return True
             return False
 
+    def quota(self) -> int:
+        hard = self.faults.get("quota_instances")
+        return 100 if hard is None else int(hard)
+
     def by_ref(self, ref: str, account: str) -> Instance | None:
         with self.lock:
             for inst in self.instances.values():
@@ -196,8 +202,14 @@ class State:
         return None
 
 
-def envelope(data: Any = None, status: str = "success", message: str | None = None, errors: int | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"status": status, "data": data, "op_time_us": 7}
+def envelope(
+    data: Any = None, status: str = "success", message: str | None = None, errors: int | None = None, null: bool = False
+) -> dict[str, Any]:
+    """The spec's envelope. ``data`` is left out when there is none (platform answers), or sent
+    as null with ``null`` (the plugin's EmptyResponse, where it is required and nullable)."""
+    body: dict[str, Any] = {"status": status, "op_time_us": 7}
+    if data is not None or null:
+        body["data"] = data
     if message:
         body["message"] = message
     if errors:
@@ -252,6 +264,8 @@ class Handler(BaseHTTPRequestHandler):
         if slow:
             time.sleep(slow)
         redirect = st.faults.get("redirect")
+        if redirect and st.take("redirect_after"):
+            redirect = None  # let this request through; redirect a later one
         if redirect:
             with st.lock:
                 st.faults["redirect"] = None
@@ -306,7 +320,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/v1/users/quotas" and method == "GET":
             with st.lock:
                 used = sum(1 for i in st.instances.values() if i.account == account)
-            hard = int(st.faults.get("quota_instances") or 100)
+            hard = st.quota()
             quota = {"uuid": account, "used": {"instances": used, "live_instances": used}, "hard": {"instances": hard}}
             quota["limits"] = {"min_memory_mb": 16, "max_memory_mb": 4096}
             return self._send(200, envelope({"quotas": [quota]}))
@@ -334,7 +348,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(400, envelope(None, "error", f"image {image!r} not found", 400))
         with st.lock:
             mine = [i for i in st.instances.values() if i.account == account]
-            if len(mine) >= int(st.faults.get("quota_instances") or 100):
+            if len(mine) >= st.quota():
                 return self._send(429, envelope(None, "error", "instance quota exceeded", 429))
             if not st.faults.get("duplicate_names") and any(i.name == name for i in mine):
                 return self._send(409, envelope(None, "error", f"an instance named {name!r} already exists", 409))
@@ -398,7 +412,10 @@ class Handler(BaseHTTPRequestHandler):
         if sub == "/commands" and method == "POST":
             if not isinstance(body.get("cmd"), str):
                 return self._send(400, envelope(None, "error", "cmd is required", 400))
+            # commands see the instance's environment, then their own
+            env = dict(inst.body.get("env") or {}) | dict(body.get("env") or {})
             cmd = Command(body["cmd"], body.get("cwd"), body.get("env"))
+            cmd.run_env = env
             inst.commands[cmd.uuid] = cmd
             assert st.backend is not None
             st.backend.start(inst, cmd)
@@ -429,7 +446,7 @@ class Handler(BaseHTTPRequestHandler):
             timeout = float(body.get("timeout_s", 0)) if rest == "/wait_timeout" else None
             if not cmd.done.wait(timeout):
                 return self._send(408, envelope(None, "error", "command still running", 408))
-            return self._send(200, envelope(None))
+            return self._send(200, envelope(None, null=True))
         if rest == "/stdin" and method == "POST":
             try:
                 data = base64.b64decode(str(body.get("data", "")), validate=True)
@@ -439,7 +456,7 @@ class Handler(BaseHTTPRequestHandler):
             st.backend.loop.call_soon_threadsafe(cmd.inbox.put_nowait, {"stdin": data})
             if body.get("eof"):
                 st.backend.loop.call_soon_threadsafe(cmd.inbox.put_nowait, {"eof": True})
-            return self._send(200, envelope(None))
+            return self._send(200, envelope(None, null=True))
         if rest == "/signal" and method == "POST":
             import signal as signals
 
@@ -450,7 +467,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(400, envelope(None, "error", f"unknown signal {value!r}", 400))
             if cmd.exitcode is None and st.backend is not None:
                 st.backend.signal(inst, cmd, sig)
-            return self._send(200, envelope(None))
+            return self._send(200, envelope(None, null=True))
         return self._send(404, None)
 
     def _fs(self, inst: Instance, sub: str, body: dict[str, Any]) -> None:
@@ -466,14 +483,14 @@ class Handler(BaseHTTPRequestHandler):
                     with contextlib.suppress(Exception):
                         raw = backend.read(inst, path) + raw
                 backend.write(inst, path, raw)
-                return self._send(200, envelope(None))
+                return self._send(200, envelope(None, null=True))
             if sub == "/fs/mkdir":
                 cmd = Command(f"mkdir {'-p ' if body.get('parents') else ''}'{path}'", None, None)
                 backend.start(inst, cmd)
                 cmd.done.wait(30)
                 if cmd.exitcode != 0:
                     return self._send(500, envelope(None, "error", bytes(cmd.out["stderr"]).decode(errors="replace"), 500))
-                return self._send(200, envelope(None))
+                return self._send(200, envelope(None, null=True))
         except Exception as exc:  # noqa: BLE001 - the plugin answers 500 for any fs failure
             return self._send(500, envelope(None, "error", f"{path}: {exc}", 500))
         self._send(404, None)
