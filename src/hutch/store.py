@@ -439,7 +439,7 @@ class Store(LifecycleStore):
         return dict(row) if row is not None else None
 
     def list_claims(self, provider: str | None = None, endpoint: str | None = None) -> list[dict[str, Any]]:
-        sql, args = "SELECT * FROM claims WHERE 1", []
+        sql, args = "SELECT * FROM claims WHERE 1", list[Any]()
         if provider:
             sql, args = sql + " AND provider = ?", [*args, provider]
         if endpoint:
@@ -451,10 +451,10 @@ class Store(LifecycleStore):
         unknown = set(fields) - self.CLAIM_FIELDS
         if unknown:
             raise ValueError(f"unknown claim fields {unknown}")
-        sets = ", ".join(f"{k} = ?" for k in fields)
+        sets = "".join(f"{k} = ?, " for k in fields)
         with self.transaction() as conn:
             cur = conn.execute(
-                f"UPDATE claims SET {sets}{', ' if sets else ''}revision = revision + 1, updated_at = ? WHERE id = ? AND revision = ?",
+                f"UPDATE claims SET {sets}revision = revision + 1, updated_at = ? WHERE id = ? AND revision = ?",
                 (*fields.values(), time.time(), claim_id, revision),
             )
             if cur.rowcount != 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,8 +17,6 @@ from typing import Any
 
 import jsonschema
 import yaml
-
-import os
 
 # the published files, kept unedited next to the repository (see their SOURCE.md)
 SPECS = Path(os.environ.get("HUTCH_UKC_SPECS") or Path(__file__).resolve().parents[3] / "shared" / "specs" / "unikraft-cloud")

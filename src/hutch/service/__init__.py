@@ -260,7 +260,13 @@ class Service:
             self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
             self.store.append_event("sandbox_destroyed", rec.id)
             message = "destroyed (absence proven)" if outcome["existed"] else "destroyed (the instance was already gone)"
-            return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": bool(outcome["existed"]), "message": message}
+            return {
+                "sandbox": rec.id,
+                "name": rec.name,
+                "destroyed": True,
+                "existed": bool(outcome["existed"]),
+                "message": message,
+            }
         await provider.destroy(rec)
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)

@@ -138,7 +138,7 @@ class Claims:
     async def _send_create(self, claim: dict[str, Any], provider: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
             return dict(await provider.create_instance(claim["endpoint"], body))
-        except (InvalidError, CapacityError, UnauthorizedError, NotFoundError, ConflictError) as exc:
+        except (InvalidError, CapacityError, UnauthorizedError, NotFoundError, ConflictError):
             # a definite rejection: the intent goes only once the name is proven absent
             matches = await self._matches(claim, provider)
             if not matches:
@@ -149,11 +149,11 @@ class Claims:
             self.store.update_claim(claim["id"], claim["revision"], error=f"rejected, yet {len(matches)} instances named so")
             raise
         except HutchError as exc:
-            matches = await self._safe_matches(claim, provider)
-            if matches is not None and len(matches) == 1:
-                return matches[0]  # the create happened: adopt it
-            why = "no instance by that name yet" if matches == [] else f"{len(matches or [])} matches"
-            if matches is None:
+            found = await self._safe_matches(claim, provider)
+            if found is not None and len(found) == 1:
+                return found[0]  # the create happened: adopt it
+            why = "no instance by that name yet" if found == [] else f"{len(found or [])} matches"
+            if found is None:
                 why = "the inventory could not be read"
             self.store.update_claim(claim["id"], claim["revision"], error=f"ambiguous create ({exc.message}); {why}")
             raise UnavailableError(
@@ -316,5 +316,7 @@ class Claims:
     def _settle(self, rec: SandboxRecord | None, state: SandboxState) -> None:
         if rec is not None and rec.state not in (SandboxState.destroyed, SandboxState.failed):
             self.store.mark_running_runs_lost(rec.id)
-            self.store.update_sandbox(rec.id, state=state, error=None if state == SandboxState.destroyed else "deleted outside hutch")
+            self.store.update_sandbox(
+                rec.id, state=state, error=None if state == SandboxState.destroyed else "deleted outside hutch"
+            )
             self.store.append_event("sandbox_destroyed" if state == SandboxState.destroyed else "sandbox_lost", rec.id)

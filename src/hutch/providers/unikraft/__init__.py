@@ -210,7 +210,9 @@ class UnikraftProvider:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         return d
 
-    async def _plugin(self, rec: SandboxRecord, method: str, path: str, what: str, *, ok: tuple[int, ...] = (200,), **kw: Any) -> Reply:
+    async def _plugin(
+        self, rec: SandboxRecord, method: str, path: str, what: str, *, ok: tuple[int, ...] = (200,), **kw: Any
+    ) -> Reply:
         api = self.api(self.endpoint_for(rec))
         reply = await api.plugin(str(rec.data["uuid"]), method, path, what, idempotent=method == "GET", **kw)
         if reply.status not in ok:
@@ -258,7 +260,13 @@ class UnikraftProvider:
             if deadline is not None:
                 step = max(0.0, min(step, deadline - time.monotonic()))
             wait = await self._plugin(
-                rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": step}, timeout=step + 30
+                rec,
+                "POST",
+                f"/commands/{cmd}/wait_timeout",
+                "waiting",
+                ok=(200, 408),
+                body={"timeout_s": step},
+                timeout=step + 30,
             )
             done = wait.status == 200
             if watch and not done:
@@ -402,7 +410,8 @@ class UnikraftProvider:
     async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
         path = self._dir(rec) / "transcript.jsonl"
         lines = path.read_text().splitlines() if path.exists() else []
-        records, used = [], 0
+        records: list[dict[str, Any]] = []
+        used = 0
         for i, line in enumerate(lines[offset:], start=offset):
             entry = json.loads(line)
             data = base64.b64decode(entry["data"])
@@ -467,4 +476,3 @@ class UnikraftProvider:
             type_ = {"f": "file", "d": "dir", "l": "symlink"}.get(kind, "other")
             entries.append(FileEntry(name=name, type=type_, size=int(size), mode=int(mode, 8), mtime=float(mtime)))
         return sorted(entries, key=lambda e: e.name)
-

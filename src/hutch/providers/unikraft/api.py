@@ -66,9 +66,9 @@ def resolve_token() -> tuple[str, str]:
         value = os.environ.get(var, "").strip()
         if value:
             return value, var
-    value = config_value("unikraft_token")
-    if value:
-        return value.strip(), "config file (unikraft_token)"
+    stored = config_value("unikraft_token")
+    if stored:
+        return stored.strip(), "config file (unikraft_token)"
     raise UnauthorizedError(
         "no Unikraft Cloud token",
         hint=f"export one of {', '.join(TOKEN_VARS)} (or set unikraft_token in config.toml); "
@@ -189,7 +189,7 @@ class Api:
                 content=content,
                 params=params,
                 headers=hdrs,
-                timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)) if timeout else None,
+                timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)) if timeout else self._http.timeout,
             )
             self.requests += 1
             try:
@@ -206,7 +206,8 @@ class Api:
                 ) from None
             except httpx.HTTPError as exc:
                 raise UnavailableError(
-                    f"lost the connection to Unikraft Cloud at {self.endpoint}: {self.redact(str(exc)) or exc.__class__.__name__}",
+                    f"lost the connection to Unikraft Cloud at {self.endpoint}: "
+                    + (self.redact(str(exc)) or exc.__class__.__name__),
                     hint="check the metro / URL and the network; hutch doctor --provider unikraft",
                 ) from None
             try:
