@@ -117,8 +117,6 @@ def test_run_and_status_and_inventory(ukd: Daemon, ukc: TestServer) -> None:
     inv = js(hutch(home, ukc, "list", "--provider", "unikraft", "--json"))
     assert [i["sandbox"] for i in inv["items"]] == [st["sandbox"]] and inv["account"] == ACCOUNT
     # an instance nobody claimed (made with the raw API) shows only with --all, and cleanup leaves it
-    with ukd.client():
-        pass
     stray = subprocess.run(
         [sys.executable, "-c", STRAY, ukc.url, TOKEN], capture_output=True, text=True, timeout=60, check=True
     ).stdout.strip()
@@ -251,3 +249,29 @@ def test_tokens_missing_or_of_another_account(hutch_home: Path, ukc: TestServer)
         assert js(hutch(hutch_home, ukc, "destroy", rec["id"], "--json"))[0]["existed"]
     finally:
         d.stop()
+
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "live-smoke-unikraft"
+
+
+def test_live_smoke_skips_unless_asked(tmp_path: Path) -> None:
+    for extra in (
+        {},
+        {"HUTCH_LIVE": "1"},
+        {"HUTCH_LIVE_PROVIDERS": "unikraft"},
+        {"HUTCH_LIVE": "1", "HUTCH_LIVE_PROVIDERS": "ssh"},
+    ):
+        env = hutch_env(tmp_path, **extra)  # no HUTCH_* from this environment
+        p = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60)
+        assert (p.returncode, "skipped" in p.stdout) == (0, True), (extra, p.stdout, p.stderr)
+
+
+def test_live_smoke_passes_against_the_test_server(tmp_path: Path, ukc: TestServer) -> None:
+    out = tmp_path / "live"
+    env = hutch_env(tmp_path, HUTCH_LIVE="1", HUTCH_LIVE_PROVIDERS="unikraft", UKC_TOKEN=TOKEN, UKC_METRO=ukc.url)
+    env["HUTCH_LIVE_DIR"] = str(out)
+    p = subprocess.run([sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "PASS" in p.stdout and TOKEN not in p.stdout and ukc.url not in p.stdout
+    log = out / "live-smoke.log"
+    assert log.stat().st_mode & 0o077 == 0 and TOKEN not in log.read_text()
