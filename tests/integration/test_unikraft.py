@@ -75,6 +75,8 @@ def test_lifecycle_exec_files_and_the_spec(ukd: Daemon, ukc: TestServer) -> None
         assert (r["exit_code"], r["stdout"], r["stderr"]) == (3, "out\nhi\n", "err\n")
         assert len(requests) <= 3, [(e["method"], e["path"]) for e in requests]  # the JS SDK needs 5
 
+        r = c.exec("u1", {"command": ["sh", "-c", "echo key=$API_KEY"], "secrets": {"API_KEY": "s3cr3t-value"}})
+        assert (r["exit_code"], r["stdout"]) == (0, "key=[redacted:API_KEY]\n")
         r = c.exec("u1", {"command": ["cat"], "stdin": "fed"})
         assert (r["exit_code"], r["stdout"]) == (0, "fed")
         r = c.exec("u1", {"command": ["sleep", "30"], "timeout": 1})

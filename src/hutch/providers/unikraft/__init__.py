@@ -20,6 +20,7 @@ import os
 import secrets
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,18 @@ def wrap(argv: list[str], nonce: str, stdin: bool) -> str:
     """The shell line for the plugin: the command, then its exit code behind the marker."""
     line = shlex.join(argv) + ("" if stdin else " </dev/null")
     return f"{line}; printf '\\nhutch-exit-{nonce}:%d\\n' $? >&2"
+
+
+def scrubber(secrets: dict[str, str] | None) -> Callable[[bytes], bytes]:
+    """Replaces every secret value of 4 bytes or more by ``[redacted:NAME]``."""
+    pairs = [(v.encode(), f"[redacted:{k}]".encode()) for k, v in (secrets or {}).items() if len(v) >= 4]
+
+    def scrub(data: bytes) -> bytes:
+        for value, mark in pairs:
+            data = data.replace(value, mark)
+        return data
+
+    return scrub
 
 
 def split_marker(stderr: bytes, nonce: str) -> tuple[bytes, int | None]:
@@ -234,7 +247,16 @@ class UnikraftProvider:
         stream: bool = True,
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
+        redact: dict[str, str] | None = None,
     ) -> RawOutput:
+        scrub = scrubber(redact)
+        if redact and on_output is not None:
+            raw_output = on_output
+
+            async def on_scrubbed(name: str, chunk: bytes) -> None:
+                await raw_output(name, scrub(chunk))
+
+            on_output = on_scrubbed
         if interactive is not None:
             raise InvalidError("the unikraft provider has no interactive runs yet", hint="drop -i/-t, or pass stdin")
         nonce = secrets.token_hex(8)
@@ -283,7 +305,7 @@ class UnikraftProvider:
                 await self._plugin(rec, "POST", f"/commands/{cmd}/signal", "stopping the command", body={"signal": 9})
                 await self._plugin(rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": 10})
                 break
-        raw = await self._finish(rec, run_id, cmd, nonce, max_output, reason)
+        raw = await self._finish(rec, run_id, cmd, nonce, max_output, reason, scrub)
         if on_output is not None:
             for name in ("stdout", "stderr"):
                 rest = getattr(raw, name)[sent[name] :] if sent[name] < len(getattr(raw, name)) else b""
@@ -307,7 +329,16 @@ class UnikraftProvider:
                     await on_output(name, chunk)
         return grew
 
-    async def _finish(self, rec: SandboxRecord, run_id: str, cmd: str, nonce: str, cap: int, reason: str | None) -> RawOutput:
+    async def _finish(
+        self,
+        rec: SandboxRecord,
+        run_id: str,
+        cmd: str,
+        nonce: str,
+        cap: int,
+        reason: str | None,
+        scrub: Callable[[bytes], bytes] = bytes,
+    ) -> RawOutput:
         ranges = {"stdout": {"offset": 0, "limit": cap}, "stderr": {"offset": 0, "limit": cap + HOLD}}
         reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
         out = base64.b64decode(reply.data.get("stdout") or "")
@@ -330,8 +361,8 @@ class UnikraftProvider:
         raw = RawOutput(
             exit_code=124 if reason else code,
             signal=9 if reason else (code - 128 if code > 128 else 0),
-            stdout=out[:cap],
-            stderr=err[:cap],
+            stdout=scrub(out[:cap]),
+            stderr=scrub(err[:cap]),
             stdout_bytes=out_total,
             stderr_bytes=err_total,
             timed_out=reason is not None,
