@@ -47,6 +47,7 @@ class Settings:
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     unikraft_image: str | None = None
     unikraft_ready_timeout: float = 60.0
+    unikraft_timeout: float = 30.0
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -110,5 +111,6 @@ class Settings:
             self.reaper_interval = float(self.reaper_interval)
             self.approval_timeout = float(self.approval_timeout)
             self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
+            self.unikraft_timeout = float(self.unikraft_timeout)
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -277,3 +277,53 @@ def test_live_smoke_passes_against_the_test_server(tmp_path: Path, ukc: TestServ
     assert "PASS" in p.stdout and TOKEN not in p.stdout and ukc.url not in p.stdout
     log = out / "live-smoke.log"
     assert log.stat().st_mode & 0o077 == 0 and TOKEN not in log.read_text()
+
+
+def test_a_slow_create_times_out_and_is_adopted(hutch_home: Path, ukc: TestServer) -> None:
+    d = Daemon(hutch_home, HUTCH_UNIKRAFT_TOKEN=TOKEN, UKC_METRO=ukc.url, HUTCH_UNIKRAFT_TIMEOUT="1").start()
+    try:
+        before = ukc.state()["creates"]
+        ukc.faults(slow_create=2.5)
+        try:
+            rec = js(hutch(hutch_home, ukc, "create", "--provider", "unikraft", "--json"))
+        finally:
+            ukc.faults(slow_create=0)
+        assert rec["state"] == "running" and ukc.state()["creates"] == before + 1
+        assert js(hutch(hutch_home, ukc, "destroy", rec["id"], "--json"))[0]["existed"]
+    finally:
+        d.stop()
+
+
+def test_two_instances_of_one_name_are_never_guessed_between(ukd: Daemon, ukc: TestServer) -> None:
+    before = ukc.state()["creates"]
+    ukc.faults(double_create=1, duplicate_names=True)
+    try:
+        p = hutch(ukd.home, ukc, "create", "--provider", "unikraft", "--json")
+    finally:
+        ukc.faults(duplicate_names=False)
+    assert p.returncode == 1 and "2 matches" in js(p)["error"]["message"] and "cleanup" in js(p)["error"]["hint"]
+    assert ukc.state()["creates"] == before + 2  # both made by the server in one create; hutch sent one
+    [claim] = js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"]
+    assert claim["claim_state"] == "intent"
+    report = js(hutch(ukd.home, ukc, "cleanup", "--json"))
+    assert not report["ok"] and report["providers"][0]["actions"][0]["error"]["kind"] == "conflict"
+    twins = [i for i in mine(ukc) if i["name"] == claim["name"]]
+    assert len(twins) == 2  # left alone: which one is ours cannot be told
+    for twin in twins:
+        ukc.delete_behind_our_back(twin["uuid"])
+    assert js(hutch(ukd.home, ukc, "cleanup", "--json"))["ok"]  # now proven absent: the intent goes
+    assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
+
+
+def test_forget_missing_drops_claims_the_provider_deleted(ukd: Daemon, ukc: TestServer) -> None:
+    rec = js(hutch(ukd.home, ukc, "create", "--provider", "unikraft", "--json"))
+    [item] = js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"]
+    ukc.delete_behind_our_back(item["uuid"])
+    [item] = js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"]
+    assert item["missing"] and item["instance_state"] == "missing"
+    report = js(hutch(ukd.home, ukc, "cleanup", "--json"))
+    assert report["providers"][0]["actions"][0]["action"] == "report-missing"
+    report = js(hutch(ukd.home, ukc, "cleanup", "--forget-missing", "--json"))
+    assert report["ok"] and report["providers"][0]["actions"][0]["action"] == "forget"
+    assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
+    assert js(hutch(ukd.home, ukc, "get", rec["id"], "--json"))["state"] == "lost"

@@ -184,3 +184,66 @@ def test_exit_marker_round_trip() -> None:
     assert split_marker(b"oops\nhutch-exit-abcd:3\n", "abcd") == (b"oops", 3)
     assert split_marker(b"no newline at end\nhutch-exit-abcd:0\n", "abcd") == (b"no newline at end", 0)
     assert split_marker(b"fake\nhutch-exit-zzzz:0\n", "abcd") == (b"fake\nhutch-exit-zzzz:0\n", None)
+
+
+def test_claim_updates_check_the_revision(tmp_path: Path) -> None:
+    from hutch.errors import ConflictError
+    from hutch.store import Store
+
+    store = Store(tmp_path / "db")
+    claim = store.insert_claim(
+        {
+            "id": "clm_1",
+            "provider": "unikraft",
+            "name": "hutch-x",
+            "endpoint": "e",
+            "account": "a",
+            "request_hash": "h",
+            "state": "intent",
+        }
+    )
+    moved = store.update_claim("clm_1", claim["revision"], state="ready", resource_id="u")
+    assert moved["revision"] == claim["revision"] + 1
+    with pytest.raises(ConflictError):
+        store.update_claim("clm_1", claim["revision"], state="delete_attempt")  # a stale writer loses
+    with pytest.raises(ConflictError):
+        store.delete_claim("clm_1", claim["revision"])
+    store.delete_claim("clm_1", moved["revision"])
+    assert store.list_claims() == []
+
+
+def test_concurrent_destroys_of_one_claim_send_one_delete(tmp_path: Path, ts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two Services (as two processes would) on one store: the claim lock serializes them."""
+    from hutch.config import Settings
+    from hutch.models import SandboxSpec
+    from hutch.service import Service
+
+    monkeypatch.setenv("HUTCH_UNIKRAFT_TOKEN", TOKEN)
+
+    async def go() -> list[dict[str, Any]]:
+        a, b = (Service(Settings.load(home=tmp_path)) for _ in range(2))
+        prov_a, prov_b = a.provider("unikraft"), b.provider("unikraft")
+        spec = SandboxSpec(provider="unikraft", provider_options={"metro": ts.url})
+        from hutch.models import SandboxRecord, SandboxState
+
+        rec = SandboxRecord(
+            id="sbx_test1", provider="unikraft", state=SandboxState.creating, spec=spec, created_at=0, updated_at=0
+        )
+        a.store.insert_sandbox(rec)
+        prov_a.wait_ready = _ready  # type: ignore[attr-defined]
+        await a.claims.create(rec, prov_a)
+        claim = a.store.find_claim(rec.id)
+        assert claim is not None
+        results = await asyncio.gather(a.claims.destroy_claim(claim["id"], prov_a), b.claims.destroy_claim(claim["id"], prov_b))
+        await a.close()
+        await b.close()
+        return list(results)
+
+    results = run(go())
+    assert sorted(r["message"] for r in results) == ["deleted, absence proven", "no claim (already gone)"]
+    deletes = [e for e in ts.state.log if e["method"] == "DELETE"]
+    assert len(deletes) == 1 and ts.state.instances == {}
+
+
+async def _ready(endpoint: str, uuid: str) -> None:
+    return None

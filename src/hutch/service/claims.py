@@ -181,7 +181,10 @@ class Claims:
         scope = await self._scope(provider, claim["endpoint"])
         self._check_account(claim, scope["account"])
         async with self.lock(claim["id"]):
-            claim = self.store.get_claim(claim["id"])  # what another process may have done meanwhile
+            try:
+                claim = self.store.get_claim(claim["id"])  # what another process may have done meanwhile
+            except NotFoundError:
+                return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
             existed = True
             if claim["state"] == "intent":
                 matches = await self._matches(claim, provider)
@@ -278,8 +281,11 @@ class Claims:
             started = claim["state"] in ("delete_attempt", "delete_accepted")
             live = rec is not None and rec.state == SandboxState.running
             expired = claim["expires_at"] is not None and claim["expires_at"] < time.time()
+            creating = rec is not None and rec.state == SandboxState.creating
             if item["missing"] and claim["state"] == "ready":
                 action = "forget" if forget_missing else "report-missing"
+            elif creating and not started:
+                action = "skip-creating"  # its create is in progress in the daemon right now
             elif started or claim["state"] == "intent":
                 action = "destroy"  # resumed whatever keep says: deletion (or the create) already started
             elif kept:

@@ -89,7 +89,7 @@ class UnikraftProvider:
                 if self.crash_hook is not None and method == "POST" and path == "/v1/instances":
                     self.crash_hook("create_sent")
 
-            self._apis[endpoint] = Api(endpoint, token, on_response=on_response)
+            self._apis[endpoint] = Api(endpoint, token, timeout=self.settings.unikraft_timeout, on_response=on_response)
         return self._apis[endpoint]
 
     def endpoint_for(self, rec: SandboxRecord) -> str:

@@ -13,7 +13,9 @@ instances, counters and the request log):
 - ``drop_create``: N creates are carried out and then the connection is closed unanswered
 - ``create_500``: N creates are carried out and answered 500 (an ambiguous answer)
 - ``fail_5xx``: N requests (any route) are answered 503 without doing anything
-- ``slow``: seconds to wait before every answer
+- ``slow``: seconds to wait before every answer; ``slow_create``: before a create's answer
+  (after the instance is made)
+- ``double_create``: N creates make two instances of the same name and go unanswered
 - ``standby``: new instances start in standby; a plugin request wakes one, answering 503
   for ``wake_seconds`` first
 - ``plugin_never_ready``: plugin routes always answer 503
@@ -190,6 +192,14 @@ class Handler(BaseHTTPRequestHandler):
             inst.state = "standby"
         with st.lock:
             st.instances[inst.uuid] = inst
+        if st.take("double_create"):  # a platform bug: the same create made two instances
+            twin = Instance(name, body, account, st.backend.create(128) if st.backend else None)
+            with st.lock:
+                st.instances[twin.uuid] = twin
+                st.creates += 1
+            return self._drop()
+        if st.faults.get("slow_create"):
+            time.sleep(float(st.faults["slow_create"]))
         if st.take("drop_create"):
             return self._drop()
         if st.take("create_500"):
