@@ -113,8 +113,9 @@ def test_run_and_status_and_inventory(ukd: Daemon, ukc: TestServer) -> None:
     home = ukd.home
     p = hutch(home, ukc, "run", "--provider", "unikraft", "--", "sh", "-c", "echo ran; exit 5")
     assert (p.returncode, p.stdout) == (5, "ran\n"), p.stderr
-    js(hutch(home, ukc, "warmup", "--provider", "unikraft", "--name", "w", "--json"))
+    js(hutch(home, ukc, "warmup", "--provider", "unikraft", "--name", "w", "--workdir", "/tmp/app", "--json"))
     st = js(hutch(home, ukc, "status", "w", "--wait", "--json"))
+    assert hutch(home, ukc, "exec", "w", "--", "pwd").stdout == "/tmp/app\n"  # made at create
     assert st["state"] == "running" and st["claim"]["state"] == "ready" and st["instance"] == "running"
     inv = js(hutch(home, ukc, "list", "--provider", "unikraft", "--json"))
     assert [i["sandbox"] for i in inv["items"]] == [st["sandbox"]] and inv["account"] == ACCOUNT

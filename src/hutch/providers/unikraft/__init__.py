@@ -171,9 +171,10 @@ class UnikraftProvider:
             hint="the claim is kept; retry with hutch destroy or hutch cleanup",
         )
 
-    async def wait_ready(self, endpoint: str, uuid: str) -> None:
+    async def wait_ready(self, endpoint: str, uuid: str, workdir: str | None = None) -> None:
         """Until the plugin answers its readiness probe (``GET /commands``), at most
-        ``unikraft_ready_timeout`` seconds (HUTCH_UNIKRAFT_READY_TIMEOUT)."""
+        ``unikraft_ready_timeout`` seconds (HUTCH_UNIKRAFT_READY_TIMEOUT); then make sure the
+        sandbox's workdir exists (images need not have ``/workspace``)."""
         api = self.api(endpoint)
         end = time.monotonic() + self.settings.unikraft_ready_timeout
         last = "no answer"
@@ -185,6 +186,11 @@ class UnikraftProvider:
                 last = exc.message
             else:
                 if reply.status == 200:
+                    if workdir:
+                        body = {"path": workdir, "parents": True}
+                        made = await api.plugin(uuid, "POST", "/fs/mkdir", "creating the workdir", idempotent=True, body=body)
+                        if made.status != 200:
+                            raise api.fail(made, f"creating {workdir}")
                     return
                 last = f"HTTP {reply.status}" + (f": {reply.message}" if reply.message else "")
                 if reply.status in (401, 403, 404):

@@ -36,6 +36,7 @@ import base64
 import contextlib
 import json
 import re
+import shlex
 import sys
 import tempfile
 import threading
@@ -334,7 +335,7 @@ class Handler(BaseHTTPRequestHandler):
                 backend.write(inst, path, raw)
                 return self._send(200, envelope(None, null=True))
             if sub == "/fs/mkdir":
-                cmd = Command(f"mkdir {'-p ' if body.get('parents') else ''}'{path}'", None, None)
+                cmd = Command(f"mkdir {'-p ' if body.get('parents') else ''}{shlex.quote(path)}", None, None)
                 backend.start(inst, cmd)
                 cmd.done.wait(30)
                 if cmd.exitcode != 0:
