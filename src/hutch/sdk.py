@@ -102,6 +102,8 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         idle_timeout: str | float | None = None,
         on_expire: Literal["destroy", "pause"] | None = None,
         require_approval: builtins.list[str] | None = None,
+        image: str | None = None,
+        unikraft_metro: str | None = None,
         settings: Settings | None = None,
     ) -> Sandbox:
         client = Client(settings)
@@ -111,6 +113,8 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
             allow_ports=allow_ports,
             allow_cidrs=allow_cidrs,
             secrets=secrets,
+            image=image,
+            unikraft_metro=unikraft_metro,
             name=name,
             memory=memory,
             pids=pids,
@@ -325,6 +329,8 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         idle_timeout: str | float | None = None,
         on_expire: Literal["destroy", "pause"] | None = None,
         require_approval: builtins.list[str] | None = None,
+        image: str | None = None,
+        unikraft_metro: str | None = None,
         settings: Settings | None = None,
     ) -> AsyncSandbox:
         client = AsyncClient(settings)
@@ -334,6 +340,8 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
             allow_ports=allow_ports,
             allow_cidrs=allow_cidrs,
             secrets=secrets,
+            image=image,
+            unikraft_metro=unikraft_metro,
             name=name,
             memory=memory,
             pids=pids,

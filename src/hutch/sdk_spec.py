@@ -15,9 +15,11 @@ def _spec(**kw: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {
         k: v
         for k, v in kw.items()
-        if k in ("name", "env", "labels", "workdir", "provider", "ttl", "idle_timeout", "on_expire", "require_approval")
+        if k in ("name", "env", "labels", "workdir", "provider", "ttl", "idle_timeout", "on_expire", "require_approval", "image")
         and v is not None
     }
+    if kw.get("unikraft_metro"):
+        spec["provider_options"] = {"metro": kw["unikraft_metro"]}
     limits = {k: kw[k] for k in ("memory", "pids", "cpus") if kw.get(k) is not None}
     if limits:
         spec["limits"] = limits

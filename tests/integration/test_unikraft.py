@@ -328,3 +328,14 @@ def test_forget_missing_drops_claims_the_provider_deleted(ukd: Daemon, ukc: Test
     assert report["ok"] and report["providers"][0]["actions"][0]["action"] == "forget"
     assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
     assert js(hutch(ukd.home, ukc, "get", rec["id"], "--json"))["state"] == "lost"
+
+
+def test_the_sdk_drives_unikraft_sandboxes(ukd: Daemon, ukc: TestServer) -> None:
+    from hutch import Sandbox
+
+    with Sandbox.create(provider="unikraft", image="hutch/sandbox:latest", unikraft_metro=ukc.url, settings=ukd.settings) as sbx:
+        assert sbx.exec("echo from-sdk; exit 2").exit_code == 2
+        assert sbx.exec(["cat"], stdin="in").stdout == "in"
+        [inst] = [i for i in mine(ukc) if i["name"] == js(hutch(ukd.home, ukc, "status", sbx.id, "--json"))["claim"]["name"]]
+        assert inst["image"] == "hutch/sandbox:latest"
+    assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
