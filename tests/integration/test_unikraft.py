@@ -116,6 +116,7 @@ def test_run_and_status_and_inventory(ukd: Daemon, ukc: TestServer) -> None:
     js(hutch(home, ukc, "warmup", "--provider", "unikraft", "--name", "w", "--workdir", "/tmp/app", "--json"))
     st = js(hutch(home, ukc, "status", "w", "--wait", "--json"))
     assert hutch(home, ukc, "exec", "w", "--", "pwd").stdout == "/tmp/app\n"  # made at create
+    assert "network:   the instance's own (not filtered by hutch)" in hutch(home, ukc, "get", "w").stdout
     assert st["state"] == "running" and st["claim"]["state"] == "ready" and st["instance"] == "running"
     inv = js(hutch(home, ukc, "list", "--provider", "unikraft", "--json"))
     assert [i["sandbox"] for i in inv["items"]] == [st["sandbox"]] and inv["account"] == ACCOUNT

@@ -251,9 +251,11 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("pids", f"{lim['pids']} ({enf.get('pids', 'not enforced')})"),
         ("cpus", f"{lim['cpus'] if lim.get('cpus') else 'unlimited'}" + (f" ({enf['cpus']})" if "cpus" in enf else "")),
         ("workdir", r["spec"]["workdir"]),
-        *describe_network(r),
+        *(describe_network(r) if r["provider"] != "unikraft" else [("network", "the instance's own (not filtered by hutch)")]),
         *_lifetime_lines(r),
     ]
+    if r["spec"].get("image"):
+        lines.append(("image", r["spec"]["image"]))
     if "seccomp" in enf:
         lines.append(("seccomp", enf["seccomp"]))
     for m in r["spec"].get("mounts", []):
