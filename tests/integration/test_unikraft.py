@@ -337,6 +337,8 @@ def test_the_sdk_drives_unikraft_sandboxes(ukd: Daemon, ukc: TestServer) -> None
     with Sandbox.create(provider="unikraft", image="hutch/sandbox:latest", unikraft_metro=ukc.url, settings=ukd.settings) as sbx:
         assert sbx.exec("echo from-sdk; exit 2").exit_code == 2
         assert sbx.exec(["cat"], stdin="in").stdout == "in"
+        quiet = sbx.exec("echo once; sleep 30", idle_timeout=1)
+        assert (quiet.status, quiet.exit_code, quiet.stdout) == ("timed_out", 124, "once\n")
         [inst] = [i for i in mine(ukc) if i["name"] == js(hutch(ukd.home, ukc, "status", sbx.id, "--json"))["claim"]["name"]]
         assert inst["image"] == "hutch/sandbox:latest"
     assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
