@@ -283,8 +283,11 @@ class UnikraftProvider:
         last_output = time.monotonic()
         reason = None
         watch = on_output is not None or idle_timeout is not None
+        quiet = 0.25  # while watching: 0.25 s after output, growing to 2 s while there is none
         while True:
-            step = 3600.0 if not watch else 0.25
+            step = 3600.0 if not watch else quiet
+            if idle_timeout is not None:
+                step = max(0.05, min(step, idle_timeout - (time.monotonic() - last_output)))
             if deadline is not None:
                 step = max(0.0, min(step, deadline - time.monotonic()))
             wait = await self._plugin(
@@ -301,6 +304,7 @@ class UnikraftProvider:
                 grew = await self._follow(rec, cmd, sent, on_output)
                 if grew:
                     last_output = time.monotonic()
+                quiet = 0.25 if grew else min(2.0, quiet * 1.5)
             if done:
                 break
             if deadline is not None and time.monotonic() >= deadline:
