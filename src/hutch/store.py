@@ -25,7 +25,7 @@ from hutch.models import (
     SandboxState,
     SnapshotRecord,
 )
-from hutch.store_claims import ClaimsStore
+from hutch.store_claims import CLAIMS_SQL, ClaimsStore
 from hutch.store_lifecycle import LIFECYCLE_SQL, LifecycleStore
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -112,30 +112,7 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0005_lifecycle",
         LIFECYCLE_SQL,
     ),
-    (
-        "0006_claims",
-        """
-        CREATE TABLE claims (
-            id TEXT PRIMARY KEY,
-            provider TEXT NOT NULL,
-            sandbox_id TEXT,
-            name TEXT NOT NULL UNIQUE,
-            endpoint TEXT NOT NULL,
-            account TEXT NOT NULL,
-            request_hash TEXT NOT NULL,
-            resource_id TEXT,
-            state TEXT NOT NULL,
-            revision INTEGER NOT NULL DEFAULT 1,
-            keep INTEGER NOT NULL DEFAULT 0,
-            expires_at REAL,
-            error TEXT,
-            created_at REAL NOT NULL,
-            updated_at REAL NOT NULL
-        );
-        CREATE INDEX claims_scope ON claims(provider, endpoint, account);
-        CREATE INDEX claims_sandbox ON claims(sandbox_id);
-        """,
-    ),
+    ("0006_claims", CLAIMS_SQL),
 ]
 LIVE_SQL = "('creating', 'running', 'paused', 'destroying')"
 UNSET: Any = object()

@@ -14,6 +14,28 @@ from typing import Any
 
 from hutch.errors import ConflictError, NotFoundError
 
+CLAIMS_SQL = """
+CREATE TABLE claims (
+    id TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    sandbox_id TEXT,
+    name TEXT NOT NULL UNIQUE,
+    endpoint TEXT NOT NULL,
+    account TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    resource_id TEXT,
+    state TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 1,
+    keep INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX claims_scope ON claims(provider, endpoint, account);
+CREATE INDEX claims_sandbox ON claims(sandbox_id);
+"""
+
 
 class ClaimsStore:
     transaction: Callable[[], AbstractContextManager[Any]]  # provided by Store

@@ -29,8 +29,8 @@ from hutch.models import (
 from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
-from hutch.service.lifecycle import Lifecycle
 from hutch.service.claims import Claims, crashpoint
+from hutch.service.lifecycle import Lifecycle
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -250,29 +250,22 @@ class Service:
         previous = rec.state
         self.store.update_sandbox(rec.id, state=SandboxState.destroying)
         provider = self.provider(rec.provider)
-        if self.claimed(provider):
+        existed, message = True, "destroyed"
+        if self.claimed(provider):  # through its claim: delete by UUID, then prove it absent
             try:
                 outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
             except HutchError as exc:  # the claim keeps the truth; the sandbox stays as it was
                 self.store.update_sandbox(rec.id, state=previous, error=f"destroy failed: {exc.message}")
                 raise
-            self.store.mark_running_runs_lost(rec.id)
-            self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
-            self.store.append_event("sandbox_destroyed", rec.id)
-            message = "destroyed (absence proven)" if outcome["existed"] else "destroyed (the instance was already gone)"
-            return {
-                "sandbox": rec.id,
-                "name": rec.name,
-                "destroyed": True,
-                "existed": bool(outcome["existed"]),
-                "message": message,
-            }
-        await provider.destroy(rec)
+            existed = bool(outcome["existed"])
+            message = "destroyed (absence proven)" if existed else "destroyed (the instance was already gone)"
+        else:
+            await provider.destroy(rec)
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
         self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)
         self.approvals.close_for(rec.id)
-        out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": True, "message": "destroyed"}
+        out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}
         return out | ({"children": children} if children else {})
 
     # -- inventory, cleanup, status (claims live in service/claims.py) ------------------

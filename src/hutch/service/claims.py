@@ -280,7 +280,8 @@ class Claims:
             kept = bool(keep) and any(k in (claim["id"], claim["name"], claim["sandbox_id"], rec and rec.name) for k in keep)
             started = claim["state"] in ("delete_attempt", "delete_accepted")
             live = rec is not None and rec.state == SandboxState.running
-            expired = claim["expires_at"] is not None and claim["expires_at"] < time.time()
+            deadline = claim["expires_at"] or (rec.expires_at if rec is not None else None)  # hutch create --ttl
+            expired = deadline is not None and deadline < time.time()
             creating = rec is not None and rec.state == SandboxState.creating
             if item["missing"] and claim["state"] == "ready":
                 action = "forget" if forget_missing else "report-missing"
