@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,3 +344,15 @@ def test_the_sdk_drives_unikraft_sandboxes(ukd: Daemon, ukc: TestServer) -> None
         [inst] = [i for i in mine(ukc) if i["name"] == js(hutch(ukd.home, ukc, "status", sbx.id, "--json"))["claim"]["name"]]
         assert inst["image"] == "hutch/sandbox:latest"
     assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
+
+
+def test_a_ttl_expiry_deletes_the_instance_through_its_claim(ukd: Daemon, ukc: TestServer) -> None:
+    rec = js(hutch(ukd.home, ukc, "create", "--provider", "unikraft", "--ttl", "1s", "--json"))
+    with ukd.client() as c:
+        for _ in range(300):  # the daemon's reaper checks every second
+            if c.get(rec["id"])["state"] == "destroyed":
+                break
+            time.sleep(0.1)
+        assert c.get(rec["id"])["state"] == "destroyed"
+    assert js(hutch(ukd.home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
+    assert not [i for i in mine(ukc) if i["name"] == "hutch-" + rec["id"].removeprefix("sbx_")]
