@@ -16,10 +16,11 @@ from typing import Any, Literal, overload
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
 from hutch.sdk_lifecycle import _AsyncLifecycle, _Lifecycle
+from hutch.sdk_policy import AsyncPolicy, Policy
 from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
-from hutch.sdk_spec import _exec_req, _policy_change, _spec, _with_defaults
+from hutch.sdk_spec import _exec_req, _spec, _with_defaults
 from hutch.sdk_workspace import AsyncSandboxWorkspace, SandboxWorkspace
 
 __all__ = [
@@ -64,6 +65,7 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         self.client = client
         self.files = Files(self)
         self.runs = Runs(self)
+        self.policy = Policy(self)
 
     @property
     def _cap(self) -> int:
@@ -158,25 +160,6 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
     def network(self) -> dict[str, Any]:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
         return dict(self.info["spec"].get("network") or {"mode": "none"})
-
-    def policy(
-        self,
-        *,
-        network: str | None = None,
-        allow_hosts: builtins.list[str] | None = None,
-        deny_hosts: builtins.list[str] | None = None,
-        remove_hosts: builtins.list[str] | None = None,
-        allow_ports: builtins.list[int] | None = None,
-        allow_cidrs: builtins.list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Show or change the network policy, live (new connections follow it at once).
-
-        ``network``: none | allowlist | open. Hosts are names or ``*.suffix``. Returns the
-        policy now in force; every change is recorded as a ``policy_changed`` event.
-        """
-        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
-        self.info = self.client.policy(self.id, change) if change else self.client.get(self.id)
-        return self.network
 
     @overload
     def exec(
@@ -291,6 +274,7 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         self.client = client
         self.files = AsyncFiles(self)
         self.runs = AsyncRuns(self)
+        self.policy = AsyncPolicy(self)
 
     @property
     def _cap(self) -> int:
@@ -385,25 +369,6 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
     def network(self) -> dict[str, Any]:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
         return dict(self.info["spec"].get("network") or {"mode": "none"})
-
-    async def policy(
-        self,
-        *,
-        network: str | None = None,
-        allow_hosts: builtins.list[str] | None = None,
-        deny_hosts: builtins.list[str] | None = None,
-        remove_hosts: builtins.list[str] | None = None,
-        allow_ports: builtins.list[int] | None = None,
-        allow_cidrs: builtins.list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Show or change the network policy, live (new connections follow it at once).
-
-        ``network``: none | allowlist | open. Hosts are names or ``*.suffix``. Returns the
-        policy now in force; every change is recorded as a ``policy_changed`` event.
-        """
-        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
-        self.info = await self.client.policy(self.id, change) if change else await self.client.get(self.id)
-        return self.network
 
     @overload
     async def exec(

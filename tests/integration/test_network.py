@@ -318,11 +318,12 @@ def test_policy_changes_apply_live(netd: Daemon, sbx: Sandbox, upstream: Upstrea
     init = sbx.exec(["cat", "/proc/1/stat"]).stdout.split()[21]  # its start time: the same sandbox throughout
     code, out, _ = curl(sbx, "-i", "http://other.test:9090/")
     assert "403" in out
-    policy = sbx.policy(allow_hosts=["other.test"], allow_ports=[9090])
+    policy = sbx.policy.update(allow_hosts=["other.test"], allow_ports=[9090])
+    assert sbx.policy.get() == policy
     assert "other.test" in policy["allow_hosts"] and 9090 in policy["ports"]
     code, out, err = curl(sbx, "http://other.test:9090/now")
     assert code == 0 and out == "upstream other /now\n", err
-    sbx.policy(deny_hosts=["*.allowed.test"])
+    sbx.policy(deny_hosts=["*.allowed.test"])  # calling it is update()
     code, out, _ = curl(sbx, "-i", "http://api.allowed.test:8080/")
     assert "denied_host" in out
     assert sbx.exec(["cat", "/proc/1/stat"]).stdout.split()[21] == init  # never restarted
@@ -538,3 +539,20 @@ def test_secrets_reach_every_run_of_a_reused_session(netd: Daemon, tmp_path: Pat
     assert outs[0]["sandbox_id"] == outs[1]["sandbox_id"]
     with netd.client() as c:
         c.destroy(outs[0]["sandbox_id"])
+
+
+def test_a_gated_policy_change_needs_an_approval_from_the_sdk_too(netd: Daemon) -> None:
+    from hutch.errors import ApprovalRequiredError
+
+    box = Sandbox.create(allow_hosts=["allowed.test"], require_approval=["network.change"], settings=netd.settings)
+    try:
+        with pytest.raises(ApprovalRequiredError) as err:
+            box.policy.update(allow_hosts=["other.test"])
+        approval = err.value.approval_id
+        assert approval and approval.startswith("apr_")
+        assert box.policy.get()["allow_hosts"] == ["allowed.test"]  # nothing changed
+        with netd.client() as c:
+            c.decide(approval, True, by="test")
+        assert box.policy.update(allow_hosts=["other.test"], approval=approval)["allow_hosts"] == ["allowed.test", "other.test"]
+    finally:
+        box.destroy()  # destroy is not gated for this sandbox

@@ -8,6 +8,7 @@ import pytest
 
 import hutch
 from hutch.sdk import AsyncFiles, AsyncRun, AsyncRuns, AsyncSandbox, Files, Run, Runs, Sandbox
+from hutch.sdk_policy import AsyncPolicy, Policy
 
 SYNC_TO_ASYNC_DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
@@ -28,7 +29,8 @@ def instance_attributes(cls: type) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+    ("sync_cls", "async_cls"),
+    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
 )
 def test_same_public_members(sync_cls: type, async_cls: type) -> None:
     assert set(public_members(sync_cls)) == set(public_members(async_cls))
@@ -36,7 +38,8 @@ def test_same_public_members(sync_cls: type, async_cls: type) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+    ("sync_cls", "async_cls"),
+    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
 )
 def test_same_signatures(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
@@ -49,7 +52,8 @@ def test_same_signatures(sync_cls: type, async_cls: type) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns)]
+    ("sync_cls", "async_cls"),
+    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
 )
 def test_async_twin_is_awaitable_and_sync_is_not(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
