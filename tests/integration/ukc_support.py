@@ -19,7 +19,8 @@ import jsonschema
 import yaml
 
 # the published files, kept unedited next to the repository (see their SOURCE.md)
-SPECS = Path(os.environ.get("HUTCH_UKC_SPECS") or Path(__file__).resolve().parents[3] / "shared" / "specs" / "unikraft-cloud")
+# Unedited copies of the published files (see their SOURCE.md); HUTCH_UKC_SPECS points elsewhere.
+SPECS = Path(os.environ.get("HUTCH_UKC_SPECS") or Path(__file__).resolve().parents[1] / "specs" / "unikraft-cloud")
 TOKEN = "tok-" + "a1b2c3d4e5f6"
 ACCOUNT = "11111111-2222-3333-4444-555555555555"
 OTHER_TOKEN = "tok-other-99887766"
