@@ -95,5 +95,10 @@ def serve(settings: Settings, announce: Callable[[], None] | None = None) -> int
             log.info("a hutch daemon is already running for %s", settings.home)
             return 0
         raise UnavailableError("another hutch daemon holds the lock but does not answer", hint="hutch daemon stop") from None
-    asyncio.run(_serve(settings, lock_fd, announce))
+    try:  # uvloop when installed (the default on Linux): a third less event-loop overhead per proxied request
+        import uvloop
+    except ImportError:
+        asyncio.run(_serve(settings, lock_fd, announce))
+    else:
+        uvloop.run(_serve(settings, lock_fd, announce))
     return 0
