@@ -9,13 +9,13 @@ from __future__ import annotations
 import builtins
 import http.client
 import json
-import socket
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from hutch.client_lifecycle import AsyncLifecycleAPI, LifecycleAPI
+from hutch.client_transport import Endpoint
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.server.launcher import ensure_daemon
@@ -51,23 +51,6 @@ def _raise_for(resp: Response | httpx.Response) -> None:
     raise HutchError.from_dict(body)
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("hutch", timeout=None)
-        self.path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(10.0)
-        try:
-            sock.connect(self.path)
-        except OSError:
-            sock.close()
-            raise
-        sock.settimeout(None)
-        self.sock = sock
-
-
 def _path(ref: str) -> str:
     return "/v1/sandboxes/" + quote(ref, safe="")
 
@@ -75,17 +58,15 @@ def _path(ref: str) -> str:
 class _Base:
     def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
         self.settings = settings or Settings.load()
-        self.autostart = autostart
+        self.endpoint = Endpoint.from_settings(self.settings)
+        self.autostart = autostart and not self.endpoint.remote  # never start a daemon for HUTCH_HOST
 
     def _unavailable(self, exc: Exception) -> UnavailableError:
-        return UnavailableError(
-            f"cannot reach the hutch daemon at {self.settings.socket_path}: {exc}",
-            hint="start it with hutch serve, or check hutch daemon status and hutch daemon logs",
-        )
+        return self.endpoint.unavailable(exc)
 
 
 class Client(_Base, LifecycleAPI):
-    """Synchronous client over the daemon's unix socket.
+    """Synchronous client over the daemon's unix socket, or over TCP to ``HUTCH_HOST``.
 
     Built on the standard library's http.client: importing httpx costs about 115 ms,
     which alone would exceed the CLI's latency budget. The async client uses httpx.
@@ -106,7 +87,7 @@ class Client(_Base, LifecycleAPI):
     def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
         # One connection per request: a kept-alive connection the daemon closed while idle
         # would fail a POST in a way that cannot be retried safely. Connecting costs ~50 us.
-        conn = _UnixConnection(str(self.settings.socket_path))
+        conn = self.endpoint.connection()
         try:
             conn.request(method, url, body=body, headers=headers)
             raw = conn.getresponse()
@@ -122,7 +103,7 @@ class Client(_Base, LifecycleAPI):
     ) -> Response:
         if params:
             url += _query(params)
-        headers = {}
+        headers = self.endpoint.headers()
         body = content
         if json is not None:
             body = _dumps(json)
@@ -146,9 +127,9 @@ class Client(_Base, LifecycleAPI):
         if params:
             url += _query(params)
         body = _dumps(json) if json is not None else None
-        headers = {"content-type": "application/json"} if json is not None else {}
+        headers = self.endpoint.headers() | ({"content-type": "application/json"} if json is not None else {})
         for attempt in (0, 1):
-            conn = _UnixConnection(str(self.settings.socket_path))
+            conn = self.endpoint.connection()
             try:
                 conn.request(method, url, body=body, headers=headers)
                 raw = conn.getresponse()
@@ -353,8 +334,14 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
 
         super().__init__(settings, autostart)
         self._httpx = httpx
-        transport = httpx.AsyncHTTPTransport(uds=str(self.settings.socket_path))
-        self.http = httpx.AsyncClient(transport=transport, base_url="http://hutch", timeout=httpx.Timeout(10.0, read=None))
+        ep = self.endpoint
+        if ep.scheme == "unix":
+            transport = httpx.AsyncHTTPTransport(uds=ep.address)
+        else:
+            transport = httpx.AsyncHTTPTransport(verify=ep.ssl_context() if ep.scheme == "https" else True)
+        self.http = httpx.AsyncClient(
+            transport=transport, base_url=ep.base_url, headers=ep.headers(), timeout=httpx.Timeout(10.0, read=None)
+        )
 
     async def close(self) -> None:
         await self.http.aclose()

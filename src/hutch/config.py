@@ -1,9 +1,10 @@
-"""Settings: flag > environment (``HUTCH_*``) > config file > default.
+"""Settings: flag > environment (``HUTCH_*``) > profile > config file > default.
 
 The state directory comes from platformdirs (``/var/lib/hutch`` when running as root, so
 that unprivileged sandbox users can be given their own directories beneath it), and
 ``HUTCH_HOME`` overrides it. The config file is ``$HUTCH_HOME/config.toml`` or
-``HUTCH_CONFIG``.
+``HUTCH_CONFIG``; its ``[profiles.NAME]`` tables (selected with ``--profile`` or
+``HUTCH_PROFILE``) override its top-level keys.
 """
 
 from __future__ import annotations
@@ -48,6 +49,16 @@ class Settings:
     unikraft_image: str | None = None
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
+    # the client's daemon: "" is the local unix socket; unix:///path, http://127.0.0.1:PORT, https://host:port
+    host: str = ""
+    token_file: str = ""  # the client's bearer token (or HUTCH_TOKEN, env only)
+    ca_file: str = ""  # a CA bundle the client trusts for an https host
+    # hutch serve --listen: a TCP listener next to the unix socket, with its token and TLS files
+    listen: str = ""
+    api_token_file: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+    profile: str = ""
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -71,7 +82,7 @@ class Settings:
         """Resolve every setting; ``flags`` given as None are ignored."""
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        names = [f.name for f in fields(cls) if f.name != "sources"]
+        names = [f.name for f in fields(cls) if f.name not in ("sources", "profile")]
         home_env = os.environ.get(ENV_PREFIX + "HOME")
         home = Path(flags.get("home") or home_env or default_home())
         cfg_path = Path(os.environ.get(ENV_PREFIX + "CONFIG") or home / "config.toml")
@@ -81,17 +92,22 @@ class Settings:
                 file_values = tomllib.loads(cfg_path.read_text())
             except (tomllib.TOMLDecodeError, OSError) as exc:
                 raise InvalidError(f"cannot read config file {cfg_path}: {exc}", hint="fix or remove the file") from exc
+        profile = str(flags.get("profile") or os.environ.get(ENV_PREFIX + "PROFILE") or "")
+        profile_values = _profile(file_values, profile, cfg_path)
         for name in names:
             env = os.environ.get(ENV_PREFIX + name.upper())
             if flags.get(name) is not None:
                 values[name], sources[name] = flags[name], "flag"
             elif env not in (None, ""):
                 values[name], sources[name] = env, "env"
+            elif name in profile_values:
+                values[name], sources[name] = profile_values[name], f"profile {profile}"
             elif name in file_values:
                 values[name], sources[name] = file_values[name], "file"
         values["home"] = home
         settings = cls(**{k: v for k, v in values.items() if k in names})
         settings.sources = sources
+        settings.profile = profile
         settings._coerce()
         return settings
 
@@ -112,5 +128,23 @@ class Settings:
             self.approval_timeout = float(self.approval_timeout)
             self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
             self.unikraft_timeout = float(self.unikraft_timeout)
+            for name in ("host", "token_file", "ca_file", "listen", "api_token_file", "tls_cert", "tls_key"):
+                setattr(self, name, str(getattr(self, name) or ""))
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc
+
+
+def _profile(file_values: dict[str, Any], name: str, cfg_path: Path) -> dict[str, Any]:
+    """The ``[profiles.NAME]`` table of the config file ({} without a profile)."""
+    profiles = file_values.get("profiles", {})
+    if not isinstance(profiles, dict):
+        raise InvalidError(f"{cfg_path}: profiles must be a table", hint="use [profiles.NAME] tables")
+    if not name:
+        return {}
+    table = profiles.get(name)
+    if not isinstance(table, dict):
+        known = ", ".join(sorted(profiles)) or "none"
+        raise InvalidError(
+            f"unknown profile {name!r} (known: {known})", hint=f"add a [profiles.{name}] table to {cfg_path}, or pick a known one"
+        )
+    return table

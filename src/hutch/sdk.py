@@ -17,7 +17,7 @@ from hutch.client import AsyncClient, Client
 from hutch.config import Settings
 from hutch.sdk_lifecycle import _AsyncLifecycle, _Lifecycle
 from hutch.sdk_policy import AsyncPolicy, Policy
-from hutch.sdk_pty import AsyncPty, Pty, _attach_uri, _pty_start
+from hutch.sdk_pty import AsyncPty, Pty, _attach_path, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
 from hutch.sdk_spec import _exec_req, _spec, _with_defaults
@@ -231,11 +231,9 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         timeout: float | None = None,
     ) -> Pty:
         """A terminal session running ``command`` (default: a login shell); ``timeout`` as for exec."""
-        from websockets.sync.client import unix_connect
-
         self.client.health()
-        # entered by hand: the session outlives this call and Pty.close() ends it
-        ws = unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None).__enter__()
+        # the session outlives this call and Pty.close() ends it
+        ws = self.client.endpoint.ws_connect(_attach_path(self.id))
         ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return Pty(ws)
 
@@ -437,10 +435,8 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         timeout: float | None = None,
     ) -> AsyncPty:
         """A terminal session running ``command`` (default: a login shell); ``timeout`` as for exec."""
-        from websockets.asyncio.client import unix_connect
-
         await self.client.get(self.id)
-        ws = await unix_connect(str(self.client.settings.socket_path), uri=_attach_uri(self.id), max_size=None)
+        ws = await self.client.endpoint.ws_connect_async(_attach_path(self.id))
         await ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return AsyncPty(ws)
 

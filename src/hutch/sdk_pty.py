@@ -113,5 +113,5 @@ def _pty_start(
     return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
 
 
-def _attach_uri(sandbox_id: str) -> str:
-    return f"ws://hutch/v1/sandboxes/{sandbox_id}/attach"
+def _attach_path(sandbox_id: str) -> str:
+    return f"/v1/sandboxes/{sandbox_id}/attach"

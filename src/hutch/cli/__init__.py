@@ -31,8 +31,9 @@ RUN_COMMANDS = ("run", "exec")
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="hutch")
 @click.option("--home", envvar="HUTCH_HOME", metavar="DIR", help="State directory (default: per-user; env HUTCH_HOME).")
+@click.option("--profile", envvar="HUTCH_PROFILE", metavar="NAME", help="Use [profiles.NAME] of config.toml (env HUTCH_PROFILE).")
 @click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
+def cli(ctx: click.Context, home: str | None, profile: str | None) -> None:
     """hutch: run commands in isolated sandboxes.
 
     \b
@@ -47,6 +48,8 @@ def cli(ctx: click.Context, home: str | None) -> None:
     obj = ctx.ensure_object(Ctx)
     if home:
         obj.settings_flags["home"] = home
+    if profile:
+        obj.settings_flags["profile"] = profile
 
 
 for command in (
@@ -102,7 +105,7 @@ def _command_name(args: list[str]) -> str | None:
     for arg in args:
         if skip:
             skip = False
-        elif arg == "--home":
+        elif arg in ("--home", "--profile"):
             skip = True
         elif not arg.startswith("-"):
             return arg

@@ -23,13 +23,11 @@ from hutch.errors import HutchError, UnavailableError
 def attach(obj: Ctx, ref: str, req: dict[str, Any], tty: bool) -> dict[str, Any]:
     """Run ``req`` with this terminal's input forwarded; returns the final result."""
     from websockets.exceptions import WebSocketException
-    from websockets.sync.client import unix_connect
 
     obj.client.health()  # starts the daemon when needed
     size = shutil.get_terminal_size()
-    uri = f"ws://hutch/v1/sandboxes/{quote(ref, safe='')}/attach"
     try:
-        with unix_connect(str(obj.settings.socket_path), uri=uri, max_size=None) as ws:
+        with obj.client.endpoint.ws_connect(f"/v1/sandboxes/{quote(ref, safe='')}/attach") as ws:
             return _session(obj, ws, req, tty, size)
     except (OSError, WebSocketException) as exc:
         raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc

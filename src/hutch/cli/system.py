@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -11,9 +12,15 @@ from typing import Any
 import click
 
 from hutch.cli.common import Ctx, emit, json_option
+from hutch.client import Client
 from hutch.config import Settings
 from hutch.errors import HutchError, UnavailableError
 from hutch.server.launcher import daemon_pid, ensure_daemon, socket_answers
+
+
+def _local(obj: Ctx) -> Settings:
+    """The daemon commands manage the local daemon, whatever HUTCH_HOST says."""
+    return dataclasses.replace(Settings.load(**obj.settings_flags), host="")
 
 
 def _daemon_status(settings: Settings) -> dict[str, Any]:
@@ -38,13 +45,16 @@ def doctor(obj: Ctx, provider: str | None) -> None:
     from hutch.service import Service
 
     settings = Settings.load(**obj.settings_flags)
-    try:
-        report = asyncio.run(_doctor(Service(settings), provider))
-    except HutchError as exc:
-        report = {"ok": False, "checks": [{"name": "state dir", "ok": False, "detail": exc.message, "fix": exc.hint}]}
-    status = _daemon_status(settings)
-    detail = f"running (pid {status['pid']})" if status["running"] else "not running (started on demand)"
-    report["checks"].append({"name": "daemon", "ok": True, "detail": f"{detail}; socket {status['socket']}", "fix": None})
+    if settings.host:  # a remote daemon: its checks, from its host
+        report = _remote_doctor(obj, settings, provider)
+    else:
+        try:
+            report = asyncio.run(_doctor(Service(settings), provider))
+        except HutchError as exc:
+            report = {"ok": False, "checks": [{"name": "state dir", "ok": False, "detail": exc.message, "fix": exc.hint}]}
+        status = _daemon_status(settings)
+        detail = f"running (pid {status['pid']})" if status["running"] else "not running (started on demand)"
+        report["checks"].append({"name": "daemon", "ok": True, "detail": f"{detail}; socket {status['socket']}", "fix": None})
     if obj.json:
         emit(report)
     else:
@@ -56,6 +66,19 @@ def doctor(obj: Ctx, provider: str | None) -> None:
     raise SystemExit(0 if report["ok"] else 1)
 
 
+def _remote_doctor(obj: Ctx, settings: Settings, provider: str | None) -> dict[str, Any]:
+    where = f"remote {obj.client.endpoint.label}" + (f" (profile {settings.profile})" if settings.profile else "")
+    try:
+        health = obj.client.health()
+        report = dict(obj.client.json("GET", "/v1/doctor", params={"provider": provider}))
+    except HutchError as exc:
+        check = {"name": "daemon", "ok": False, "detail": f"{where}: {exc.kind}: {exc.message}", "fix": exc.hint}
+        return {"ok": False, "checks": [check]}
+    detail = f"{where}: running (pid {health.get('pid')}, version {health.get('version')})"
+    report["checks"].append({"name": "daemon", "ok": True, "detail": detail, "fix": None})
+    return report
+
+
 async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
     try:
         return dict(await svc.doctor(provider))
@@ -64,19 +87,28 @@ async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
 
 
 @click.command()
+@click.option("--listen", metavar="HOST:PORT", help="Also serve on TCP (token required; port 0 picks one; env HUTCH_LISTEN).")
+@click.option("--token-file", metavar="PATH", help="The bearer token TCP clients must send (env HUTCH_API_TOKEN_FILE).")
+@click.option("--tls-cert", metavar="PEM", help="TLS certificate for --listen (required off loopback).")
+@click.option("--tls-key", metavar="PEM", help="TLS private key for --listen.")
 @json_option
 @click.pass_obj
-def serve(obj: Ctx) -> None:
+def serve(obj: Ctx, listen: str | None, token_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
 
+    The owner-only unix socket is always served; --listen adds a TCP listener that wants
+    the token of --token-file on every request (never pass a token on the command line),
+    and TLS (--tls-cert/--tls-key) on any address but loopback.
     With --json, one line {"serving": true, ...} is printed once it accepts connections.
     """
     from hutch.server.daemon import serve as run_server
 
-    settings = Settings.load(**obj.settings_flags)
+    flags = {"listen": listen, "api_token_file": token_file, "tls_cert": tls_cert, "tls_key": tls_key}
+    settings = Settings.load(**obj.settings_flags, **flags)
 
-    def announce() -> None:
-        emit({"serving": True, "pid": os.getpid(), "socket": str(settings.socket_path), "home": str(settings.home)})
+    def announce(lst: Any) -> None:
+        doc = {"serving": True, "pid": os.getpid(), "socket": str(settings.socket_path), "home": str(settings.home)}
+        emit(doc | ({"listen": lst.url} if lst else {}))
         sys.stdout.flush()
 
     raise SystemExit(run_server(settings, announce if obj.json else None))
@@ -92,7 +124,7 @@ def daemon() -> None:
 @click.pass_obj
 def status(obj: Ctx) -> None:
     """Is the daemon running? (exit 1 when not)"""
-    st = _daemon_status(Settings.load(**obj.settings_flags))
+    st = _daemon_status(_local(obj))
     if obj.json:
         emit(st)
     else:
@@ -105,7 +137,7 @@ def status(obj: Ctx) -> None:
 @click.pass_obj
 def start(obj: Ctx) -> None:
     """Start the daemon in the background (no-op when it runs)."""
-    settings = Settings.load(**obj.settings_flags)
+    settings = _local(obj)
     ensure_daemon(settings)
     st = _daemon_status(settings)
     emit(st) if obj.json else click.echo(f"running (pid {st['pid']})")
@@ -117,13 +149,13 @@ def start(obj: Ctx) -> None:
 @click.pass_obj
 def stop(obj: Ctx, timeout: float) -> None:
     """Stop the daemon. Sandboxes keep running; the next command re-adopts them."""
-    settings = Settings.load(**obj.settings_flags)
+    settings = _local(obj)
     pid = daemon_pid(settings)
     if not socket_answers(settings.socket_path) and pid is None:
         emit({"stopped": True, "was_running": False}) if obj.json else click.echo("not running")
         return
     try:
-        obj.client.shutdown()
+        Client(settings, autostart=False).shutdown()
     except HutchError:
         if pid:
             os.kill(pid, signal.SIGTERM)

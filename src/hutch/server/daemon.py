@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -11,13 +12,15 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import uvicorn
 
 from hutch.config import Settings
-from hutch.errors import UnavailableError
+from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
 from hutch.server.launcher import prepare_home, socket_answers
+from hutch.server.remote import Listener, TokenAuth, bind, listener
 from hutch.service import Service
 
 log = logging.getLogger("hutch.daemon")
@@ -28,14 +31,7 @@ class _Server(uvicorn.Server):
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.handle_exit, sig, None)
-        try:
-            yield
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)
+        yield  # _serve installed the loop's handlers: they stop every server of the daemon
 
 
 def _bind(path: str) -> socket.socket:
@@ -52,7 +48,9 @@ def _bind(path: str) -> socket.socket:
     return sock
 
 
-async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] | None) -> None:
+async def _serve(
+    settings: Settings, lock_fd: int, announce: Callable[[], None] | None, tcp: tuple[Listener, socket.socket] | None
+) -> None:
     service = Service(settings)
     report = await service.start()
     log.info(
@@ -62,17 +60,35 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
     app = create_app(service)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=5)
-    server = _Server(config)
-    app.state.shutdown = lambda: setattr(server, "should_exit", True)
+    common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off", "timeout_graceful_shutdown": 5}
+    servers = [(_Server(uvicorn.Config(app, **common)), sock)]
+    if tcp is not None:
+        lst, tcp_sock = tcp
+        tls: dict[str, Any] = {"ssl_certfile": lst.tls_cert, "ssl_keyfile": lst.tls_key} if lst.tls_cert else {}
+        servers.append((_Server(uvicorn.Config(TokenAuth(app, lst.token), **common, **tls)), tcp_sock))
+
+    def stop_all(sig: int | None = None) -> None:
+        for server, _ in servers:
+            server.handle_exit(sig or signal.SIGTERM, None)
+
+    app.state.shutdown = stop_all
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):  # from here on a signal means a clean stop
-        loop.add_signal_handler(sig, server.handle_exit, sig, None)
+        loop.add_signal_handler(sig, stop_all, sig)
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
+    if tcp is not None:
+        log.info("and on %s (token required)", tcp[0].url)
     if announce is not None:
         announce()
+
+    async def run(server: _Server, s: socket.socket) -> None:
+        try:
+            await server.serve(sockets=[s])
+        finally:
+            stop_all()  # one listener ending stops the daemon
+
     try:
-        await server.serve(sockets=[sock])
+        await asyncio.gather(*(run(server, s) for server, s in servers))
     finally:
         await service.close()
         for name in ("hutchd.pid", "hutchd.sock"):
@@ -81,8 +97,10 @@ async def _serve(settings: Settings, lock_fd: int, announce: Callable[[], None] 
         os.close(lock_fd)
 
 
-def serve(settings: Settings, announce: Callable[[], None] | None = None) -> int:
-    """Serve until stopped; ``announce`` is called once the socket accepts connections."""
+def serve(settings: Settings, announce: Callable[[Listener | None], None] | None = None) -> int:
+    """Serve until stopped; ``announce`` is called once the sockets accept connections
+    (with the TCP listener, its port resolved, when ``--listen`` asked for one)."""
+    lst = listener(settings)  # bad --listen/--token-file/TLS options fail before anything starts
     os.umask(0o077)  # the store, the log and the socket are the owner's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     prepare_home(settings.home)
@@ -91,14 +109,29 @@ def serve(settings: Settings, announce: Callable[[], None] | None = None) -> int
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(lock_fd)
+        if socket_answers(settings.socket_path) and lst is not None:
+            raise ConflictError(
+                f"a hutch daemon already runs for {settings.home}: it cannot add --listen",
+                hint="stop it first (hutch daemon stop), then run hutch serve --listen ...",
+            ) from None
         if socket_answers(settings.socket_path):
             log.info("a hutch daemon is already running for %s", settings.home)
             return 0
         raise UnavailableError("another hutch daemon holds the lock but does not answer", hint="hutch daemon stop") from None
+    tcp = None
+    if lst is not None:
+        try:
+            tcp_sock = bind(lst)
+        except InvalidError:
+            os.close(lock_fd)
+            raise
+        lst = dataclasses.replace(lst, port=tcp_sock.getsockname()[1])
+        tcp = (lst, tcp_sock)
+    main = _serve(settings, lock_fd, (lambda: announce(lst)) if announce else None, tcp)
     try:  # uvloop when installed (the default on Linux): a third less event-loop overhead per proxied request
         import uvloop
     except ImportError:
-        asyncio.run(_serve(settings, lock_fd, announce))
+        asyncio.run(main)
     else:
-        uvloop.run(_serve(settings, lock_fd, announce))
+        uvloop.run(main)
     return 0

@@ -1,0 +1,208 @@
+"""Where the client's daemon is: the local unix socket, or ``HUTCH_HOST``.
+
+``HUTCH_HOST`` (setting ``host``) is ``unix:///path/to/hutchd.sock``,
+``http://127.0.0.1:PORT`` (loopback only: the token would travel in clear) or
+``https://host:port``. A TCP daemon wants a bearer token: ``HUTCH_TOKEN`` (env only) or
+the file named by ``HUTCH_TOKEN_FILE`` (setting ``token_file``). ``HUTCH_CA_FILE``
+(setting ``ca_file``) trusts a self-signed certificate. The token never appears in an
+error or a repr.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import os
+import socket
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from hutch.config import Settings
+from hutch.errors import InvalidError, UnauthorizedError, UnavailableError
+
+TOKEN_RECIPE = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > token && chmod 600 token"
+HOST_HINT = "set HUTCH_HOST to unix:///path/to/hutchd.sock, http://127.0.0.1:PORT or https://HOST:PORT"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("hutch", timeout=None)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10.0)
+        try:
+            sock.connect(self.path)
+        except OSError:
+            sock.close()
+            raise
+        sock.settimeout(None)
+        self.sock = sock
+
+
+class _TCPConnection(http.client.HTTPConnection):
+    """Connects within 10 s, then waits as long as the daemon takes (exec may run for an hour)."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(None)
+
+
+class _TLSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(None)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_token(path: str, what: str) -> str:
+    """A bearer token from a file (one line); errors name the file, never its content."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidError(f"cannot read the {what} file {path}: {reason}", hint="point it at a readable file") from None
+    check_token(token, f"the {what} file {path}")
+    return token
+
+
+def check_token(token: str, where: str) -> None:
+    if not token:
+        raise InvalidError(
+            f"{where} is empty", hint="generate one: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
+    if not all(33 <= ord(c) < 127 for c in token):
+        raise InvalidError(f"{where} holds a token with spaces or non-ASCII characters", hint="use printable ASCII only")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    scheme: str  # unix | http | https
+    address: str  # the socket path, or the host name
+    port: int = 0
+    token: str | None = field(default=None, repr=False)
+    ca_file: str = ""
+    remote: bool = False  # HUTCH_HOST given: the client never starts a daemon
+
+    @property
+    def label(self) -> str:
+        """What errors call the daemon (never with the token)."""
+        if self.scheme == "unix":
+            return f"unix://{self.address}" if self.remote else self.address
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return "http://hutch" if self.scheme == "unix" else self.label
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Endpoint:
+        host = settings.host.strip()
+        if not host:
+            return cls("unix", str(settings.socket_path))
+        url = urlsplit(host)
+        if url.scheme == "unix":
+            path = (url.netloc + url.path) if url.netloc else url.path
+            if not path:
+                raise InvalidError(f"HUTCH_HOST {host!r} names no socket", hint=HOST_HINT)
+            return cls("unix", path, remote=True)
+        if url.scheme not in ("http", "https") or not url.hostname or url.path not in ("", "/"):
+            raise InvalidError(f"HUTCH_HOST {host!r} is not a daemon address", hint=HOST_HINT)
+        if url.username or url.password:
+            raise InvalidError("HUTCH_HOST must not carry credentials", hint="put the token in HUTCH_TOKEN_FILE")
+        try:
+            port = url.port or (443 if url.scheme == "https" else 80)
+        except ValueError:
+            raise InvalidError(f"HUTCH_HOST {host!r} has an invalid port", hint=HOST_HINT) from None
+        if url.scheme == "http" and not is_loopback(url.hostname):
+            raise InvalidError(
+                f"HUTCH_HOST {host}: plain http to a host other than loopback would send the token in clear",
+                hint="use https:// (the daemon with --tls-cert/--tls-key), with HUTCH_CA_FILE for a self-signed certificate",
+            )
+        token = os.environ.get("HUTCH_TOKEN") or None
+        if token is not None:
+            token = token.strip()
+            check_token(token, "HUTCH_TOKEN")
+        elif settings.token_file:
+            token = read_token(settings.token_file, "token")
+        if settings.ca_file and not os.path.isfile(os.path.expanduser(settings.ca_file)):
+            raise InvalidError(f"HUTCH_CA_FILE {settings.ca_file}: no such file", hint="point it at a PEM CA bundle")
+        return cls(url.scheme, url.hostname, port, token, os.path.expanduser(settings.ca_file), remote=True)
+
+    def headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file or None)
+
+    def connection(self) -> http.client.HTTPConnection:
+        if self.scheme == "unix":
+            return _UnixConnection(self.address)
+        if self.scheme == "https":
+            return _TLSConnection(self.address, self.port, timeout=10.0, context=self.ssl_context())
+        return _TCPConnection(self.address, self.port, timeout=10.0)
+
+    def unavailable(self, exc: BaseException) -> UnavailableError:
+        if not self.remote:
+            hint = "start it with hutch serve, or check hutch daemon status and hutch daemon logs"
+        elif isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            hint = "the daemon's certificate is not trusted: set HUTCH_CA_FILE (setting ca_file) to its CA"
+        else:
+            hint = f"check that hutch serve --listen runs there and is reachable, or unset HUTCH_HOST ({self.label})"
+        return UnavailableError(f"cannot reach the hutch daemon at {self.label}: {exc}", hint=hint)
+
+    # -- the attach WebSocket ----------------------------------------------------------
+    def _ws(self, path: str) -> tuple[str, dict[str, Any]]:
+        kw: dict[str, Any] = {"max_size": None}
+        if self.scheme == "unix":
+            return "ws://hutch" + path, kw
+        kw["additional_headers"] = self.headers()
+        if self.scheme == "https":
+            kw["ssl"] = self.ssl_context()
+        return ("wss:" if self.scheme == "https" else "ws:") + self.label.partition(":")[2] + path, kw
+
+    def ws_connect(self, path: str) -> Any:
+        """A sync websockets connection to ``path`` (to be closed by the caller)."""
+        from websockets.exceptions import InvalidStatus
+        from websockets.sync.client import connect, unix_connect
+
+        uri, kw = self._ws(path)
+        try:  # entered here: the caller's with (or close) ends it
+            return (unix_connect(self.address, uri=uri, **kw) if self.scheme == "unix" else connect(uri, **kw)).__enter__()
+        except InvalidStatus as exc:
+            raise self._refused(exc.response.status_code) from None
+        except OSError as exc:
+            raise self.unavailable(exc) from exc
+
+    async def ws_connect_async(self, path: str) -> Any:
+        from websockets.asyncio.client import connect, unix_connect
+        from websockets.exceptions import InvalidStatus
+
+        uri, kw = self._ws(path)
+        try:
+            return await (unix_connect(self.address, uri=uri, **kw) if self.scheme == "unix" else connect(uri, **kw))
+        except InvalidStatus as exc:
+            raise self._refused(exc.response.status_code) from None
+        except OSError as exc:
+            raise self.unavailable(exc) from exc
+
+    def _refused(self, status: int) -> Exception:
+        if status == 401:
+            return UnauthorizedError(f"the hutch daemon at {self.label} refused the token", hint=TOKEN_HINT)
+        return UnavailableError(f"the hutch daemon at {self.label} refused the attach (HTTP {status})", hint="see its logs")
+
+
+TOKEN_HINT = "set HUTCH_TOKEN_FILE (or HUTCH_TOKEN) to the daemon's token file (hutch serve --token-file)"
