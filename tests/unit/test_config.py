@@ -180,3 +180,33 @@ def test_numbers_from_env_are_coerced(env: pytest.MonkeyPatch) -> None:
     assert s.pids == 64 and isinstance(s.pids, int)
     assert s.cpus == 0.5 and isinstance(s.cpus, float)
     assert s.daemon_start_timeout == 3.0 and isinstance(s.daemon_start_timeout, float)
+
+
+def test_profile_sits_between_env_and_file(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "home" / "config.toml").write_text(
+        'memory = "3G"\npids = 30\nhost = "unix:///file.sock"\n'
+        '[profiles.lab]\nmemory = "2G"\npids = 20\nhost = "https://lab.example:8765"\ntoken_file = "/t"\n'
+        "[profiles.empty]\n"
+    )
+    s = Settings.load(profile="lab")
+    assert (s.memory, s.pids, s.host, s.token_file, s.profile) == ("2G", 20, "https://lab.example:8765", "/t", "lab")
+    assert s.sources["memory"] == "profile lab" and s.sources["host"] == "profile lab"
+    env.setenv("HUTCH_PIDS", "10")
+    env.setenv("HUTCH_PROFILE", "empty")
+    s = Settings.load()  # the env's profile, with nothing in it: the file's values
+    assert (s.memory, s.pids, s.host, s.profile) == ("3G", 10, "unix:///file.sock", "empty")
+    s = Settings.load(profile="lab", memory="1G")  # the flag's profile beats the env's; a flag beats the profile
+    assert (s.memory, s.pids, s.host) == ("1G", 10, "https://lab.example:8765")
+    env.delenv("HUTCH_PROFILE")
+    s = Settings.load()
+    assert (s.memory, s.host, s.profile) == ("3G", "unix:///file.sock", "")
+
+
+def test_unknown_profile_lists_the_known_ones(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "home" / "config.toml").write_text("[profiles.b]\n[profiles.a]\nhost = 'x'\n")
+    with pytest.raises(InvalidError, match=r"unknown profile 'c' \(known: a, b\)") as exc:
+        Settings.load(profile="c")
+    assert "[profiles.c]" in str(exc.value.hint)
+    (tmp_path / "home" / "config.toml").unlink()
+    with pytest.raises(InvalidError, match=r"known: none"):
+        Settings.load(profile="a")
