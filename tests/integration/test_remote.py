@@ -75,10 +75,15 @@ def remote(hutch_home: Path, tmp: Path, token: str) -> Iterator[RemoteDaemon]:
     yield from _run_daemon(hutch_home, "--listen", "127.0.0.1:0", "--token-file", str(tmp / "token"))
 
 
-def cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+def cli(home: Path, *args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """The CLI with a client home of its own: nothing local to fall back on."""
     return subprocess.run(
-        [sys.executable, "-m", "hutch", *args], env=hutch_env(home, **env), capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "hutch", *args],
+        env=hutch_env(home, **env),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -87,8 +92,8 @@ def test_cli_over_tcp_with_a_token_file(remote: RemoteDaemon, tmp: Path, token: 
     client_home = tmp / "client"
     outputs: list[str] = []
 
-    def ok(*args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-        r = cli(client_home, *args, **env)
+    def ok(*args: str, code: int = 0, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        r = cli(client_home, *args, stdin=stdin, **env)
         outputs.extend([r.stdout, r.stderr])
         assert r.returncode == code, r.stderr
         return r
@@ -103,6 +108,8 @@ def test_cli_over_tcp_with_a_token_file(remote: RemoteDaemon, tmp: Path, token: 
     (tmp / "in.txt").write_text("over tcp\n")
     ok("write", sid, "/tmp/f.txt", "--from", str(tmp / "in.txt"))
     assert ok("read", sid, "/tmp/f.txt").stdout == "over tcp\n"
+    r = ok("exec", "-i", sid, "--", "sh", "-c", "read x; echo got:$x; exit 5", stdin="typed\n", code=5)  # the WebSocket
+    assert r.stdout == "got:typed\n"
     ok("destroy", sid)
     assert remote.client().list() == []
     assert not (client_home / "hutchd.sock").exists() and not (client_home / "hutchd.pid").exists()  # never auto-started
