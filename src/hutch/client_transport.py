@@ -10,8 +10,8 @@ error or a repr.
 
 from __future__ import annotations
 
+import functools
 import http.client
-import ipaddress
 import os
 import socket
 import ssl
@@ -58,6 +58,8 @@ class _TLSConnection(http.client.HTTPSConnection):
 
 
 def is_loopback(host: str) -> bool:
+    import ipaddress
+
     if host == "localhost":
         return True
     try:
@@ -146,6 +148,10 @@ class Endpoint:
         return {"authorization": f"Bearer {self.token}"} if self.token else {}
 
     def ssl_context(self) -> ssl.SSLContext:
+        return self._ssl_context
+
+    @functools.cached_property
+    def _ssl_context(self) -> ssl.SSLContext:  # loading CAs costs milliseconds: once per client
         return ssl.create_default_context(cafile=self.ca_file or None)
 
     def connection(self) -> http.client.HTTPConnection:

@@ -85,3 +85,17 @@ def test_listen_checks(home: Path) -> None:
     (home / "tok").write_text("t0ken")
     lst = listener(Settings.load(listen="localhost:5", api_token_file=str(home / "tok")))
     assert lst is not None and (lst.url, lst.token) == ("http://localhost:5", "t0ken") and "t0ken" not in repr(lst)
+
+
+def test_the_listener_socket_is_tcp_so_asyncio_sets_nodelay() -> None:
+    import socket
+
+    from hutch.server.remote import Listener, bind
+
+    sock = bind(Listener("127.0.0.1", 0, "t"))
+    try:
+        # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP: without it a TLS
+        # response waited ~40 ms for the delayed ACK (bench/remote.py)
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()

@@ -69,7 +69,7 @@ def listener(settings: Settings) -> Listener | None:
 
 def bind(lst: Listener) -> socket.socket:
     family = socket.AF_INET6 if ":" in lst.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # the proto lets asyncio set TCP_NODELAY
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((lst.host, lst.port))
