@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,16 @@ def nobody_env() -> tuple[dict[str, str], Path]:
     return env, home
 
 
+def _stop(cli: Callable[..., subprocess.CompletedProcess[str]], home: Path) -> None:
+    """Destroy what the test made, then stop its daemon (a stopped daemon leaves sandboxes running)."""
+    with contextlib.suppress(subprocess.SubprocessError, OSError):
+        cli("destroy", "--all")
+    pid_file = home / "hutchd.pid"
+    if pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+
+
 def _as_nobody() -> None:
     os.setgroups([])
     os.setresgid(NOBODY, NOBODY, NOBODY)
@@ -95,10 +106,7 @@ def test_sandbox_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -
         assert cli("destroy", "mine").returncode == 0
         assert not host_file.exists()
     finally:
-        pid_file = home / "hutchd.pid"
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        _stop(cli, home)
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home)], check=False)
 
 
@@ -147,8 +155,5 @@ def test_network_policy_as_unprivileged_user(nobody_env: tuple[dict[str, str], P
         assert cli("destroy", "net").returncode == 0
     finally:
         server.shutdown()
-        pid_file = home / "hutchd.pid"
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+        _stop(cli, home)
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home), str(hosts.parent)], check=False)
