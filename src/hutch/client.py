@@ -51,6 +51,11 @@ def _raise_for(resp: Response | httpx.Response) -> None:
     raise HutchError.from_dict(body)
 
 
+def _page(resp: Response | httpx.Response) -> tuple[bytes, bool, int | None]:
+    size = resp.headers.get("x-hutch-size")
+    return resp.content, resp.headers.get("x-hutch-truncated") == "1", int(size) if size else None
+
+
 def _path(ref: str) -> str:
     return "/v1/sandboxes/" + quote(ref, safe="")
 
@@ -247,6 +252,11 @@ class Client(_Base, LifecycleAPI):
         resp = self.request("GET", _path(ref) + "/files", params={"path": path})
         return resp.content, resp.headers.get("x-hutch-truncated") == "1"
 
+    def read_page(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        """``limit`` bytes from ``offset``; whether more follow; the file's size when known."""
+        resp = self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
+        return _page(resp)
+
     def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
         return dict(self.json("PUT", _path(ref) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data))
 
@@ -389,6 +399,11 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
     async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = await self.request("GET", _path(ref) + "/files", params={"path": path})
         return resp.content, resp.headers.get("x-hutch-truncated") == "1"
+
+    async def read_page(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        """``limit`` bytes from ``offset``; whether more follow; the file's size when known."""
+        resp = await self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
+        return _page(resp)
 
     async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
         params = {"path": path, "mode": f"{mode:o}"}

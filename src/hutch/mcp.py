@@ -115,11 +115,13 @@ def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
     return out
 
 
-def file_chunk(path: str, data: bytes, whole: bool, offset: int, limit: int) -> dict[str, Any]:
-    """``limit`` bytes of a file from ``offset``: text when it is UTF-8, else base64."""
-    chunk = data[offset : offset + limit]
+def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int, limit: int) -> dict[str, Any]:
+    """``limit`` bytes of a file from ``offset`` (``page`` starts there and may hold a few bytes
+    more, to finish a character): text when it is UTF-8, else base64."""
+    chunk = page[:limit]
+    after = more or len(page) > limit  # bytes exist past this chunk
     text: str | None = None
-    for cut in range(4 if offset + limit < len(data) else 1):  # a character split at the end
+    for cut in range(4 if after else 1):  # a character split at the end
         if cut and cut >= len(chunk):
             break  # never an empty page: a page too small for one character comes as base64
         try:
@@ -129,17 +131,18 @@ def file_chunk(path: str, data: bytes, whole: bool, offset: int, limit: int) -> 
         chunk = chunk[: len(chunk) - cut]
         break
     binary = text is None or "\x00" in text
+    known = size if size is not None else offset + len(page) + (1 if more else 0)
     body: dict[str, Any] = {
         "path": path,
-        "size": len(data),
-        "size_exact": whole,
+        "size": known,
+        "size_exact": size is not None or not more,
         "offset": offset,
         "returned_bytes": len(chunk),
         "content": base64.b64encode(chunk).decode() if binary else text,
         "base64": binary,
     }
     end = offset + len(chunk)
-    body["truncated"] = end < len(data)
+    body["truncated"] = end < known
     if body["truncated"]:
         body["next_offset"] = end
         body["how_to_get_more"] = f"call file_read again with offset={end} (and a larger max_bytes to get more at once)"
@@ -269,8 +272,9 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         (truncated, next_offset)."""
 
         async def work() -> dict[str, Any]:
-            data, cut = await client.read_file(sandbox, path)
-            return file_chunk(path, data, not cut, offset, max_bytes or default_cap)
+            limit = max_bytes or default_cap
+            data, more, size = await client.read_page(sandbox, path, offset, limit + 3)  # room to end on a whole character
+            return file_chunk(path, data, more, size, offset, limit)
 
         return await _call(work())
 

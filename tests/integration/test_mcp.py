@@ -273,3 +273,20 @@ def test_approval_request_waits_for_a_human(daemon: Daemon) -> None:
         assert short["status"] == "expired"
 
     run(daemon, body)
+
+
+def test_file_read_pages_fetch_only_the_page(daemon: Daemon) -> None:
+    async def body(c: Client) -> None:
+        ok(await c.call_tool("sandbox_create", {"name": "mcp-page"}))
+        script = "python3 -c \"import sys; sys.stdout.write(''.join('%07d\\\\n' % i for i in range(400000)))\" > big.txt"
+        assert ok(await c.call_tool("exec", {"sandbox": "mcp-page", "command": script}))["exit_code"] == 0
+        page = ok(
+            await c.call_tool("file_read", {"sandbox": "mcp-page", "path": "big.txt", "offset": 2_000_000, "max_bytes": 16})
+        )
+        assert page["content"] == "0250000\n0250001\n" and page["size"] == 3_200_000 and page["size_exact"] is True
+        assert page["next_offset"] == 2_000_016 and page["truncated"] is True
+        reads = ok(await c.call_tool("events", {"sandbox": "mcp-page", "type": ["file_read"]}))["events"]
+        assert reads[-1]["data"]["offset"] == 2_000_000 and reads[-1]["data"]["size"] <= 16 + 3  # only the page moved
+        ok(await c.call_tool("sandbox_destroy", {"sandbox": "mcp-page"}))
+
+    run(daemon, body)

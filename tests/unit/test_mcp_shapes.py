@@ -23,11 +23,17 @@ def test_cap_output_says_what_was_cut_and_how_to_get_more() -> None:
     assert not whole["stdout_truncated"] and "how_to_get_more" not in whole
 
 
+def page_of(path: str, data: bytes, offset: int, limit: int, size_known: bool = True) -> dict[str, Any]:
+    """What the tool does: a page of limit + 3 bytes from offset, as the daemon returns it."""
+    page = data[offset : offset + limit + 3]
+    return file_chunk(path, page, offset + limit + 3 < len(data), len(data) if size_known else None, offset, limit)
+
+
 def test_file_pages_reassemble_the_file_and_never_split_a_character() -> None:
     data = ("héllo wörld € " * 50).encode()
     pages, offset = [], 0
     while True:
-        page = file_chunk("f", data, True, offset, 7)
+        page = page_of("f", data, offset, 7)
         pages.append(page)
         assert page["base64"] is False, page
         if not page["truncated"]:
@@ -39,16 +45,16 @@ def test_file_pages_reassemble_the_file_and_never_split_a_character() -> None:
 
 
 def test_a_page_too_small_for_a_character_still_moves_on() -> None:
-    page = file_chunk("e", "€€".encode(), True, 0, 2)
+    page = page_of("e", "€€".encode(), 0, 2)
     assert page["returned_bytes"] == 2 and page["base64"] is True and page["next_offset"] == 2
 
 
 def test_binary_pages_come_as_base64() -> None:
     data = bytes(range(256))
-    page = file_chunk("b", data, True, 160, 32)
+    page = page_of("b", data, 160, 32)
     assert page["base64"] is True and base64.b64decode(page["content"]) == data[160:192]
     assert page["next_offset"] == 192
-    nul = file_chunk("n", b"a\x00b", True, 0, 10)  # valid UTF-8, but NULs: as base64, like exec output
+    nul = page_of("n", b"a\x00b", 0, 10)  # valid UTF-8, but NULs: as base64, like exec output
     assert nul["base64"] is True and not nul["truncated"]
 
 
@@ -99,3 +105,11 @@ def test_an_unexpected_failure_is_an_internal_tool_error(clean_env: pytest.Monke
             "hint": "see the stderr of hutch mcp, and hutch daemon logs",
         }
     }
+
+
+def test_pages_without_a_known_size_still_say_whether_more_follows() -> None:
+    data = b"x" * 100
+    first = page_of("u", data, 0, 40, size_known=False)
+    assert first["truncated"] and first["next_offset"] == 40 and first["size_exact"] is False
+    last = page_of("u", data, 80, 40, size_known=False)
+    assert not last["truncated"] and last["size"] == 100 and last["size_exact"] is True

@@ -118,7 +118,13 @@ def create_app(service: Service) -> FastAPI:
         return result.model_dump(exclude=None if result.children else {"children"})
 
     @app.get("/v1/sandboxes/{ref}/files", response_model=None)
-    async def read_file(ref: str, path: str, limit: int = Query(64 << 20, ge=0)) -> Response:
+    async def read_file(
+        ref: str, path: str, limit: int = Query(64 << 20, ge=0), offset: int | None = Query(None, ge=0)
+    ) -> Response:
+        if offset is not None:  # a page: from offset, with the file's size when known
+            data, truncated, size = await service.read_file_range(ref, path, offset, limit)
+            headers = {"x-hutch-truncated": str(int(truncated))} | ({"x-hutch-size": str(size)} if size is not None else {})
+            return Response(data, media_type="application/octet-stream", headers=headers)
         data, truncated = await service.read_file(ref, path, limit)
         return Response(data, media_type="application/octet-stream", headers={"x-hutch-truncated": str(int(truncated))})
 

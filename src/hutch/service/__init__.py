@@ -355,6 +355,27 @@ class Service:
         self.store.append_event("file_read", rec.id, path=full, size=len(data))
         return data, truncated
 
+    async def read_file_range(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        """A page of a file: ``limit`` bytes from ``offset``, whether more follow, and its size if known.
+
+        Providers that can read at an offset do (the local one); others read up to the end of
+        the page and the page is cut here.
+        """
+        rec = self.live(ref)
+        full = self._path(rec, path)
+        limit = min(limit, MAX_FILE)
+        provider = self.provider(rec.provider)
+        ranged = getattr(provider, "read_range", None)
+        if ranged is not None:
+            data, more, total = await self._guarded(rec, ranged(rec, full, offset, limit))
+            size: int | None = int(total)
+        else:
+            whole, cut = await self._guarded(rec, provider.read_file(rec, full, min(offset + limit, MAX_FILE)))
+            data, more = whole[offset : offset + limit], cut
+            size = None if cut else len(whole)
+        self.store.append_event("file_read", rec.id, path=full, size=len(data), offset=offset)
+        return data, more, size
+
     async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
         rec = self.live(ref)
         if len(data) > MAX_FILE:

@@ -615,6 +615,7 @@ def file_read(conn, req):
             },
         )
     with os.fdopen(fd, "rb") as f:
+        f.seek(int(req.get("offset", 0)))
         data = f.read(limit + 1)
     truncated = len(data) > limit
     data = data[:limit]

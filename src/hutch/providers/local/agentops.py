@@ -99,13 +99,18 @@ class AgentOpsMixin:
     # -- files -----------------------------------------------------------------------
 
     async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
+        data, truncated, _ = await self.read_range(rec, path, 0, limit)
+        return data, truncated
+
+    async def read_range(self, rec: SandboxRecord, path: str, offset: int, limit: int) -> tuple[bytes, bool, int]:
+        """``limit`` bytes from ``offset``, whether more follow, and the file's size."""
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "read", "path": path, "limit": limit})
+            reply = await ch.request({"op": "read", "path": path, "limit": limit, "offset": offset})
             size = int(reply["size"])
             if not 0 <= size <= limit:
                 raise InternalError(f"the sandbox agent announced {size} bytes for a read capped at {limit}")
             data = await ch.recv_exact(size)
-        return data, bool(reply.get("truncated"))
+        return data, bool(reply.get("truncated")), int(reply.get("total", offset + size))
 
     async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
         async with Channel(rec.data["socket"]) as ch:
