@@ -1,0 +1,163 @@
+"""The egress proxy's protocol edges, in-process: a listener on the host's loopback stands in
+for the one inside a sandbox's namespace (the proxy code is the same)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hutch.models import NetworkPolicy
+from hutch.providers.local.egress import MAX_HEAD, Egress
+
+
+class Hello(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+
+    def do_GET(self) -> None:
+        body = f"hello {self.path} host={self.headers.get('Host')} auth={self.headers.get('Proxy-Authorization')}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def run_with_proxy(
+    tmp_path: Path, client: Callable[[int, int], Any], policy: NetworkPolicy | None = None
+) -> tuple[Any, list[Any]]:
+    """Start an upstream and the proxy, run ``client(proxy_port, upstream_port)`` in a thread."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    up = upstream.server_address[1]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 up.test\n")
+    events: list[Any] = []
+
+    async def main() -> Any:
+        egress = Egress(str(hosts), lambda *e: events.append(e))
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        chosen = policy or NetworkPolicy(mode="allowlist", allow_hosts=["up.test"], ports=[up], cidrs=["127.0.0.1/32"])
+        await egress.open("sbx_test", listener, chosen)
+        try:
+            return await asyncio.to_thread(client, listener.getsockname()[1], up)
+        finally:
+            await egress.close_all()
+
+    try:
+        return asyncio.run(main()), events
+    finally:
+        upstream.shutdown()
+
+
+def exchange(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def test_absolute_form_strips_proxy_credentials_and_records_the_run(tmp_path: Path) -> None:
+    import base64
+
+    auth = base64.b64encode(b"run_0123456789abcdef:").decode()
+
+    def client(port: int, up: int) -> bytes:
+        req = f"GET http://up.test:{up}/x?y=1 HTTP/1.1\r\nHost: up.test:{up}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+        return exchange(port, req.encode())
+
+    out, events = run_with_proxy(tmp_path, client)
+    assert out.endswith(b"auth=None") and b"hello /x?y=1" in out  # the upstream never sees the proxy credentials
+    (event,) = events
+    assert event[0] == "egress_allowed" and event[2] == "run_0123456789abcdef"
+
+
+def test_requests_that_are_not_for_a_proxy_get_400(tmp_path: Path) -> None:
+    def client(port: int, up: int) -> list[bytes]:
+        return [
+            exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"),  # origin-form: not a proxy request
+            exchange(port, b"NONSENSE\r\n\r\n"),
+            exchange(port, b"GET https://up.test/ HTTP/1.1\r\n\r\n"),  # https absolute-form: use CONNECT
+            exchange(port, b"CONNECT up.test HTTP/1.1\r\n\r\n"),  # no port
+        ]
+
+    outs, events = run_with_proxy(tmp_path, client)
+    assert all(o.startswith(b"HTTP/1.1 400") for o in outs), outs
+    assert events == []
+
+
+def test_an_oversized_request_head_is_dropped(tmp_path: Path) -> None:
+    def client(port: int, up: int) -> bytes:
+        head = f"GET http://up.test:{up}/ HTTP/1.1\r\nX: {'a' * (MAX_HEAD + 10)}\r\n\r\n".encode()
+        try:
+            return exchange(port, head)
+        except ConnectionResetError:
+            return b""
+
+    out, events = run_with_proxy(tmp_path, client)
+    assert out == b"" and events == []
+
+
+def socks(port: int, greeting: bytes, request: bytes) -> tuple[bytes, bytes]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(greeting)
+        chosen = s.recv(2)
+        if chosen[1:] == b"\xff":
+            return chosen, b""
+        s.sendall(request)
+        return chosen, s.recv(10)
+
+
+def test_socks5_edges(tmp_path: Path) -> None:
+    def client(port: int, up: int) -> list[tuple[bytes, bytes]]:
+        name = b"up.test"
+        target = b"\x03" + bytes([len(name)]) + name + struct.pack("!H", up)
+        return [
+            socks(port, b"\x05\x01\x80", b""),  # only an unknown auth method: refused
+            socks(port, b"\x05\x01\x00", b"\x05\x02\x00" + target),  # BIND
+            socks(port, b"\x05\x01\x00", b"\x05\x03\x00" + target),  # UDP ASSOCIATE
+            socks(port, b"\x05\x01\x00", b"\x05\x01\x00\x09" + bytes(6)),  # unknown address type
+            socks(port, b"\x05\x01\x00", b"\x05\x01\x00\x03\x08nope.test" + struct.pack("!H", up)),  # not allowed
+            socks(port, b"\x05\x01\x00", b"\x05\x01\x00" + target),  # allowed
+        ]
+
+    replies, events = run_with_proxy(tmp_path, client)
+    assert replies[0] == (b"\x05\xff", b"")
+    assert [r[1][:2] for r in replies[1:]] == [b"\x05\x07", b"\x05\x07", b"\x05\x08", b"\x05\x02", b"\x05\x00"]
+    assert [(e[0], e[3]["reason"]) for e in events] == [("egress_denied", "host_not_allowed"), ("egress_allowed", "allowed_host")]
+
+
+@pytest.mark.parametrize("mode", ["allowlist", "open"])
+def test_a_name_that_cannot_be_resolved_is_a_502_and_an_event(tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The resolver fails the way the system's does for an unknown name, without a query leaving the machine.
+    real = socket.getaddrinfo
+
+    def resolver(host: Any, *args: Any, **kw: Any) -> Any:
+        if host == "nothing.invalid":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    policy = NetworkPolicy.model_validate(
+        {"mode": mode, "allow_hosts": ["*.nothing.invalid", "nothing.invalid"] if mode == "allowlist" else []}
+    )
+
+    def client(port: int, up: int) -> bytes:
+        return exchange(port, b"GET http://nothing.invalid/ HTTP/1.1\r\n\r\n")
+
+    out, events = run_with_proxy(tmp_path, client, policy)
+    assert out.startswith(b"HTTP/1.1 502") and b"cannot resolve" in out
+    assert [(e[0], e[3]["reason"]) for e in events] == [("egress_denied", "resolve_failed")]
