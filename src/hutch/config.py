@@ -49,6 +49,8 @@ class Settings:
     unikraft_image: str | None = None
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
+    unikraft_ca_file: str = ""  # a CA bundle for the TLS of `hutch ssh` only (tests: the test server's CA)
+    unikraft_ssh_connect: str = ""  # HOST:PORT to dial for `hutch ssh` instead of the fqdn (SNI stays the fqdn)
     # the client's daemon: "" is the local unix socket; unix:///path, http://127.0.0.1:PORT, https://host:port
     host: str = ""
     token_file: str = ""  # the client's bearer token (or HUTCH_TOKEN, env only)
@@ -128,7 +130,17 @@ class Settings:
             self.approval_timeout = float(self.approval_timeout)
             self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
             self.unikraft_timeout = float(self.unikraft_timeout)
-            for name in ("host", "token_file", "ca_file", "listen", "api_token_file", "tls_cert", "tls_key"):
+            for name in (
+                "host",
+                "token_file",
+                "ca_file",
+                "listen",
+                "api_token_file",
+                "tls_cert",
+                "tls_key",
+                "unikraft_ca_file",
+                "unikraft_ssh_connect",
+            ):
                 setattr(self, name, str(getattr(self, name) or ""))
         except (TypeError, ValueError, InvalidError) as exc:
             raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc

@@ -40,7 +40,9 @@ class TestServer:
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError("test server did not start: " + (self.home / "ts.log").read_text()[-2000:])
-        self.url = json.loads(line)["url"]
+        hello = json.loads(line)
+        self.url = hello["url"]
+        self.ssh_address, self.ca_file = hello.get("ssh", ""), hello.get("ca_file", "")
 
     def _call(self, path: str, body: Any = None) -> dict[str, Any]:
         data = json.dumps(body).encode() if body is not None else None

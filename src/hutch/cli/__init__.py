@@ -21,6 +21,7 @@ from hutch.cli.run import exec_, run
 from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
 from hutch.cli.sandbox import create, destroy, get, list_
 from hutch.cli.skill import skill
+from hutch.cli.ssh import ssh
 from hutch.cli.system import daemon, doctor, serve
 from hutch.cli.workspace import fork, pull, push, snapshot, tenant
 from hutch.errors import HutchError
@@ -80,6 +81,7 @@ for command in (
     events,
     ps,
     shell,
+    ssh,
     write,
     read,
     ls,

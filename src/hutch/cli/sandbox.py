@@ -155,11 +155,13 @@ def build_spec(
 @click.command()
 @create_options
 @lifetime_options
+@click.option("--ssh", "use_ssh", is_flag=True, help="unikraft: a per-sandbox SSH key and a TLS service on 2222 (hutch ssh).")
 @json_option
 @click.pass_obj
 def create(
     obj: Ctx,
     /,
+    use_ssh: bool,
     ttl: str | None,
     idle: str | None,
     on_expire: str | None,
@@ -167,7 +169,10 @@ def create(
     **kw: Any,
 ) -> None:
     """Create a sandbox and print its id."""
-    rec = obj.client.create(build_spec(obj, **kw) | lifetime_spec(ttl, idle, on_expire, require_approval))
+    spec = build_spec(obj, **kw) | lifetime_spec(ttl, idle, on_expire, require_approval)
+    if use_ssh:
+        spec["provider_options"] = spec.get("provider_options", {}) | {"ssh": "true"}
+    rec = obj.client.create(spec)
     if obj.json:
         emit(rec)
     else:
@@ -256,6 +261,9 @@ def get(obj: Ctx, sandbox: str) -> None:
     ]
     if r["spec"].get("image"):
         lines.append(("image", r["spec"]["image"]))
+    if r["spec"].get("provider_options", {}).get("ssh"):
+        ssh = r.get("ssh") or {}
+        lines.append(("ssh", f"enabled ({ssh['fqdn']}:{ssh['port']}; hutch ssh {r['id']})" if ssh else "enabled"))
     if "seccomp" in enf:
         lines.append(("seccomp", enf["seccomp"]))
     for m in r["spec"].get("mounts", []):

@@ -9,6 +9,7 @@ import asyncio
 import builtins
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -128,6 +129,10 @@ class Service:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         if spec.on_expire == "pause" and not caps.pause:
             raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
+        if spec.provider_options.get("ssh") and provider.name != "unikraft":
+            raise InvalidError(
+                f"the {provider.name} provider has no --ssh", hint="use hutch shell / exec; --ssh is for --provider unikraft"
+            )
         if (spec.image or spec.provider_options) and not caps.images:
             raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image / --unikraft-metro")
         now = time.time()
@@ -157,6 +162,8 @@ class Service:
                 data, enforcement = await provider.create(rec)
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
+            if spec.provider_options.get("ssh"):
+                shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
             self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
             raise
         rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
@@ -263,6 +270,8 @@ class Service:
             await provider.destroy(rec)
         self.store.mark_running_runs_lost(rec.id)
         self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
+        if rec.spec.provider_options.get("ssh"):
+            shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
         self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}

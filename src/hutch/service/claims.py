@@ -127,6 +127,8 @@ class Claims:
         self.store.append_event("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
         data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
         try:
+            if rec.spec.provider_options.get("ssh"):
+                data["ssh"] = await provider.ssh_endpoint(endpoint, inst)
             await provider.wait_ready(endpoint, inst["uuid"], rec.spec.workdir)
         except HutchError as exc:
             result = await self.destroy_claim(claim["id"], provider)

@@ -115,11 +115,19 @@ class UnikraftProvider:
 
     def plan(self, rec: SandboxRecord, name: str) -> dict[str, Any]:
         image = rec.spec.image or os.environ.get("UKC_SANDBOX_IMAGE") or self.settings.unikraft_image or DEFAULT_IMAGE
+        env = dict(rec.spec.env)
+        extra: dict[str, Any] = {}
+        if rec.spec.provider_options.get("ssh"):  # a fresh key: its public half goes to the image
+            from hutch.providers.unikraft import ssh
+
+            env[ssh.KEY_ENV] = ssh.make_key(self.settings.home, rec.id)
+            extra["service_group"] = ssh.service_group()
         return {
             "name": name,
             "image": image,
             "memory_mb": max(16, rec.spec.limits.memory >> 20),
-            "env": dict(rec.spec.env),
+            "env": env,
+            **extra,
             "autostart": True,
             "plugins": [PLUGIN],
             "scale_to_zero": {"policy": "idle", "stateful": True, "cooldown_time_ms": 60000},
@@ -134,6 +142,18 @@ class UnikraftProvider:
         if len(items) != 1 or items[0].get("status", "success") != "success" or not items[0].get("uuid"):
             raise self.api(endpoint).fail(reply, f"creating instance {body['name']}")
         return dict(items[0])
+
+    async def ssh_endpoint(self, endpoint: str, inst: dict[str, Any]) -> dict[str, Any]:
+        """Where ``hutch ssh`` connects: the instance fqdn (from the create answer, else a
+        lookup: an adopted instance comes from the listing) and the TLS service port."""
+        from hutch.providers.unikraft import ssh
+
+        fqdn = ssh.fqdn_of(inst)
+        if fqdn is None:
+            fqdn = ssh.fqdn_of(await self.lookup(endpoint, str(inst["uuid"])) or {})
+        if fqdn is None:
+            raise UnavailableError("the instance has no public fqdn for its SSH service", hint="check the service group")
+        return {"fqdn": fqdn, "port": ssh.SSH_PORT, "user": ssh.USER}
 
     async def lookup(self, endpoint: str, uuid: str) -> dict[str, Any] | None:
         reply = await self.api(endpoint).request("GET", f"/v1/instances/{uuid}")

@@ -55,7 +55,11 @@ class Instance:
             "memory_mb": int(self.body.get("memory_mb", 128)),
             "env": dict(self.body.get("env") or {}),
             "private_fqdn": f"{self.name}.internal",
-        }
+        } | ({"service_group": self.service_group()} if self.body.get("service_group") else {})
+
+    def service_group(self) -> dict[str, Any]:
+        """An ephemeral service group as the platform answers it (the fqdn the ssh front serves)."""
+        return {"uuid": self.uuid, "name": f"{self.name}-sg", "domains": [{"fqdn": f"{self.name}.ukc.test."}]}
 
 
 class Backend:
@@ -148,6 +152,7 @@ class State:
         self.creates = 0
         self.deletes = 0
         self.log: list[dict[str, Any]] = []
+        self.ssh: Any = None  # the SSH front (sshserver.SSHFront), when asyncssh is installed
 
     def take(self, fault: str) -> bool:
         """Consume one unit of a counted fault."""

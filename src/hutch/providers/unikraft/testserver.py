@@ -25,6 +25,10 @@ instances, counters and the request log):
   ``{"status": 307|302, "location": ...}``
 - ``quota_instances``: the hard limit on instances
 
+Instances created with a ``tls`` service on port 2222 are reachable over TLS-wrapped SSH
+(:mod:`hutch.providers.unikraft.sshserver`): the start line names its address (``ssh``) and
+the CA to trust (``ca_file``).
+
 Start it with ``python -m hutch.providers.unikraft.testserver --token TOKEN[=ACCOUNT]``;
 it prints one JSON line with its URL. It binds 127.0.0.1 only.
 """
@@ -212,7 +216,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._drop()
         if st.take("create_500"):
             return self._send(500, envelope(None, "error", "internal error", 500))
-        item = {"uuid": inst.uuid, "name": inst.name, "state": inst.state, "status": "success"}
+        item: dict[str, Any] = {"uuid": inst.uuid, "name": inst.name, "state": inst.state, "status": "success"}
+        if body.get("service_group"):
+            item["service_group"] = inst.service_group()
         self._send(200, envelope({"instances": [item]}))
 
     def _delete(self, items: list[Any], account: str) -> None:
@@ -365,6 +371,11 @@ def serve(tokens: dict[str, str], backend: str = "local", home: Path | None = No
     """Start in a thread; ``server.shutdown()`` then ``server.state.backend.close()`` to stop."""
     home = home or Path(tempfile.mkdtemp(prefix="ukc-testserver-"))
     server = Server(State(tokens, Backend(backend, home) if backend != "none" else None), port)
+    if server.state.backend is not None:
+        with contextlib.suppress(ImportError):  # asyncssh is optional: no ssh front without it
+            from hutch.providers.unikraft.sshserver import SSHFront
+
+            server.state.ssh = SSHFront(server.state, home)
     threading.Thread(target=server.serve_forever, name="ukc-testserver", daemon=True).start()
     return server
 
@@ -387,7 +398,10 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     server = serve(tokens, args.backend, Path(args.home) if args.home else None, args.port)
-    print(json.dumps({"url": server.url, "accounts": sorted(set(tokens.values()))}), flush=True)
+    hello: dict[str, Any] = {"url": server.url, "accounts": sorted(set(tokens.values()))}
+    if server.state.ssh is not None:  # HUTCH_UNIKRAFT_SSH_CONNECT and HUTCH_UNIKRAFT_CA_FILE for hutch ssh
+        hello |= {"ssh": f"127.0.0.1:{server.state.ssh.port}", "ca_file": str(server.state.ssh.ca_file)}
+    print(json.dumps(hello), flush=True)
     try:
         while True:
             time.sleep(3600)
@@ -395,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         server.shutdown()
+        if server.state.ssh is not None:
+            server.state.ssh.close()
         if server.state.backend:
             server.state.backend.close()
     return 0
