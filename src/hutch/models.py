@@ -10,7 +10,7 @@ import time
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hutch.errors import InvalidError
 from hutch.units import parse_duration, parse_size
@@ -352,13 +352,13 @@ class SandboxRecord(BaseModel):
     expires_at: float | None = None  # the TTL deadline (stored: the daemon enforces it after a restart)
     last_active_at: float | None = None  # the last run or API activity (for --idle-timeout)
     data: dict[str, Any] = Field(default_factory=dict, exclude=True)
+    ssh: dict[str, Any] | None = None  # where `hutch ssh` connects (unikraft --ssh): fqdn, port, user; from data
 
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def ssh(self) -> dict[str, Any] | None:
-        """Where ``hutch ssh`` connects (unikraft sandboxes created with --ssh): fqdn, port, user."""
-        value = self.data.get("ssh")
-        return dict(value) if isinstance(value, dict) else None
+    @model_validator(mode="after")
+    def _ssh(self) -> SandboxRecord:
+        if self.ssh is None and isinstance(self.data.get("ssh"), dict):
+            self.ssh = dict(self.data["ssh"])
+        return self
 
 
 class ExecRequest(BaseModel):

@@ -126,3 +126,35 @@ def test_bad_input(ukd: Daemon, ukc: TestServer) -> None:
     assert p.returncode == 2 and "not created with --ssh" in js(p)["error"]["message"]
     p = hutch(home, ukc, "ssh", plain["id"])  # no terminal and no command
     assert p.returncode == 2 and "no terminal" in p.stderr
+
+
+def test_shell_on_a_terminal(ukd: Daemon, ukc: TestServer) -> None:
+    import os
+    import select
+
+    home = ukd.home
+    js(hutch(home, ukc, "create", "--provider", "unikraft", "--ssh", "--name", "tty1", "--json"))
+    main, sub = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hutch", "ssh", "tty1"],
+        env=hutch_env(home, **settings(ukc)),
+        stdin=sub,
+        stdout=sub,
+        stderr=sub,
+    )
+    os.close(sub)
+    os.write(main, b"echo answer=$((6*7)); exit 4\n")
+    seen = b""
+    for _ in range(60):  # until the shell has exited and its output is read (a guard, not a timing)
+        if select.select([main], [], [], 1)[0]:
+            try:
+                seen += os.read(main, 4096)
+            except OSError:
+                break
+        elif proc.poll() is not None:
+            break
+    os.close(main)
+    if proc.poll() is None:
+        proc.kill()
+    assert proc.wait(60) == 4, seen
+    assert b"answer=42" in seen

@@ -233,7 +233,7 @@ async def interactive(target: Target, command: str | None) -> int:
                 out.flush()
 
         try:
-            tty.setraw(fd)
+            tty.setraw(fd, termios.TCSANOW)  # keeps what was typed ahead
             loop.add_reader(fd, on_input)
             loop.add_signal_handler(signal.SIGWINCH, on_resize)
             await asyncio.gather(pump(proc.stdout, sys.stdout.buffer), pump(proc.stderr, sys.stderr.buffer))

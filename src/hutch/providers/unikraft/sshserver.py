@@ -146,6 +146,7 @@ class SSHFront:
             process_factory=session,
             encoding=None,
             allow_scp=False,
+            line_editor=False,  # like sshd: bytes go to the command as typed
         )
 
     async def _session(self, inst: Instance, process: Any) -> None:
