@@ -144,16 +144,9 @@ class UnikraftProvider:
         return dict(items[0])
 
     async def ssh_endpoint(self, endpoint: str, inst: dict[str, Any]) -> dict[str, Any]:
-        """Where ``hutch ssh`` connects: the instance fqdn (from the create answer, else a
-        lookup: an adopted instance comes from the listing) and the TLS service port."""
-        from hutch.providers.unikraft import ssh
+        from hutch.providers.unikraft.ssh import ssh_endpoint
 
-        fqdn = ssh.fqdn_of(inst)
-        if fqdn is None:
-            fqdn = ssh.fqdn_of(await self.lookup(endpoint, str(inst["uuid"])) or {})
-        if fqdn is None:
-            raise UnavailableError("the instance has no public fqdn for its SSH service", hint="check the service group")
-        return {"fqdn": fqdn, "port": ssh.SSH_PORT, "user": ssh.USER}
+        return await ssh_endpoint(inst, lambda: self.lookup(endpoint, str(inst["uuid"])))
 
     async def lookup(self, endpoint: str, uuid: str) -> dict[str, Any] | None:
         reply = await self.api(endpoint).request("GET", f"/v1/instances/{uuid}")

@@ -20,6 +20,7 @@ import shutil
 import ssl
 import stat
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,15 @@ def fqdn_of(inst: dict[str, Any]) -> str | None:
         if isinstance(dom, dict) and dom.get("fqdn"):
             return str(dom["fqdn"]).rstrip(".")
     return None
+
+
+async def ssh_endpoint(inst: dict[str, Any], lookup: Callable[[], Awaitable[dict[str, Any] | None]]) -> dict[str, Any]:
+    """Where ``hutch ssh`` connects: the instance fqdn (from the create answer, else a
+    lookup: an adopted instance comes from the listing) and the TLS service port."""
+    fqdn = fqdn_of(inst) or fqdn_of(await lookup() or {})
+    if fqdn is None:
+        raise UnavailableError("the instance has no public fqdn for its SSH service", hint="check the service group")
+    return {"fqdn": fqdn, "port": SSH_PORT, "user": USER}
 
 
 # -- the client ------------------------------------------------------------------------------
