@@ -4,6 +4,7 @@ instance's real local sandbox."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 import subprocess
@@ -89,6 +90,22 @@ def test_create_ssh_exec_pin_and_destroy(ukd: Daemon, ukc: TestServer) -> None:
     hutch(home, ukc, "exec", "s1", "--", "sh", "-c", "echo made-by-exec > /tmp/mark")
     out = js(hutch(home, ukc, "ssh", "s1", "--json", "--", "cat", "/tmp/mark"))
     assert (out["exit_code"], out["stdout"]) == (0, "made-by-exec\n")
+
+    # piped stdin reaches the command: a tar stream into the sandbox
+    src = home / "tree"
+    (src / "sub").mkdir(parents=True)
+    (src / "sub" / "f.bin").write_bytes(bytes(range(256)) * 64)
+    tar = subprocess.run(["tar", "c", "-C", str(src), "."], capture_output=True, check=True).stdout
+    p = subprocess.run(
+        [sys.executable, "-m", "hutch", "ssh", "s1", "--", "sh", "-c", "mkdir -p /tmp/t && tar x -C /tmp/t && echo ok"],
+        env=hutch_env(home, **settings(ukc)),
+        input=tar,
+        capture_output=True,
+        timeout=180,
+    )
+    assert (p.returncode, p.stdout) == (0, b"ok\n"), p.stderr
+    out = js(hutch(home, ukc, "ssh", "s1", "--json", "--", "sha256sum", "/tmp/t/sub/f.bin"))
+    assert out["stdout"].split()[0] == hashlib.sha256((src / "sub" / "f.bin").read_bytes()).hexdigest()
 
     # the host key is pinned on first use, and a different one is refused
     pin = keys / "known_host"
