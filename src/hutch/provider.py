@@ -43,6 +43,7 @@ class Capabilities:
     limits: frozenset[str] = field(default_factory=frozenset)  # memory, pids, cpus
     files: bool = True
     survives_daemon: bool = False
+    transfer: bool = False  # push / pull only (export and import of the workspace), without snapshots or forks
     network: bool = False  # egress policies (allowlist / open) beyond "none"
     secrets: bool = False  # sandbox-level secrets held outside the store
     workspace: bool = False  # the WorkspaceProvider methods: push/pull, snapshots, fork, tenants
@@ -162,6 +163,13 @@ class WorkspaceProvider(Protocol):
     async def delete_tenant(self, name: str) -> bool:
         """Remove a tenant's kept workspace; True when there was one."""
         ...
+
+
+def transfer_provider(provider: Provider) -> WorkspaceProvider:
+    """A provider that can push and pull (a full workspace provider, or one with ``transfer``)."""
+    if provider.capabilities.transfer and isinstance(provider, WorkspaceProvider):
+        return provider
+    return workspace_provider(provider)
 
 
 def workspace_provider(provider: Provider) -> WorkspaceProvider:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import stat
 import subprocess
 import sys
@@ -175,3 +176,36 @@ def test_shell_on_a_terminal(ukd: Daemon, ukc: TestServer) -> None:
         proc.kill()
     assert proc.wait(60) == 4, seen
     assert b"answer=42" in seen
+
+
+def test_push_and_pull_go_over_ssh(ukd: Daemon, ukc: TestServer, tmp_path: Path) -> None:
+    home = ukd.home
+    js(hutch(home, ukc, "create", "--provider", "unikraft", "--ssh", "--name", "p1", "--json"))
+    src = tmp_path / "src"
+    (src / "bin").mkdir(parents=True)
+    (src / "README").write_text("hello over ssh\n")
+    (src / "bin" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (src / "bin" / "run.sh").chmod(0o755)
+    (src / "link").symlink_to("README")
+    pushed = js(hutch(home, ukc, "push", "p1", str(src), "--json"))
+    assert pushed["files_sent"] == 3
+    out = js(hutch(home, ukc, "exec", "--json", "p1", "--", "sh", "-c", "cat README; ./bin/run.sh; readlink link"))
+    assert out["stdout"] == "hello over ssh\nran\nREADME\n"
+    assert js(hutch(home, ukc, "push", "p1", str(src), "--json"))["files_sent"] == 0  # nothing changed
+    hutch(home, ukc, "exec", "p1", "--", "sh", "-c", "echo made inside > made.txt")
+    dest = tmp_path / "dest"
+    pulled = hutch(home, ukc, "pull", "p1", str(dest), "--json")
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    assert (dest / "made.txt").read_text() == "made inside\n" and (dest / "README").read_text() == "hello over ssh\n"
+    assert stat.S_IMODE((dest / "bin" / "run.sh").stat().st_mode) == 0o755 and os.readlink(dest / "link") == "README"
+    # --delete removes what a push sent and the tree no longer has
+    (src / "README").unlink()
+    js(hutch(home, ukc, "push", "p1", str(src), "--delete", "--force", "--json"))
+    assert js(hutch(home, ukc, "exec", "--json", "p1", "--", "ls"))["stdout"].split() == ["bin", "link", "made.txt"]
+    # without --ssh there is no way in: a clear error, nothing sent
+    js(hutch(home, ukc, "create", "--provider", "unikraft", "--name", "p2", "--json"))
+    refused = hutch(home, ukc, "push", "p2", str(src), "--json")
+    err = json.loads(refused.stdout)["error"]
+    assert refused.returncode != 0 and err["kind"] == "invalid" and "--ssh" in err["message"] and err["hint"]
+    snap = json.loads(hutch(home, ukc, "snapshot", "save", "p1", "nope", "--json").stdout)["error"]
+    assert snap["kind"] == "invalid"  # snapshots stay local-only

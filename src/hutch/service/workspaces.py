@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, PolicyError
 from hutch.models import LIVE_STATES, NAME_RE, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
-from hutch.provider import WorkspaceProvider, workspace_provider
+from hutch.provider import WorkspaceProvider, transfer_provider, workspace_provider
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -142,7 +142,7 @@ class Workspaces:
                 f"sandbox {rec.id} is a sub-agent with a read-only view of its parent's workspace",
                 hint=f"push to the parent instead: hutch push {rec.spec.parent}",
             )
-        provider = self._provider(rec)
+        provider = transfer_provider(self.service.provider(rec.provider))
         entries = {check_rel(p): {k: e.get(k) for k in ENTRY_KEYS} for p, e in manifest.items()}
         kept = self.store.get_manifest(rec.id)
         send = sorted(p for p, e in entries.items() if kept.get(p) != e)
@@ -190,7 +190,7 @@ class Workspaces:
     async def pull(self, ref: str) -> Path:
         """The workspace as a tar file (the caller removes it)."""
         rec = self.service.live(ref)
-        provider = self._provider(rec)
+        provider = transfer_provider(self.service.provider(rec.provider))
         dest = self.tmp_path(".tar")
         try:
             size = await self.service._guarded(rec, provider.export_workspace(rec, dest))

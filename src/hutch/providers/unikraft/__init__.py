@@ -29,6 +29,7 @@ from hutch.errors import HutchError, InternalError, InvalidError, NotFoundError,
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_token
+from hutch.providers.unikraft.ssh import SshTransferMixin
 
 DEFAULT_IMAGE = "debian-slim:latest"
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
@@ -69,9 +70,11 @@ def split_marker(stderr: bytes, nonce: str) -> tuple[bytes, int | None]:
         return stderr, None
 
 
-class UnikraftProvider:
+class UnikraftProvider(SshTransferMixin):
     name = "unikraft"
-    capabilities = Capabilities(mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True)
+    capabilities = Capabilities(
+        mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True, transfer=True
+    )
     claims = True
 
     def __init__(self, settings: Settings) -> None:

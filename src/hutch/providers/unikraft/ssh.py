@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 import ssl
 import stat
@@ -24,7 +25,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PolicyError, UnavailableError
+from hutch.models import SandboxRecord
 
 SSH_PORT = 2222
 KEY_ENV = "SSH_AUTHORIZED_KEYS"
@@ -253,3 +256,57 @@ async def interactive(target: Target, command: str | None) -> int:
             loop.remove_signal_handler(signal.SIGWINCH)
             termios.tcsetattr(fd, termios.TCSADRAIN, saved)
         return int(proc.exit_status if proc.exit_status is not None else 255)
+
+
+class SshTransferMixin:
+    """push / pull for unikraft sandboxes made with ``--ssh``: one tar stream over an SSH exec
+    channel, unpacked by the image's own ``tar`` as the sandbox user (never by the daemon)."""
+
+    settings: Settings
+
+    def _target(self, rec: SandboxRecord) -> Target:
+        if rec.ssh is None:
+            raise InvalidError(
+                f"push and pull on unikraft go over SSH, and sandbox {rec.name or rec.id} was not created with --ssh",
+                hint="create it with hutch create --provider unikraft --ssh, or pipe a tar: tar c . | hutch ssh SBX -- tar x",
+            )
+        s = self.settings
+        return Target(s.home, rec.model_dump(mode="json"), s.unikraft_ssh_connect, s.unikraft_ca_file)
+
+    async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
+        target = self._target(rec)
+        wd = shlex.quote(rec.spec.workdir)
+        with open(dest, "wb") as out:
+            async with await target.connect() as conn:
+                res = await conn.run(f"tar -C {wd} -cf - .", encoding=None, stdin=_asyncssh().DEVNULL, stdout=out, check=False)
+        if res.exit_status != 0:
+            raise UnavailableError(f"packing the workspace over SSH failed: {_text(res.stderr)}", hint="retry")
+        return dest.stat().st_size
+
+    async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
+        for rel in delete:
+            if rel.startswith("/") or ".." in rel.split("/"):
+                raise InvalidError(f"refusing to delete {rel!r}: not a path inside the workspace")
+        target = self._target(rec)
+        wd = shlex.quote(rec.spec.workdir)
+        steps = [f"mkdir -p {wd}"]
+        if delete:
+            steps.append(f"cd {wd} && rm -rf -- " + " ".join(shlex.quote(p) for p in delete))
+        if src is not None:
+            steps.append(f"tar -C {wd} --no-same-owner -xf -")
+        async with await target.connect() as conn:
+            with open(src, "rb") if src is not None else open(os.devnull, "rb") as feed:
+                res = await conn.run(" && ".join(steps), encoding=None, stdin=feed, check=False)
+        if res.exit_status != 0:
+            raise UnavailableError(f"unpacking into the workspace over SSH failed: {_text(res.stderr)}", hint="retry")
+
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+        raise InvalidError("fork is not supported on unikraft", hint="use the local provider")
+
+    async def delete_tenant(self, name: str) -> bool:
+        raise InvalidError("tenants are not supported on unikraft", hint="use the local provider")
+
+
+def _text(data: Any) -> str:
+    raw = data if isinstance(data, bytes) else str(data or "").encode()
+    return raw.decode(errors="replace").strip()[-500:] or "no message"
