@@ -18,59 +18,25 @@ import base64
 import json
 import os
 import secrets
-import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import HutchError, InternalError, InvalidError, NotFoundError, UnavailableError
-from hutch.models import FileEntry, RawOutput, SandboxRecord
+from hutch.errors import HutchError, InternalError, InvalidError, UnavailableError
+from hutch.models import RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
 from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_token
+from hutch.providers.unikraft.files import FilesMixin
 from hutch.providers.unikraft.ssh import SshTransferMixin
+from hutch.providers.unikraft.wire import HOLD, marker, scrubber, split_marker, wrap
 
 DEFAULT_IMAGE = "debian-slim:latest"
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
-HOLD = 64  # stderr bytes held back while streaming: the exit marker may be among them
 
 
-def _marker(nonce: str) -> bytes:
-    return b"\nhutch-exit-" + nonce.encode() + b":"
-
-
-def wrap(argv: list[str], nonce: str, stdin: bool) -> str:
-    """The shell line for the plugin: the command, then its exit code behind the marker."""
-    line = shlex.join(argv) + ("" if stdin else " </dev/null")
-    return f"{line}; printf '\\nhutch-exit-{nonce}:%d\\n' $? >&2"
-
-
-def scrubber(secrets: dict[str, str] | None) -> Callable[[bytes], bytes]:
-    """Replaces every secret value of 4 bytes or more by ``[redacted:NAME]``."""
-    pairs = [(v.encode(), f"[redacted:{k}]".encode()) for k, v in (secrets or {}).items() if len(v) >= 4]
-
-    def scrub(data: bytes) -> bytes:
-        for value, mark in pairs:
-            data = data.replace(value, mark)
-        return data
-
-    return scrub
-
-
-def split_marker(stderr: bytes, nonce: str) -> tuple[bytes, int | None]:
-    mark = _marker(nonce)
-    at = stderr.rfind(mark)
-    if at < 0:
-        return stderr, None
-    tail = stderr[at + len(mark) :].strip()
-    try:
-        return stderr[:at], int(tail)
-    except ValueError:
-        return stderr, None
-
-
-class UnikraftProvider(SshTransferMixin):
+class UnikraftProvider(SshTransferMixin, FilesMixin):
     name = "unikraft"
     capabilities = Capabilities(
         mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True, transfer=True
@@ -375,7 +341,7 @@ class UnikraftProvider(SshTransferMixin):
             tail = {"stdout": {"offset": out_total, "limit": 0}, "stderr": {"offset": max(0, err_total - HOLD)}}
             extra = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=tail)
             _, code = split_marker(base64.b64decode(extra.data.get("stderr") or ""), nonce)
-            marker_len = len(_marker(nonce)) + len(str(code)) + 1 if code is not None else 0
+            marker_len = len(marker(nonce)) + len(str(code)) + 1 if code is not None else 0
         else:
             err, code = split_marker(err, nonce)
             marker_len = err_total - len(err) if code is not None else 0
@@ -502,34 +468,3 @@ class UnikraftProvider(SshTransferMixin):
                     {"pid": int(pid), "ppid": int(ppid), "user": user, "state": state, "rss": int(rss) * 1024, "command": command}
                 )
         return procs
-
-    # -- files -----------------------------------------------------------------------------------
-
-    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
-        reply = await self._plugin(rec, "POST", "/fs/read", f"reading {path}", ok=(200, 404, 500), body={"path": path})
-        if reply.status != 200:
-            raise NotFoundError(f"{path}: cannot read ({reply.message or reply.status})", hint="check the path")
-        data = base64.b64decode(reply.data.get("contents") or "")
-        return data[:limit], len(data) > limit
-
-    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
-        if path.endswith("/"):
-            raise InvalidError(f"{path}: is a directory")
-        parent = os.path.dirname(path) or "/"
-        await self._plugin(rec, "POST", "/fs/mkdir", f"creating {parent}", body={"path": parent, "parents": True})
-        body = {"path": path, "append": False, "encoding": "base64", "data": base64.b64encode(data).decode()}
-        await self._plugin(rec, "POST", "/fs/write", f"writing {path}", body=body)
-        if mode != 0o644:
-            await self._sh(rec, f"chmod {mode:o} {shlex.quote(path)}")
-
-    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
-        script = f"find {shlex.quote(path)} -mindepth 1 -maxdepth 1 -printf '%y %s %m %T@ %f\\n'"
-        raw = await self._sh(rec, script)
-        if raw.exit_code != 0:
-            raise NotFoundError(f"{path}: {raw.stderr.decode(errors='replace').strip() or 'cannot list'}")
-        entries = []
-        for line in raw.stdout.decode(errors="replace").splitlines():
-            kind, size, mode, mtime, name = line.split(" ", 4)
-            type_ = {"f": "file", "d": "dir", "l": "symlink"}.get(kind, "other")
-            entries.append(FileEntry(name=name, type=type_, size=int(size), mode=int(mode, 8), mtime=float(mtime)))
-        return sorted(entries, key=lambda e: e.name)
