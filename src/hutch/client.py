@@ -56,6 +56,16 @@ def _page(resp: Response | httpx.Response) -> tuple[bytes, bool, int | None]:
     return resp.content, resp.headers.get("x-hutch-truncated") == "1", int(size) if size else None
 
 
+def _event_params(
+    ref: str | None, types: list[str] | None, since: float | None, after: int, limit: int, run: str | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
+        if value:
+            params[key] = value
+    return params
+
+
 def _path(ref: str) -> str:
     return "/v1/sandboxes/" + quote(ref, safe="")
 
@@ -239,10 +249,7 @@ class Client(_Base, LifecycleAPI):
         limit: int = 1000,
         run: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
-        params: dict[str, Any] = {"after": after, "limit": limit}
-        for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
-            if value:
-                params[key] = value
+        params = _event_params(ref, types, since, after, limit, run)
         return list(self.json("GET", "/v1/events", params=params))
 
     def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
@@ -446,10 +453,7 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
         limit: int = 1000,
         run: str | None = None,
     ) -> builtins.list[dict[str, Any]]:
-        params: dict[str, Any] = {"after": after, "limit": limit}
-        for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
-            if value:
-                params[key] = value
+        params = _event_params(ref, types, since, after, limit, run)
         return list(await self.json("GET", "/v1/events", params=params))
 
     async def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
