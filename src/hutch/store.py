@@ -27,6 +27,7 @@ from hutch.models import (
 )
 from hutch.store_claims import CLAIMS_SQL, ClaimsStore
 from hutch.store_lifecycle import LIFECYCLE_SQL, LifecycleStore
+from hutch.store_refs import RefsStore
 
 MIGRATIONS: list[tuple[str, str]] = [
     (
@@ -126,7 +127,7 @@ def redacted(spec: SandboxSpec) -> SandboxSpec:
     return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
 
 
-class Store(LifecycleStore, ClaimsStore):
+class Store(LifecycleStore, ClaimsStore, RefsStore):
     def __init__(self, path: Path | str) -> None:
         self.path = str(path)
         if self.path != ":memory:":
@@ -275,14 +276,14 @@ class Store(LifecycleStore, ClaimsStore):
         return self.get_sandbox(sandbox_id)
 
     def get_sandbox(self, ref: str) -> SandboxRecord:
-        """By id, or by name among live sandboxes (then the newest of any state)."""
+        """By id, by name (a live one, else the newest of any state), or by a unique id prefix (store_refs)."""
         conn = self._conn()
         row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
         if row is None:
             row = conn.execute(
                 f"SELECT * FROM sandboxes WHERE name = ? ORDER BY state IN {LIVE_SQL} DESC, created_at DESC LIMIT 1",
                 (ref,),
-            ).fetchone()
+            ).fetchone() or self.by_prefix("sandboxes", ref)
         if row is None:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return self._record(row)
@@ -373,7 +374,7 @@ class Store(LifecycleStore, ClaimsStore):
         }
 
     def get_run(self, run_id: str) -> dict[str, Any]:
-        row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self._conn().execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone() or self.by_prefix("runs", run_id)
         if row is None:
             raise NotFoundError(f"no run {run_id!r}", hint="list a sandbox's runs with: hutch runs SANDBOX")
         return self._run(row)

@@ -41,6 +41,7 @@ LIFECYCLE_SQL = """
 class LifecycleStore:
     transaction: Callable[[], AbstractContextManager[Any]]
     _conn: Callable[[], Any]
+    by_prefix: Callable[[str, str], Any]
 
     def touch(self, sandbox_id: str, when: float) -> None:
         """Record activity (for --idle-timeout); no ``updated_at`` change, no event."""
@@ -65,6 +66,7 @@ class LifecycleStore:
 
     def get_approval(self, approval_id: str) -> ApprovalRecord:
         row = self._conn().execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
+        row = row or self.by_prefix("approvals", approval_id)  # a short id (store_refs)
         if row is None:
             raise NotFoundError(f"no approval request {approval_id!r}", hint="list them with: hutch approvals")
         return ApprovalRecord(**dict(row))

@@ -404,6 +404,7 @@ class Runs:
 
     async def wait(self, run_id: str, timeout: float | None) -> dict[str, Any]:
         run = self.store.get_run(run_id)
+        run_id = run["id"]  # the whole id, when given a short one
         deadline = None if timeout is None else time.monotonic() + timeout
         while run["status"] == "running":
             left = None if deadline is None else deadline - time.monotonic()
@@ -420,6 +421,7 @@ class Runs:
     async def kill(self, run_id: str, sig: str | int) -> dict[str, Any]:
         signum = parse_signal(sig)
         run = self.store.get_run(run_id)
+        run_id = run["id"]
         if run["status"] != "running":
             return {"run_id": run_id, "signalled": False, "status": run["status"], "message": f"already {run['status']}"}
         rec = self.svc.get(run["sandbox_id"])
@@ -431,7 +433,7 @@ class Runs:
     async def poll(self, run_id: str, offsets: dict[str, int], limit: int) -> dict[str, Any]:
         """Status and the output written so far, from the given offsets."""
         run = self.store.get_run(run_id)
-        rec = self.svc.get(run["sandbox_id"])
+        run_id, rec = run["id"], self.svc.get(run["sandbox_id"])
         provider = self.svc.provider(rec.provider)
         out: dict[str, Any] = {"run": run}
         for name in ("stdout", "stderr"):
@@ -445,8 +447,11 @@ class Runs:
     async def logs(self, ref: str, run_id: str | None, offset: int, limit: int) -> dict[str, Any]:
         """The sandbox's transcript (all runs, in the order output arrived) from ``offset``."""
         rec = self.svc.get(ref)
-        if run_id is not None and self.store.get_run(run_id)["sandbox_id"] != rec.id:
-            raise InvalidError(f"run {run_id} is not a run of {ref}", hint=f"list them with: hutch runs {ref}")
+        if run_id is not None:
+            run = self.store.get_run(run_id)
+            if run["sandbox_id"] != rec.id:
+                raise InvalidError(f"run {run_id} is not a run of {ref}", hint=f"list them with: hutch runs {ref}")
+            run_id = run["id"]
         provider = self.svc.provider(rec.provider)
         records, next_offset, size = await provider.read_transcript(rec, max(0, offset), min(limit, OUTPUT_PAGE))
         entries = []
