@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, parse_pairs, table
+from hutch.cli.common import EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, parse_pairs, table
 from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
-from hutch.errors import InvalidError
+from hutch.errors import HutchError, InvalidError
 from hutch.units import format_duration, format_size
 
 
@@ -291,18 +291,47 @@ def _lifetime_lines(r: dict[str, Any]) -> list[tuple[str, str]]:
 
 @click.command(cls=SandboxCommand)
 @click.argument("sandboxes", nargs=-1)
-@click.option("--all", "destroy_all", is_flag=True, help="Destroy every live sandbox.")
+@click.option("--all", "-a", "destroy_all", is_flag=True, help="Destroy every live (and lost) sandbox.")
 @click.option("--approval", metavar="ID", help="An approved request (apr_...) when the sandbox requires approval to destroy.")
 @json_option
 @click.pass_obj
 def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool, approval: str | None) -> None:
-    """Destroy sandboxes and their sub-agents (idempotent: already gone is success)."""
+    """Destroy sandboxes and their sub-agents (idempotent: already gone is success).
+
+    Each sandbox is tried even when another fails (one that needs a human's approval, say);
+    every outcome is reported, and the exit code is 1 if any failed.
+    """
     if not sandboxes and not destroy_all:
         raise click.UsageError("give one or more sandboxes, or --all")
-    refs = list(sandboxes) + ([r["id"] for r in obj.client.list()] if destroy_all else [])
-    results = [obj.client.destroy(ref, approval) for ref in refs]
+    names: dict[str, str | None] = dict.fromkeys(sandboxes)
+    if destroy_all:
+        names |= {r["id"]: r.get("name") for r in obj.client.list()}
+    if len(names) == 1 and not destroy_all:  # one sandbox: its failure is the command's error document
+        results = [obj.client.destroy(sandboxes[0], approval)]
+    else:
+        results = [_destroy_one(obj, ref, name, approval) for ref, name in names.items()]
+    failed = [r for r in results if "error" in r]
     if obj.json:
         emit(results)
-        return
-    for r in results:
-        click.echo(f"{r['sandbox']}: {r['message']}")
+    else:
+        for r in results:
+            if "error" in r:
+                err = r["error"]
+                click.secho(f"hutch: {r['sandbox']}: {err['kind']}: {err['message']}", fg="red", err=True)
+                if err.get("hint"):
+                    click.echo(f"hint: {err['hint']}", err=True)
+            else:
+                click.echo(f"{r['sandbox']}: {r['message']}")
+        if failed:
+            click.echo(f"hutch: {len(results) - len(failed)} of {len(results)} done, {len(failed)} failed", err=True)
+    if failed:
+        raise SystemExit(EXIT_FAILED)
+
+
+def _destroy_one(obj: Ctx, ref: str, name: str | None, approval: str | None) -> dict[str, Any]:
+    """One sandbox's outcome; a failure is reported in it (``destroyed: false`` and ``error``),
+    not raised, so that the others are still tried."""
+    try:
+        return obj.client.destroy(ref, approval)
+    except HutchError as exc:
+        return {"sandbox": ref, "name": name, "destroyed": False} | exc.to_dict()
