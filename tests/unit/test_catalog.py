@@ -76,7 +76,7 @@ def test_catalog_entries_have_the_contract_fields(capsys: pytest.CaptureFixture[
             assert o["name"].startswith("-")
     stop = next(c for c in doc["commands"] if c["name"] == "daemon stop")
     timeout = next(o for o in stop["options"] if o["name"] == "--timeout")
-    assert (timeout["type"], timeout["default"]) == ("float", 10.0)
+    assert (timeout["type"], timeout["default"]) == ("duration", "10s")  # the option grammar: DURATION
     exec_ = next(c for c in doc["commands"] if c["name"] == "exec")
     assert [(a["name"], a["nargs"]) for a in exec_["arguments"]] == [("SANDBOX", 1), ("COMMAND", -1)]
     env = next(o for o in exec_["options"] if o["name"] == "--env")

@@ -225,7 +225,8 @@ def test_tenant_workspace_survives_destroy(service: Service) -> None:
     assert created and fake(service).sandboxes[again.id]["/workspace/notes"] == b"keep"
     assert [(t["name"], t["sandbox"]) for t in service.workspaces.tenants()] == [("alice", again.id)]
     result = run(service.workspaces.delete_tenant("alice"))
-    assert result["destroyed"] == [again.id]
+    assert result["destroyed"] == [again.id] and result["existed"] is True
     assert service.workspaces.tenants() == [] and "alice" not in fake(service).tenants
-    with pytest.raises(NotFoundError):
-        run(service.workspaces.delete_tenant("alice"))
+    # idempotent teardown, like destroy and snapshot delete: gone already is a success that says so
+    again = run(service.workspaces.delete_tenant("alice"))
+    assert again == {"tenant": "alice", "deleted": True, "existed": False, "destroyed": []}

@@ -125,10 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(exc.ctx.get_help() if exc.ctx else "")
         return EXIT_USAGE
     except click.UsageError as exc:
+        hint = getattr(exc, "hint", None)
         if as_json:
-            emit({"error": {"kind": "invalid", "message": exc.format_message(), "hint": "see hutch --help"}})
+            emit({"error": {"kind": "invalid", "message": exc.format_message(), "hint": hint or "see hutch --help"}})
         else:
             exc.show()
+            if hint:
+                click.echo(f"hint: {hint}", err=True)
         return EXIT_USAGE
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

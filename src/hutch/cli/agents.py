@@ -6,10 +6,9 @@ import socket
 
 import click
 
-from hutch.cli.common import Ctx
+from hutch.cli.common import SIZE, Ctx
 from hutch.config import Settings
 from hutch.errors import InvalidError, UnavailableError
-from hutch.units import parse_size
 
 
 @click.command()
@@ -22,12 +21,13 @@ from hutch.units import parse_size
 )
 @click.option(
     "--max-output",
+    type=SIZE,
     default="32K",
     show_default=True,
     help="Default cap per stream on exec output and on each file_read (a tool call may ask for more).",
 )
 @click.pass_obj
-def mcp(obj: Ctx, port: int | None, max_output: str) -> None:
+def mcp(obj: Ctx, port: int | None, max_output: int) -> None:
     """Serve hutch's sandboxes as MCP tools (stdio by default).
 
     \b
@@ -39,7 +39,7 @@ def mcp(obj: Ctx, port: int | None, max_output: str) -> None:
 
     from hutch.mcp import MAX_CALL_OUTPUT, serve
 
-    cap = parse_size(max_output)
+    cap = max_output
     if not 0 < cap <= MAX_CALL_OUTPUT:
         raise InvalidError(f"--max-output must be between 1 and {MAX_CALL_OUTPUT} bytes, got {max_output}")
     settings = Settings.load(**obj.settings_flags)

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, table
-from hutch.units import parse_duration
+from hutch.cli.common import DURATION, EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, old_spelling, table
 
 
 def _who() -> str:
@@ -39,18 +38,18 @@ def _show(obj: Ctx, apr: dict[str, Any]) -> None:
 @click.argument("action")
 @click.option("--reason", help="Why: shown to the human who decides.")
 @click.option(
-    "--timeout", metavar="DURATION", default="10m", show_default=True, help="Give up after this long (exit 1, status expired)."
+    "--timeout", type=DURATION, default="10m", show_default=True, help="Give up after this long (exit 1, status expired)."
 )
 @click.option("--no-wait", is_flag=True, help="Print the request id at once (decide later; follow with hutch approvals).")
 @json_option
 @click.pass_obj
-def confirm(obj: Ctx, sandbox: str, action: str, reason: str | None, timeout: str, no_wait: bool) -> None:
+def confirm(obj: Ctx, sandbox: str, action: str, reason: str | None, timeout: float, no_wait: bool) -> None:
     """Ask a human to approve ACTION on SANDBOX, and wait for the answer.
 
     Exit 0 when approved; 1 when rejected or expired. The request is durable: it
     survives a daemon restart, and hutch approve ID decides it from any terminal.
     """
-    seconds = parse_duration(timeout)
+    seconds = timeout
     apr = obj.client.request_approval({"action": action, "sandbox": sandbox, "reason": reason, "timeout": seconds})
     if no_wait:
         emit(apr) if obj.json else click.echo(apr["id"])
@@ -76,13 +75,14 @@ def approve(obj: Ctx, approval_id: str, reject: bool, reason: str | None) -> Non
     _show(obj, obj.client.decide(approval_id, not reject, reason, _who()))
 
 
-@click.command()
+@click.command(cls=SandboxCommand)
+@click.argument("sandbox", required=False)
 @click.option("--pending", is_flag=True, help="Only requests still waiting for a decision.")
-@click.option("--sandbox", help="Only requests about this sandbox.")
 @json_option
+@old_spelling("--sandbox", "SANDBOX", "sandbox")
 @click.pass_obj
-def approvals(obj: Ctx, pending: bool, sandbox: str | None) -> None:
-    """List approval requests (newest last)."""
+def approvals(obj: Ctx, sandbox: str | None, pending: bool) -> None:
+    """List approval requests (newest last); with SANDBOX, only those about it."""
     items = obj.client.approvals(pending, sandbox)
     if obj.json:
         emit(items)

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option, table
+from hutch.cli.common import Ctx, count, emit, json_option, table
 from hutch.cli.sandbox import build_spec
 from hutch.client import Client
 from hutch.errors import HutchError, InternalError
@@ -203,14 +203,16 @@ def _render(report: dict[str, Any]) -> None:
 @click.option("--provider", help="Provider to benchmark (default: the configured one, e.g. local).")
 @click.option(
     "--iterations",
-    type=click.IntRange(min=1),
+    type=count(1, 10000),
+    metavar="N",
     default=20,
     show_default=True,
     help="Samples per metric (rounds after one discarded warm-up round).",
 )
 @click.option(
     "--concurrency",
-    type=click.IntRange(min=1),
+    type=count(1, 100),
+    metavar="N",
     default=10,
     show_default=True,
     help="Sandboxes created at once for the concurrent-creates metric.",

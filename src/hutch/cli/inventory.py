@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option, table
+from hutch.cli.common import DURATION, Ctx, emit, json_option, table
 from hutch.cli.sandbox import create, destroy
 
 
@@ -30,7 +30,7 @@ def show_inventory(obj: Ctx, inv: dict[str, Any]) -> None:
 @click.command()
 @click.argument("sandbox")
 @click.option("--wait", is_flag=True, help="Poll until it runs; fail early if it failed, stopped or was destroyed.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds to wait with --wait.")
+@click.option("--timeout", type=DURATION, default="5m", show_default=True, help="How long to wait with --wait.")
 @json_option
 @click.pass_obj
 def status(obj: Ctx, sandbox: str, wait: bool, timeout: float) -> None:

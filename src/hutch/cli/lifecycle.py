@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, parse_pairs
+from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs
 from hutch.cli.network import network_spec
 from hutch.units import format_duration
 
@@ -47,10 +47,10 @@ def _when(ts: float | None) -> str:
 
 @click.command(cls=SandboxCommand)
 @click.argument("sandbox")
-@click.option("--ttl", metavar="DURATION", help="Also set a new absolute deadline this long from now, e.g. 30m.")
+@click.option("--ttl", type=DURATION, help="Also set a new absolute deadline this long from now, e.g. 30m.")
 @json_option
 @click.pass_obj
-def keepalive(obj: Ctx, sandbox: str, ttl: str | None) -> None:
+def keepalive(obj: Ctx, sandbox: str, ttl: float | None) -> None:
     """Count now as activity (resets the --idle-timeout timer); with --ttl, extend the lifetime."""
     out = obj.client.keepalive(sandbox, ttl)
     if obj.json:
@@ -69,12 +69,12 @@ def keepalive(obj: Ctx, sandbox: str, ttl: str | None) -> None:
     help="How the child sees the parent's /workspace (default rw; ro below a read-only parent).",
 )
 @click.option("--name", help="Unique name for the sub-agent's sandbox.")
-@click.option("--memory", help="Memory limit of the child, e.g. 512M (default 1G).")
-@click.option("--pids", type=int, help="Maximum number of processes of the child (default 512).")
+@click.option("--memory", type=SIZE, help="Memory limit of the child, e.g. 512M (default 1G).")
+@click.option("--pids", type=count(), metavar="N", help="Maximum number of processes of the child (default 512).")
 @click.option("--cpus", type=float, help="CPU limit of the child in cores (default: none).")
 @click.option("--env", "-e", "env", multiple=True, metavar="K=V", help="Environment variable of the child (repeatable).")
 @click.option("--label", "labels", multiple=True, metavar="K=V", help="Label of the child (repeatable).")
-@click.option("--ttl", metavar="DURATION", help="Expire the child this long after creation, e.g. 30m.")
+@click.option("--ttl", type=DURATION, help="Expire the child this long after creation, e.g. 30m.")
 @click.option(
     "--network", type=click.Choice(["none", "allowlist", "open"]), help="The child's egress mode (default: the parent's policy)."
 )
@@ -88,12 +88,12 @@ def subagent(
     parent: str,
     workspace: str | None,
     name: str | None,
-    memory: str | None,
+    memory: int | None,
     pids: int | None,
     cpus: float | None,
     env: tuple[str, ...],
     labels: tuple[str, ...],
-    ttl: str | None,
+    ttl: float | None,
     network: str | None,
     allow_hosts: tuple[str, ...],
     allow_ports: tuple[int, ...],

@@ -10,12 +10,26 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import EXIT_TIMEOUT, Ctx, SandboxCommand, emit, exit_code_for, fail, json_option, parse_pairs
+from hutch.cli.common import (
+    EXIT_TIMEOUT,
+    SIZE,
+    Ctx,
+    Duration,
+    WorkloadCommand,
+    WorkloadSandboxCommand,
+    emit,
+    exit_code_for,
+    fail,
+    json_option,
+    old_spelling,
+    parse_pairs,
+)
 from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
 
+EXEC_DURATION = Duration(at_most=7 * 86400)
 SHELL_CHARS = set(" \t\n|&;<>()$`\\\"'*?[]#~=%")
 
 
@@ -31,19 +45,21 @@ def command_of(args: tuple[str, ...]) -> str | list[str]:
 def exec_options(f: Any) -> Any:
     opts = [
         click.option("--cwd", help="Working directory inside the sandbox."),
-        click.option("--timeout", type=float, help="Wall timeout in seconds; the whole process tree is killed (exit 124)."),
+        click.option(
+            "--timeout", type=EXEC_DURATION, help="Wall timeout, e.g. 90s, 5m, 2h; the whole process tree is killed (exit 124)."
+        ),
         click.option(
             "--idle-output-timeout",
             "idle_timeout",
-            type=float,
-            help="Kill the process tree when it prints nothing for this many seconds (exit 124).",
+            type=EXEC_DURATION,
+            help="Kill the process tree when it prints nothing for this long, e.g. 2m (exit 124).",
         ),
         click.option(
             "--stdin-file",
             type=click.Path(dir_okay=False, allow_dash=True),
             help="Feed this file (or - for stdin) to the command.",
         ),
-        click.option("--max-output", help="Cap on stdout and stderr each kept in the result (default 1M)."),
+        click.option("--max-output", type=SIZE, help="Cap on stdout and stderr each kept in the result (default 1M)."),
         click.option("--stream", is_flag=True, help="With --json: print NDJSON events (stdout, stderr, exit) as they come."),
         click.option("--no-redact", is_flag=True, help="Show secret values in this run's output instead of [redacted:NAME]."),
     ]
@@ -60,7 +76,7 @@ def exec_request(
     timeout: float | None,
     idle_timeout: float | None,
     stdin_file: str | None,
-    max_output: str | None,
+    max_output: int | None,
     no_redact: bool = False,
 ) -> dict[str, Any]:
     for name, value in (("--timeout", timeout), ("--idle-output-timeout", idle_timeout)):
@@ -139,7 +155,7 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
     return final
 
 
-@click.command("exec", context_settings={"ignore_unknown_options": False}, cls=SandboxCommand)
+@click.command("exec", context_settings={"ignore_unknown_options": False}, cls=WorkloadSandboxCommand)
 @click.argument("sandbox")
 @click.argument("command", nargs=-1, required=True)
 @click.option(
@@ -244,7 +260,7 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
     return None, code_text.encode(), interpreter
 
 
-@click.command()
+@click.command(cls=WorkloadCommand)
 @click.argument("command", nargs=-1, required=False)
 @create_options
 @exec_options
@@ -255,7 +271,7 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
     "--file", "code_file", type=click.Path(dir_okay=False), help="Run this local script (language from --lang or its suffix)."
 )
 @click.option("--keep", is_flag=True, help="Keep the sandbox after the command (its id goes to stderr).")
-@click.option("--sandbox", "--session-id", "reuse", metavar="ID|NAME", help="Run in this existing sandbox instead of a new one.")
+@click.option("--session-id", "reuse", metavar="SANDBOX", help="Run in this existing sandbox instead of a new one.")
 @click.option(
     "--reuse",
     "auto",
@@ -266,6 +282,7 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
 @click.option("--sync", "sync_dir", metavar="DIR", help="Push DIR into /workspace before the command (see hutch push).")
 @click.option("--pull", "pull_after", is_flag=True, help="With --sync: pull /workspace back into DIR afterwards.")
 @json_option
+@old_spelling("--sandbox", "--session-id", "reuse", metavar="SANDBOX")
 @click.pass_obj
 def run(
     obj: Ctx,
@@ -280,7 +297,7 @@ def run(
     timeout: float | None,
     idle_timeout: float | None,
     stdin_file: str | None,
-    max_output: str | None,
+    max_output: int | None,
     stream: bool,
     lang: str | None,
     code_file: str | None,

@@ -10,12 +10,13 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
+from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, count, emit, json_option, old_spelling, table
 from hutch.cli.run import _write, exit_with
 from hutch.errors import InvalidError
 from hutch.units import format_size
 
 FOLLOW_INTERVAL = 0.25
+PAGE = 1 << 20  # --max-bytes by default
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 
 
@@ -78,18 +79,17 @@ def runs_(obj: Ctx, /, sandbox: str, status: str | None) -> None:
 @click.option("--follow", "-f", is_flag=True, help="Keep printing output until the run ends.")
 @click.option("--stdout-offset", default=0, type=click.IntRange(min=0), help="Resume stdout from this byte.")
 @click.option("--stderr-offset", default=0, type=click.IntRange(min=0), help="Resume stderr from this byte.")
-@click.option("--limit", default="1M", show_default=True, help="At most this much of each stream per request.")
+@click.option("--max-bytes", type=SIZE, help="At most this much of each stream per request (default 1M).")
 @json_option
+@old_spelling("--limit", "--max-bytes", "max_bytes", type=SIZE)
 @click.pass_obj
-def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offset: int, limit: str) -> None:
+def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offset: int, max_bytes: int | None) -> None:
     """Print a run's status and output so far (with offsets to resume from).
 
     With --json: one document (output and next offsets); with --follow, NDJSON events
     (stdout, stderr, then status) until the run ends.
     """
-    from hutch.units import parse_size
-
-    page = parse_size(limit)
+    page = max_bytes or PAGE
     offsets = {"stdout": stdout_offset, "stderr": stderr_offset}
     while True:
         res = obj.client.output(run_id, offsets["stdout"], offsets["stderr"], page)
@@ -135,7 +135,7 @@ def _more(res: dict[str, Any]) -> bool:
 
 @click.command()
 @click.argument("run_id", metavar="RUN")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), help="Give up after this many seconds (exit 124).")
+@click.option("--timeout", type=DURATION, help="Give up after this long, e.g. 30s, 10m (exit 124).")
 @json_option
 @click.pass_obj
 def wait(obj: Ctx, /, run_id: str, timeout: float | None) -> None:
@@ -165,18 +165,17 @@ def kill(obj: Ctx, /, run_id: str, sig: str) -> None:
 @click.argument("sandbox")
 @click.option("--run", "run_id", metavar="RUN", help="Only this run's output.")
 @click.option("--offset", default=0, type=click.IntRange(min=0), help="Start at this transcript offset (from next_offset).")
-@click.option("--limit", default="1M", show_default=True, help="Read at most this much of the transcript per request.")
+@click.option("--max-bytes", type=SIZE, help="Read at most this much of the transcript per request (default 1M).")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing until every run has ended.")
 @json_option
+@old_spelling("--limit", "--max-bytes", "max_bytes", type=SIZE)
 @click.pass_obj
-def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, limit: str, follow: bool) -> None:
+def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: int | None, follow: bool) -> None:
     """The sandbox's combined, ordered output of its runs (resumable with --offset).
 
     --json prints one document per read: records, offset, next_offset, eof.
     """
-    from hutch.units import parse_size
-
-    page = parse_size(limit)
+    page = max_bytes or PAGE
     while True:
         res = obj.client.logs(sandbox, run_id, offset, page)
         if obj.json:
@@ -196,11 +195,11 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, limit: str,
 
 @click.command(cls=SandboxCommand)
 @click.argument("sandbox", required=False)
-@click.option("--all", "all_", is_flag=True, help="Events of every sandbox.")
+@click.option("--all", "-a", "all_", is_flag=True, help="Events of every sandbox.")
 @click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable), e.g. run_finished.")
 @click.option("--since", help="Only events since 10m, 2h, 1d, an ISO time or epoch seconds.")
 @click.option("--run", "run_id", metavar="RUN", help="Only this run's events.")
-@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1, 100000), help="At most this many events.")
+@click.option("--limit", default=1000, show_default=True, type=count(1, 100000), metavar="N", help="At most this many events.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
 @json_option
 @click.pass_obj

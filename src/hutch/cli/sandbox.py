@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, parse_pairs, table
+from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs, table
 from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
 from hutch.errors import HutchError, InvalidError
 from hutch.units import format_duration, format_size
@@ -17,8 +17,8 @@ from hutch.units import format_duration, format_size
 def create_options(f: Any) -> Any:
     opts = [
         click.option("--name", help="Unique name for the sandbox (usable wherever an id is)."),
-        click.option("--memory", help="Memory limit, e.g. 512M, 1G (default 1G)."),
-        click.option("--pids", type=int, help="Maximum number of processes (default 512)."),
+        click.option("--memory", type=SIZE, help="Memory limit, e.g. 512M, 1G (default 1G)."),
+        click.option("--pids", type=count(), metavar="N", help="Maximum number of processes (default 512)."),
         click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5 (default: none)."),
         click.option(
             "--env",
@@ -59,11 +59,11 @@ def create_options(f: Any) -> Any:
 def lifetime_options(f: Any) -> Any:
     """Options of create only (``run`` destroys its sandbox itself)."""
     opts = [
-        click.option("--ttl", metavar="DURATION", help="Expire this long after creation, e.g. 30m, 2h (default: never)."),
+        click.option("--ttl", type=DURATION, help="Expire this long after creation, e.g. 30m, 2h (default: never)."),
         click.option(
             "--idle-timeout",
             "idle",
-            metavar="DURATION",
+            type=DURATION,
             help="Expire after this long without a run or API activity, e.g. 10m (a running background run is activity).",
         ),
         click.option(
@@ -85,7 +85,9 @@ def lifetime_options(f: Any) -> Any:
     return f
 
 
-def lifetime_spec(ttl: str | None, idle: str | None, on_expire: str | None, require_approval: tuple[str, ...]) -> dict[str, Any]:
+def lifetime_spec(
+    ttl: float | None, idle: float | None, on_expire: str | None, require_approval: tuple[str, ...]
+) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if ttl:
         spec["ttl"] = ttl
@@ -102,7 +104,7 @@ def lifetime_spec(ttl: str | None, idle: str | None, on_expire: str | None, requ
 def build_spec(
     obj: Ctx,
     name: str | None,
-    memory: str | None,
+    memory: int | None,
     pids: int | None,
     cpus: float | None,
     env: tuple[str, ...],
@@ -162,8 +164,8 @@ def create(
     obj: Ctx,
     /,
     use_ssh: bool,
-    ttl: str | None,
-    idle: str | None,
+    ttl: float | None,
+    idle: float | None,
     on_expire: str | None,
     require_approval: tuple[str, ...],
     **kw: Any,

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, emit, json_option
+from hutch.cli.common import DURATION, Ctx, count, emit, json_option
 from hutch.client import Client
 from hutch.config import Settings
 from hutch.errors import HutchError, UnavailableError
@@ -144,7 +144,7 @@ def start(obj: Ctx) -> None:
 
 
 @daemon.command()
-@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait before SIGKILL.")
+@click.option("--timeout", type=DURATION, default="10s", show_default=True, help="How long to wait before SIGKILL.")
 @json_option
 @click.pass_obj
 def stop(obj: Ctx, timeout: float) -> None:
@@ -170,7 +170,9 @@ def stop(obj: Ctx, timeout: float) -> None:
 
 
 @daemon.command()
-@click.option("--lines", "-n", default=50, show_default=True, help="How many lines from the end.")
+@click.option(
+    "--lines", "-n", type=count(0, 100000), metavar="N", default=50, show_default=True, help="How many lines from the end."
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines.")
 @json_option
 @click.pass_obj

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
+from hutch.cli.common import Ctx, SandboxCommand, count, emit, json_option, table
 from hutch.units import format_size
 
 
@@ -164,7 +164,7 @@ def snapshot_delete(obj: Ctx, name: str) -> None:
 
 @click.command(cls=SandboxCommand)
 @click.argument("sandbox")
-@click.option("--count", "-n", type=int, default=1, show_default=True, help="How many children (1-32).")
+@click.option("--count", "-n", type=count(1, 32), metavar="N", default=1, show_default=True, help="How many children (1-32).")
 @click.option("--name-prefix", help="Name the children PREFIX1, PREFIX2 ...")
 @json_option
 @click.pass_obj
@@ -208,8 +208,11 @@ def tenant_list(obj: Ctx) -> None:
 @json_option
 @click.pass_obj
 def tenant_delete(obj: Ctx, name: str) -> None:
-    """Destroy the tenant's sandbox and delete its kept workspace."""
+    """Destroy the tenant's sandbox and delete its kept workspace (idempotent)."""
     r = obj.client.delete_tenant(name)
-    emit(r) if obj.json else click.echo(
-        f"{name}: deleted" + (f" (destroyed {', '.join(r['destroyed'])})" if r["destroyed"] else "")
-    )
+    if obj.json:
+        emit(r)
+    elif not r.get("existed", True):
+        click.echo(f"{name}: no such tenant (nothing to do)")
+    else:
+        click.echo(f"{name}: deleted" + (f" (destroyed {', '.join(r['destroyed'])})" if r["destroyed"] else ""))

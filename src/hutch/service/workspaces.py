@@ -104,7 +104,11 @@ class Workspaces:
         return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in self.store.list_tenants()]
 
     async def delete_tenant(self, name: str) -> dict[str, Any]:
-        tenant = self.store.get_tenant(check_name(name, "tenant"))
+        """Idempotent teardown: an unknown tenant is a success that says so (``existed: false``)."""
+        try:
+            tenant = self.store.get_tenant(check_name(name, "tenant"))
+        except NotFoundError:
+            return {"tenant": name, "deleted": True, "existed": False, "destroyed": []}
         destroyed = []
         for rec in self.store.list_sandboxes(LIVE_STATES):
             if rec.spec.tenant == name:
@@ -114,7 +118,7 @@ class Workspaces:
         await provider.delete_tenant(name)
         self.store.delete_tenant(name)
         self.store.append_event("tenant_deleted", None, tenant=name, destroyed=destroyed)
-        return {"tenant": name, "deleted": True, "destroyed": destroyed}
+        return {"tenant": name, "deleted": True, "existed": True, "destroyed": destroyed}
 
     # -- push / pull ---------------------------------------------------------------------
 
