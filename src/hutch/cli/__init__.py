@@ -12,13 +12,14 @@ from hutch.cli.approvals import approvals, approve, confirm
 from hutch.cli.benchmark import benchmark
 from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
+from hutch.cli.events import events
 from hutch.cli.files import ls, read, write
 from hutch.cli.interactive import shell
 from hutch.cli.inventory import cleanup, status, stop, warmup
 from hutch.cli.lifecycle import keepalive, label, pause, resume, subagent
 from hutch.cli.network import policy
 from hutch.cli.run import exec_, run
-from hutch.cli.runs import events, kill, logs, poll, ps, runs_, wait
+from hutch.cli.runs import kill, logs, poll, ps, runs_, wait
 from hutch.cli.sandbox import create, destroy, get, list_
 from hutch.cli.skill import skill
 from hutch.cli.ssh import ssh

@@ -1,38 +1,18 @@
-"""runs, poll, wait, kill, logs, events, ps: following and controlling runs."""
+"""runs, poll, wait, kill, logs, ps: following and controlling runs (events: cli/events.py)."""
 
 from __future__ import annotations
 
-import re
-import sys
 import time
-from datetime import datetime
 from typing import Any
 
 import click
 
-from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, count, emit, json_option, old_spelling, table
+from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, emit, json_option, old_spelling, table
 from hutch.cli.run import _write, exit_with
-from hutch.errors import InvalidError
 from hutch.units import format_size
 
 FOLLOW_INTERVAL = 0.25
 PAGE = 1 << 20  # --max-bytes by default
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
-
-
-def parse_since(value: str) -> float:
-    """``30s``/``10m``/``2h``/``1d`` ago, an ISO 8601 time, or epoch seconds."""
-    m = _DURATION.match(value.strip())
-    if m:
-        return time.time() - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        return datetime.fromisoformat(value).timestamp()
-    except ValueError:
-        raise InvalidError(f"invalid --since {value!r}", hint="use 10m, 2h, 1d, 2026-11-29T10:00 or epoch seconds") from None
 
 
 def _when(ts: float | None) -> str:
@@ -191,58 +171,6 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: 
             return
         if not moved:
             time.sleep(FOLLOW_INTERVAL)
-
-
-@click.command(cls=SandboxCommand)
-@click.argument("sandbox", required=False)
-@click.option("--all", "-a", "all_", is_flag=True, help="Events of every sandbox.")
-@click.option("--type", "types", multiple=True, metavar="TYPE", help="Only this event type (repeatable), e.g. run_finished.")
-@click.option("--since", help="Only events since 10m, 2h, 1d, an ISO time or epoch seconds.")
-@click.option("--run", "run_id", metavar="RUN", help="Only this run's events.")
-@click.option("--limit", default=1000, show_default=True, type=count(1, 100000), metavar="N", help="At most this many events.")
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
-@json_option
-@click.pass_obj
-def events(
-    obj: Ctx,
-    /,
-    sandbox: str | None,
-    all_: bool,
-    types: tuple[str, ...],
-    since: str | None,
-    run_id: str | None,
-    limit: int,
-    follow: bool,
-) -> None:
-    """The audit stream, one JSON object per line, oldest first (always NDJSON)."""
-    if not sandbox and not all_:
-        raise click.UsageError("give a SANDBOX, or --all for every sandbox")
-    after, left = 0, limit
-    when = parse_since(since) if since else None
-    while True:
-        batch = obj.client.events(
-            sandbox if not all_ else None,
-            types=list(types) or None,
-            since=when,
-            after=after,
-            limit=min(left, 1000) if not follow else 1000,
-            run=run_id,
-        )
-        for ev in batch:
-            click.echo(_json_line(ev))
-            after = ev["seq"]
-        left -= len(batch)
-        if not follow and (left <= 0 or len(batch) < 1000):
-            return
-        if follow and not batch:
-            sys.stdout.flush()
-            time.sleep(FOLLOW_INTERVAL)
-
-
-def _json_line(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj)
 
 
 @click.command(cls=SandboxCommand)
