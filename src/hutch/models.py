@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
 import posixpath
-import re
 import secrets
 import time
 from enum import StrEnum
@@ -12,14 +10,32 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hutch.checks import (
+    MAX_ITEMS,
+    MAX_MEMORY,
+    MAX_MOUNTS,
+    MAX_OUTPUT,
+    MAX_PIDS,
+    MIN_MEMORY,
+    MIN_PIDS,
+    NAME_HINT,
+    check_command,
+    check_count,
+    check_env,
+    check_labels,
+    check_path,
+    check_secrets,
+    is_name,
+)
 from hutch.errors import InvalidError
-from hutch.units import parse_duration, parse_size
+from hutch.netpolicy import NetworkPolicy as NetworkPolicy
+from hutch.netpolicy import PolicyChange as PolicyChange
+from hutch.netpolicy import normalize_host as normalize_host
+from hutch.units import format_size, parse_duration, parse_size
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
 DEFAULT_OUTPUT_CAP = 1 << 20
-NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
-LABEL_KEY_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_./-]{0,62}$")
 MAX_TTL = 365 * 86400.0
 APPROVAL_ACTIONS = ("destroy", "network.change", "push.delete")  # and exec:PATTERN
 
@@ -63,7 +79,7 @@ class Mount(BaseModel):
     def _non_empty(cls, v: str) -> str:
         if not v:
             raise InvalidError("a mount needs a host path and a sandbox path", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
-        return v
+        return check_path(v, "mount path")
 
     @field_validator("target")
     @classmethod
@@ -90,13 +106,22 @@ class Limits(BaseModel):
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, v: Any) -> int:
-        return parse_size(v)
+        size = parse_size(v)
+        if not MIN_MEMORY <= size <= MAX_MEMORY:
+            raise InvalidError(
+                f"--memory must be between {format_size(MIN_MEMORY)} and {format_size(MAX_MEMORY)}, got {v!r}",
+                hint=f"a sandbox needs at least {format_size(MIN_MEMORY)} to start, e.g. --memory 512M",
+            )
+        return size
 
     @field_validator("pids")
     @classmethod
     def _pids(cls, v: int) -> int:
-        if v < 1:
-            raise InvalidError(f"--pids must be at least 1, got {v}")
+        if not MIN_PIDS <= v <= MAX_PIDS:
+            raise InvalidError(
+                f"--pids must be between {MIN_PIDS} and {MAX_PIDS}, got {v}",
+                hint=f"a sandbox needs {MIN_PIDS} processes to start and run a command, e.g. --pids 512",
+            )
         return v
 
     @field_validator("cpus")
@@ -105,126 +130,6 @@ class Limits(BaseModel):
         if v is not None and not 0.01 <= v <= 1024:
             raise InvalidError(f"--cpus must be between 0.01 and 1024, got {v}")
         return v
-
-
-HOST_LABEL_RE = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
-SECRET_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-DEFAULT_PORTS = (80, 443)
-
-
-def normalize_host(text: str, *, pattern: bool = False) -> str:
-    """A host name as the policy compares it: lower case, no trailing dot, ASCII (IDNA).
-
-    With ``pattern``, a leading ``*.`` is kept (it matches every name below the suffix).
-    IP literals are refused: addresses are allowed with --allow-cidr.
-    """
-    raw = text.strip()
-    wild = pattern and raw.startswith("*.")
-    name = raw[2:] if wild else raw
-    name = name.rstrip(".").lower()
-    try:
-        ipaddress.ip_address(name.strip("[]"))
-    except ValueError:
-        pass
-    else:
-        raise InvalidError(f"{text!r} is an IP address, not a host name", hint=f"use --allow-cidr {name.strip('[]')}/32")
-    try:
-        name = name.encode("idna").decode("ascii") if not name.isascii() else name
-    except UnicodeError as exc:
-        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org") from exc
-    labels = name.split(".")
-    if not name or len(name) > 253 or not all(HOST_LABEL_RE.match(label) for label in labels):
-        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org")
-    if wild and len(labels) < 2:
-        raise InvalidError(f"{text!r} is too wide a pattern", hint="name at least a domain: *.example.org")
-    return ("*." if wild else "") + name
-
-
-class NetworkPolicy(BaseModel):
-    """Egress of one sandbox. ``none``: loopback only. ``allowlist``: named hosts through hutch's
-    proxy. ``open``: any public address through the proxy; private ranges only by CIDR."""
-
-    mode: Literal["none", "allowlist", "open"] = "none"
-    allow_hosts: list[str] = Field(default_factory=list)
-    deny_hosts: list[str] = Field(default_factory=list)
-    ports: list[int] = Field(default_factory=list)  # empty: 80 and 443 (allowlist), any (open)
-    cidrs: list[str] = Field(default_factory=list)
-
-    @field_validator("allow_hosts", "deny_hosts")
-    @classmethod
-    def _hosts(cls, v: list[str]) -> list[str]:
-        return sorted({normalize_host(h, pattern=True) for h in v})
-
-    @field_validator("ports")
-    @classmethod
-    def _ports(cls, v: list[int]) -> list[int]:
-        for port in v:
-            if not 1 <= port <= 65535:
-                raise InvalidError(f"invalid port {port}", hint="ports are 1-65535, e.g. --allow-port 443")
-        return sorted(set(v))
-
-    @field_validator("cidrs")
-    @classmethod
-    def _cidrs(cls, v: list[str]) -> list[str]:
-        out = set()
-        for text in v:
-            try:
-                out.add(str(ipaddress.ip_network(text.strip(), strict=False)))
-            except ValueError as exc:
-                raise InvalidError(f"invalid CIDR {text!r}", hint="e.g. --allow-cidr 203.0.113.0/24") from exc
-        return sorted(out)
-
-    @classmethod
-    def build(
-        cls,
-        mode: str | None = None,
-        allow_hosts: list[str] | tuple[str, ...] = (),
-        ports: list[int] | tuple[int, ...] = (),
-        cidrs: list[str] | tuple[str, ...] = (),
-    ) -> NetworkPolicy:
-        """A new sandbox's policy: allow rules without a mode mean an allowlist."""
-        has_rules = bool(allow_hosts or ports or cidrs)
-        chosen = mode or ("allowlist" if has_rules else "none")
-        if chosen == "none" and has_rules:
-            raise InvalidError(
-                "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
-                hint="use --network allowlist with them, or drop them",
-            )
-        data = {"mode": chosen, "allow_hosts": list(allow_hosts), "ports": list(ports), "cidrs": list(cidrs)}
-        return cls.model_validate(data).check()
-
-    def check(self) -> NetworkPolicy:
-        if self.mode == "none" and (self.allow_hosts or self.ports or self.cidrs):
-            raise InvalidError(
-                "--allow-host, --allow-port and --allow-cidr need a network",
-                hint="add --network allowlist (or drop --network none)",
-            )
-        return self
-
-    @property
-    def effective_ports(self) -> list[int] | None:
-        """Allowed ports; None means any."""
-        if self.ports:
-            return self.ports
-        return list(DEFAULT_PORTS) if self.mode == "allowlist" else None
-
-
-class PolicyChange(BaseModel):
-    """``hutch policy``: what to add to (or take from) a live sandbox's network policy."""
-
-    mode: Literal["none", "allowlist", "open"] | None = None
-    allow_hosts: list[str] | None = None
-    deny_hosts: list[str] | None = None
-    remove_hosts: list[str] | None = None
-    ports: list[int] | None = None
-    cidrs: list[str] | None = None
-
-
-def check_secrets(v: dict[str, str]) -> dict[str, str]:
-    for name in v:
-        if not SECRET_NAME_RE.match(name):
-            raise InvalidError(f"invalid secret name {name!r}", hint="a secret name is an env variable name, e.g. API_TOKEN")
-    return v
 
 
 class SandboxSpec(BaseModel):
@@ -254,6 +159,23 @@ class SandboxSpec(BaseModel):
     def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
         return check_secrets(v)
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env(v)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[Mount]) -> list[Mount]:
+        check_count(v, MAX_MOUNTS, "mounts")
+        return v
+
+    @field_validator("provider_options")
+    @classmethod
+    def _options(cls, v: dict[str, str]) -> dict[str, str]:
+        check_count(v, MAX_ITEMS, "provider options")
+        return v
+
     def model_post_init(self, _context: Any) -> None:
         if self.secrets:
             self.secret_names = sorted(set(self.secret_names) | set(self.secrets))
@@ -264,8 +186,8 @@ class SandboxSpec(BaseModel):
     @field_validator("tenant")
     @classmethod
     def _tenant(cls, v: str | None) -> str | None:
-        if v is not None and not NAME_RE.match(v):
-            raise InvalidError(f"invalid tenant name {v!r}", hint="tenant names are 1-63 letters, digits, '.', '_' or '-'")
+        if v is not None and not is_name(v):
+            raise InvalidError(f"invalid tenant name {v!r}", hint=NAME_HINT)
         return v
 
     ttl: float | None = None  # seconds from creation (or the last keepalive --ttl) until expiry
@@ -288,13 +210,12 @@ class SandboxSpec(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            check_label(key, value)
-        return v
+        return check_labels(v)
 
     @field_validator("require_approval")
     @classmethod
     def _require_approval(cls, v: list[str]) -> list[str]:
+        check_count(v, MAX_ITEMS, "approval actions")
         for action in v:
             check_action(action)
         return sorted(set(v))
@@ -302,7 +223,7 @@ class SandboxSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and (not NAME_RE.match(v) or v.startswith(("sbx_", "run_"))):
+        if v is not None and (not is_name(v) or v.startswith(("sbx_", "run_"))):
             raise InvalidError(
                 f"invalid sandbox name {v!r}",
                 hint="names are 1-63 letters, digits, '.', '_' or '-', and may not start with sbx_",
@@ -314,16 +235,7 @@ class SandboxSpec(BaseModel):
     def _workdir(cls, v: str) -> str:
         if not v.startswith("/"):
             raise InvalidError(f"--workdir must be an absolute path, got {v!r}")
-        return v
-
-
-def check_label(key: str, value: str) -> None:
-    if not LABEL_KEY_RE.match(key):
-        raise InvalidError(
-            f"invalid label key {key!r}", hint="keys are 1-63 letters, digits, '.', '_', '/' or '-', e.g. team=infra"
-        )
-    if len(value) > 256 or "\n" in value:
-        raise InvalidError(f"invalid value for label {key!r}", hint="label values are one line of at most 256 characters")
+        return check_path(v, "--workdir")
 
 
 def check_action(action: str) -> None:
@@ -370,7 +282,7 @@ class ExecRequest(BaseModel):
     background: bool = False
     stdin: str | None = None
     stdin_base64: bool = False
-    max_output: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0)
+    max_output: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0, le=MAX_OUTPUT)
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     redact: bool = True  # secret values in the output become [redacted:NAME]
 
@@ -378,6 +290,21 @@ class ExecRequest(BaseModel):
     @classmethod
     def _secrets(cls, v: dict[str, str]) -> dict[str, str]:
         return check_secrets(v)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_env(v, "exec env")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | str) -> list[str] | str:
+        return check_command(v)
+
+    @field_validator("cwd")
+    @classmethod
+    def _cwd(cls, v: str | None) -> str | None:
+        return None if v is None else check_path(v, "--cwd")
 
     approval: str | None = None  # an approved request (apr_...) for a command the sandbox's policy gates
 

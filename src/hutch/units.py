@@ -6,7 +6,7 @@ import re
 
 from hutch.errors import InvalidError
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _HINT = "use a positive number with an optional unit: 512M, 1G, 2GiB, 65536"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -17,10 +17,13 @@ def parse_size(value: str | int) -> int:
         if value <= 0:
             raise InvalidError(f"size must be positive, got {value}", hint=_HINT)
         return value
-    m = _SIZE_RE.match(str(value))
+    m = _SIZE_RE.fullmatch(str(value))
     if not m:
         raise InvalidError(f"invalid size {value!r}", hint=_HINT)
-    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    try:
+        size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    except OverflowError:  # more digits than a float holds: far past any bound
+        raise InvalidError(f"size {value!r} is too large", hint=_HINT) from None
     if size <= 0:
         raise InvalidError(f"size must be positive, got {value!r}", hint=_HINT)
     return size
@@ -34,7 +37,7 @@ def format_size(size: int) -> str:
     return str(size)
 
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.IGNORECASE)
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", re.IGNORECASE)
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_HINT = "use a positive number with an optional unit: 90s, 30m, 2h, 1d (a bare number is seconds)"
 
@@ -42,14 +45,17 @@ _DURATION_HINT = "use a positive number with an optional unit: 90s, 30m, 2h, 1d 
 def parse_duration(value: str | float) -> float:
     """``30m``, ``2h``, ``90s``, ``1.5d``, ``45`` -> seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = float("inf")
     else:
-        m = _DURATION_RE.match(str(value))
+        m = _DURATION_RE.fullmatch(str(value))
         if not m:
             raise InvalidError(f"invalid duration {value!r}", hint=_DURATION_HINT)
         seconds = float(m.group(1)) * _DURATION_UNITS[(m.group(2) or "s").lower()]
-    if seconds <= 0:
-        raise InvalidError(f"a duration must be positive, got {value!r}", hint=_DURATION_HINT)
+    if not seconds > 0 or seconds == float("inf"):  # NaN too (JSON bodies may carry NaN and Infinity)
+        raise InvalidError(f"a duration must be a positive, finite number, got {value!r}", hint=_DURATION_HINT)
     return seconds
 
 

@@ -367,6 +367,50 @@ def test_write_read_ls(cli: Any, sbx: str, tmp_path: Path) -> None:
     assert_json_error(doc, "not_found")
 
 
+# -- bad input from the command line is a usage error (exit 2, kind invalid) -------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["create", "--name", "nl-demo\n"],
+        ["create", "--env", "A\x01B=1"],
+        ["create", "--memory", "8M"],
+        ["create", "--memory", "18446744074246422528"],
+        ["create", "--pids", "1000000000000"],
+        ["create", *(arg for i in range(65) for arg in ("--label", f"k{i}=v"))],
+        ["snapshot", "save", "SBX", "snapnl\n"],
+    ],
+    ids=["name-newline", "env-control", "memory-small", "memory-wraps", "pids-huge", "labels", "snapshot-newline"],
+)
+def test_bad_input_is_exit_2(cli: Any, sbx: str, args: list[str]) -> None:
+    before = cli.live_ids()
+    code, doc = cli.json(*[sbx if a == "SBX" else a for a in args], "--json")
+    assert code == 2, doc
+    assert_json_error(doc, "invalid")
+    assert cli.live_ids() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["exec", "SBX", "--env", "A\nB=1", "--", "true"],
+        ["write", "SBX", "f", "--mode", "7777"],
+        ["write", "SBX", "f", "--mode", "4755"],
+    ],
+    ids=["exec-env-newline", "mode-7777", "mode-setuid"],
+)
+def test_bad_exec_and_file_input_is_exit_2(cli: Any, sbx: str, args: list[str], tmp_path: Path) -> None:
+    src = tmp_path / "in"
+    src.write_bytes(b"x")
+    argv = [sbx if a == "SBX" else a for a in args]
+    if argv[0] == "write":
+        argv += ["--from", str(src)]
+    code, out, err = cli(*argv)
+    assert code == 2, (out, err)
+    assert "invalid" in err
+
+
 # -- the daemon ----------------------------------------------------------------------
 
 

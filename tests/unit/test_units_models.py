@@ -132,7 +132,7 @@ def test_spec_bad_workdir(workdir: str) -> None:
 
 def test_limits_memory_accepts_sizes() -> None:
     assert Limits(memory="512M").memory == 512 << 20
-    assert Limits(memory=65536).memory == 65536
+    assert Limits(memory=64 << 20).memory == 64 << 20
     assert SandboxSpec.model_validate({"limits": {"memory": "2G"}}).limits.memory == 2 << 30
 
 
@@ -142,12 +142,12 @@ def test_limits_memory_bad() -> None:
     assert info.value.hint
 
 
-@pytest.mark.parametrize("pids", [1, 512, 100000])
+@pytest.mark.parametrize("pids", [16, 512, 100000, 1 << 22])
 def test_limits_pids_good(pids: int) -> None:
     assert Limits(pids=pids).pids == pids
 
 
-@pytest.mark.parametrize("pids", [0, -1])
+@pytest.mark.parametrize("pids", [0, -1, 1, 15, (1 << 22) + 1, 10**12])
 def test_limits_pids_bad(pids: int) -> None:
     with pytest.raises(InvalidError, match="pids"):
         Limits(pids=pids)
@@ -158,7 +158,7 @@ def test_limits_cpus_good(cpus: float) -> None:
     assert Limits(cpus=cpus).cpus == cpus
 
 
-@pytest.mark.parametrize("cpus", [0, 0.009, -1, 1024.5, 1e9])
+@pytest.mark.parametrize("cpus", [0, 0.009, -1, 1024.5, 1e9, float("nan"), float("inf")])
 def test_limits_cpus_bad(cpus: float) -> None:
     with pytest.raises(InvalidError, match="cpus"):
         Limits(cpus=cpus)

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import __version__
+from hutch.checks import MAX_INT64, check_mode
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server.lifecycle import router as lifecycle_router
@@ -119,7 +120,10 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/v1/sandboxes/{ref}/files", response_model=None)
     async def read_file(
-        ref: str, path: str, limit: int = Query(64 << 20, ge=0), offset: int | None = Query(None, ge=0)
+        ref: str,
+        path: str,
+        limit: int = Query(64 << 20, ge=0, le=MAX_INT64),
+        offset: int | None = Query(None, ge=0, le=MAX_INT64),
     ) -> Response:
         if offset is not None:  # a page: from offset, with the file's size when known
             data, truncated, size = await service.read_file_range(ref, path, offset, limit)
@@ -130,10 +134,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.put("/v1/sandboxes/{ref}/files")
     async def write_file(ref: str, path: str, request: Request, mode: str = "644") -> dict[str, Any]:
-        try:
-            perms = int(mode, 8)
-        except ValueError as exc:
-            raise InvalidError(f"invalid mode {mode!r}", hint="use octal, e.g. 644 or 755") from exc
+        perms = check_mode(mode)  # before the body is read
         return await service.write_file(ref, path, await request.body(), perms)
 
     @app.post("/v1/sandboxes/{ref}/policy")

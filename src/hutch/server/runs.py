@@ -14,6 +14,7 @@ from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from hutch.checks import MAX_INT64
 from hutch.errors import HutchError, InvalidError
 from hutch.models import ExecRequest, ExecResult
 from hutch.provider import Interactive
@@ -65,15 +66,18 @@ def router(service: Service) -> APIRouter:
     @r.get("/v1/runs/{run_id}/output")
     async def output(
         run_id: str,
-        stdout_offset: int = Query(0, ge=0),
-        stderr_offset: int = Query(0, ge=0),
+        stdout_offset: int = Query(0, ge=0, le=MAX_INT64),
+        stderr_offset: int = Query(0, ge=0, le=MAX_INT64),
         limit: int = Query(1 << 20, ge=1, le=16 << 20),
     ) -> dict[str, Any]:
         return await runs.poll(run_id, {"stdout": stdout_offset, "stderr": stderr_offset}, limit)
 
     @r.get("/v1/sandboxes/{ref}/logs")
     async def logs(
-        ref: str, run: str | None = None, offset: int = Query(0, ge=0), limit: int = Query(1 << 20, ge=1, le=16 << 20)
+        ref: str,
+        run: str | None = None,
+        offset: int = Query(0, ge=0, le=MAX_INT64),
+        limit: int = Query(1 << 20, ge=1, le=16 << 20),
     ) -> dict[str, Any]:
         return await runs.logs(ref, run, offset, limit)
 
@@ -81,8 +85,8 @@ def router(service: Service) -> APIRouter:
     async def events(
         sandbox: str | None = None,
         type: list[str] | None = Query(None),  # noqa: A002, B008 - the query's name; FastAPI style
-        since: float | None = None,
-        after: int = Query(0, ge=0),
+        since: float | None = Query(None, allow_inf_nan=False),
+        after: int = Query(0, ge=0, le=MAX_INT64),
         limit: int = Query(1000, ge=1, le=100000),
         run: str | None = None,
     ) -> list[dict[str, Any]]:

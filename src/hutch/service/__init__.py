@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from hutch import __version__
+from hutch.checks import check_mode, check_path
 from hutch.config import Settings
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
 from hutch.models import (
@@ -355,6 +356,7 @@ class Service:
     def _path(rec: SandboxRecord, path: str) -> str:
         if not path:
             raise InvalidError("empty path")
+        check_path(path)
         return path if path.startswith("/") else os.path.join(rec.spec.workdir, path)
 
     async def read_file(self, ref: str, path: str, limit: int = MAX_FILE) -> tuple[bytes, bool]:
@@ -386,6 +388,7 @@ class Service:
         return data, more, size
 
     async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+        mode = check_mode(mode)
         rec = self.live(ref)
         if len(data) > MAX_FILE:
             raise InvalidError(f"file is {len(data)} bytes; the limit is {MAX_FILE}", hint="split it, or use --mount")

@@ -15,8 +15,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from hutch.checks import MAX_LABELS, check_count, check_labels
 from hutch.errors import ConflictError, HutchError, InvalidError, PolicyError
-from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState, check_label
+from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -303,12 +304,13 @@ class Lifecycle:
 
     def label(self, ref: str, set_: dict[str, str], remove: list[str]) -> SandboxRecord:
         rec = self.svc.get(ref)
-        for key, value in set_.items():
-            check_label(key, value)
+        check_labels(set_)
+        check_count(remove, MAX_LABELS, "labels to remove")
         clash = set(set_) & set(remove)
         if clash:
             raise InvalidError(f"label {sorted(clash)[0]!r} is both set and removed", hint="give it once")
         labels = {k: v for k, v in rec.spec.labels.items() if k not in remove} | set_
+        check_count(labels, MAX_LABELS, "labels on one sandbox")
         rec = self.store.update_sandbox(rec.id, spec=rec.spec.model_copy(update={"labels": labels}))
         self.store.append_event("labels_changed", rec.id, set=set_, removed=remove)
         return rec

@@ -53,7 +53,10 @@ def text(data: bytes) -> tuple[str, bool]:
 
 def parse_signal(value: str | int) -> int:
     if isinstance(value, int) or str(value).isdigit():
-        return int(value)
+        number = int(value)
+        if not 1 <= number <= signals.SIGRTMAX:
+            raise InvalidError(f"invalid signal number {number}", hint=f"signals are 1-{int(signals.SIGRTMAX)}, e.g. 15 or TERM")
+        return number
     name = str(value).upper().removeprefix("SIG")
     if name not in SIGNALS:
         raise InvalidError(f"unknown signal {value!r}", hint=f"use one of {', '.join(SIGNALS)} or a number")

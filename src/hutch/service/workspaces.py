@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hutch.checks import check_name, check_path
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, PolicyError
-from hutch.models import LIVE_STATES, NAME_RE, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
+from hutch.models import LIVE_STATES, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
 from hutch.provider import WorkspaceProvider, transfer_provider, workspace_provider
 
 if TYPE_CHECKING:
@@ -33,16 +34,11 @@ UNCOPIED: dict[str, Any] = {"tenant": None, "session": None, "env": {}, "secrets
 
 def check_rel(path: str) -> str:
     """A manifest path: relative, normalised, inside the workspace."""
+    check_path(path, "workspace path")
     norm = posixpath.normpath(path) if path else ""
     if not path or path.startswith("/") or norm != path or norm == "." or norm.split("/")[0] == "..":
         raise InvalidError(f"invalid workspace path {path!r}", hint="paths are relative to the workspace, without '..'")
     return path
-
-
-def check_name(name: str, what: str) -> str:
-    if not NAME_RE.match(name or ""):
-        raise InvalidError(f"invalid {what} name {name!r}", hint="1-63 letters, digits, '.', '_' or '-'")
-    return name
 
 
 class Workspaces:

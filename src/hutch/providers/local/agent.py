@@ -868,6 +868,9 @@ def handle(conn, server, spare):
 
 def main():
     sock_path, ready_fd = sys.argv[1], int(sys.argv[2])
+    # The daemon's umask (077) is no workload's business: files made inside are 0644 and
+    # directories 0755, as on any machine (what `hutch pull` brings home keeps them).
+    os.umask(0o022)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:

@@ -1,0 +1,126 @@
+"""Network policies: what a sandbox may reach, and changes to a live sandbox's policy."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from hutch.checks import MAX_ITEMS, check_count
+from hutch.errors import InvalidError
+
+HOST_LABEL_RE = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
+DEFAULT_PORTS = (80, 443)
+
+
+def normalize_host(text: str, *, pattern: bool = False) -> str:
+    """A host name as the policy compares it: lower case, no trailing dot, ASCII (IDNA).
+
+    With ``pattern``, a leading ``*.`` is kept (it matches every name below the suffix).
+    IP literals are refused: addresses are allowed with --allow-cidr.
+    """
+    raw = text.strip()
+    wild = pattern and raw.startswith("*.")
+    name = raw[2:] if wild else raw
+    name = name.rstrip(".").lower()
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        raise InvalidError(f"{text!r} is an IP address, not a host name", hint=f"use --allow-cidr {name.strip('[]')}/32")
+    try:
+        name = name.encode("idna").decode("ascii") if not name.isascii() else name
+    except UnicodeError as exc:
+        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org") from exc
+    labels = name.split(".")
+    if not name or len(name) > 253 or not all(HOST_LABEL_RE.fullmatch(label) for label in labels):
+        raise InvalidError(f"invalid host name {text!r}", hint="use a name like example.com or *.example.org")
+    if wild and len(labels) < 2:
+        raise InvalidError(f"{text!r} is too wide a pattern", hint="name at least a domain: *.example.org")
+    return ("*." if wild else "") + name
+
+
+class NetworkPolicy(BaseModel):
+    """Egress of one sandbox. ``none``: loopback only. ``allowlist``: named hosts through hutch's
+    proxy. ``open``: any public address through the proxy; private ranges only by CIDR."""
+
+    mode: Literal["none", "allowlist", "open"] = "none"
+    allow_hosts: list[str] = Field(default_factory=list)
+    deny_hosts: list[str] = Field(default_factory=list)
+    ports: list[int] = Field(default_factory=list)  # empty: 80 and 443 (allowlist), any (open)
+    cidrs: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_hosts", "deny_hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        check_count(v, MAX_ITEMS, "hosts")
+        return sorted({normalize_host(h, pattern=True) for h in v})
+
+    @field_validator("ports")
+    @classmethod
+    def _ports(cls, v: list[int]) -> list[int]:
+        check_count(v, MAX_ITEMS, "ports")
+        for port in v:
+            if not 1 <= port <= 65535:
+                raise InvalidError(f"invalid port {port}", hint="ports are 1-65535, e.g. --allow-port 443")
+        return sorted(set(v))
+
+    @field_validator("cidrs")
+    @classmethod
+    def _cidrs(cls, v: list[str]) -> list[str]:
+        check_count(v, MAX_ITEMS, "address ranges")
+        out = set()
+        for text in v:
+            try:
+                out.add(str(ipaddress.ip_network(text.strip(), strict=False)))
+            except ValueError as exc:
+                raise InvalidError(f"invalid CIDR {text!r}", hint="e.g. --allow-cidr 203.0.113.0/24") from exc
+        return sorted(out)
+
+    @classmethod
+    def build(
+        cls,
+        mode: str | None = None,
+        allow_hosts: list[str] | tuple[str, ...] = (),
+        ports: list[int] | tuple[int, ...] = (),
+        cidrs: list[str] | tuple[str, ...] = (),
+    ) -> NetworkPolicy:
+        """A new sandbox's policy: allow rules without a mode mean an allowlist."""
+        has_rules = bool(allow_hosts or ports or cidrs)
+        chosen = mode or ("allowlist" if has_rules else "none")
+        if chosen == "none" and has_rules:
+            raise InvalidError(
+                "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
+                hint="use --network allowlist with them, or drop them",
+            )
+        data = {"mode": chosen, "allow_hosts": list(allow_hosts), "ports": list(ports), "cidrs": list(cidrs)}
+        return cls.model_validate(data).check()
+
+    def check(self) -> NetworkPolicy:
+        if self.mode == "none" and (self.allow_hosts or self.ports or self.cidrs):
+            raise InvalidError(
+                "--allow-host, --allow-port and --allow-cidr need a network",
+                hint="add --network allowlist (or drop --network none)",
+            )
+        return self
+
+    @property
+    def effective_ports(self) -> list[int] | None:
+        """Allowed ports; None means any."""
+        if self.ports:
+            return self.ports
+        return list(DEFAULT_PORTS) if self.mode == "allowlist" else None
+
+
+class PolicyChange(BaseModel):
+    """``hutch policy``: what to add to (or take from) a live sandbox's network policy."""
+
+    mode: Literal["none", "allowlist", "open"] | None = None
+    allow_hosts: list[str] | None = None
+    deny_hosts: list[str] | None = None
+    remove_hosts: list[str] | None = None
+    ports: list[int] | None = None
+    cidrs: list[str] | None = None
