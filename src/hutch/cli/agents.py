@@ -32,8 +32,9 @@ def mcp(obj: Ctx, port: int | None, max_output: int) -> None:
 
     \b
     Add it to Claude Code:  claude mcp add hutch -- hutch mcp
-    Tools: sandbox_create, sandbox_list, sandbox_destroy, exec, file_write,
-    file_read, file_list. stdout carries the protocol; logs go to stderr.
+    Tools for sandboxes, commands (foreground and background), runs, files, logs,
+    events, push/pull, snapshots, approvals and network policy: the list with their
+    parameters is in docs/mcp.md. stdout carries the protocol; logs go to stderr.
     """
     import anyio
 
