@@ -128,3 +128,15 @@ def test_sdk_pty_sync_and_async(daemon: Daemon) -> None:
             return await t.wait()
 
     assert asyncio.run(go()) == 2
+
+
+def test_one_large_stdin_message_reaches_the_run_whole(daemon: Daemon) -> None:
+    """A client may send more input at once than one frame to the sandbox's agent may carry."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    data = bytes(range(256)) * (3 * 4096)  # 3 MiB in one message
+    with _attach(daemon, sbx, {"command": ["sh", "-c", "cat | wc -c"]}) as ws:
+        seen: list[dict[str, Any]] = []
+        ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(data).decode()}))
+        ws.send(json.dumps({"type": "eof"}))
+        out = _read_until(ws, lambda text, ev: ev["type"] == "exit", seen)
+        assert (out.strip(), seen[-1]["exit_code"]) == (str(len(data)), 0)

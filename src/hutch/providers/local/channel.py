@@ -21,6 +21,7 @@ from typing import Any
 from hutch.errors import HutchError, InternalError, UnavailableError
 
 MAX_HEADER = 1 << 20
+STDIN_FRAME = 256 << 10  # one frame of interactive input, well under the agent's MAX_HEADER
 
 
 class Channel:
@@ -169,11 +170,17 @@ async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput |
 
 
 async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
-    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor."""
+    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor.
+
+    Input goes in frames of at most STDIN_FRAME bytes: the supervisor drops the connection
+    on a frame over MAX_HEADER, and a client may hand over any amount at once."""
     while True:
         msg = await inbox.get()
+        data = msg.get("stdin")
+        parts = [{"stdin": data[i : i + STDIN_FRAME]} for i in range(0, len(data), STDIN_FRAME)] if data else [msg]
         try:
-            ch.send(msg)
+            for part in parts:
+                ch.send(part)
         except OSError:
             return
 
