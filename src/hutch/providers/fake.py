@@ -1,9 +1,14 @@
 """An in-memory provider for tests and embedding. Public and deterministic.
 
-It understands a handful of commands so that the Service's workflow can be tested
-without real isolation: ``echo ARGS``, ``true``, ``false``, ``cat`` (stdin),
-``exit N``, ``sleep SECONDS``, ``printf``-free ``sh -c 'echo ...'`` is *not* emulated.
-Anything else exits 127 like a missing program.
+It emulates a small command vocabulary so that the Service's workflow can be tested
+without real isolation, and so that it passes the provider contract suite
+(``tests/contract``) like every other provider: ``echo ARGS``, ``true``, ``false``,
+``cat`` (stdin, or files of the sandbox), ``exit N``, ``sleep SECONDS``, ``pwd``,
+``printenv [NAME]``, and ``sh -c SCRIPT`` where SCRIPT is those commands separated by
+``;`` or newlines, each optionally ending in ``>&2``, with ``$NAME`` / ``${NAME}``
+expanded from the run's environment (the sandbox's env and secrets, then the run's).
+Anything else exits 127 like a missing program. Output is streamed and kept as it is
+written, so a background run can be polled and killed; both timeouts are enforced.
 """
 
 from __future__ import annotations
@@ -12,9 +17,12 @@ import asyncio
 import contextlib
 import io
 import posixpath
+import re
+import shlex
 import stat
 import tarfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +30,109 @@ from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
+
+SHELLS = {"sh", "bash", "dash"}
+VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+class Job:
+    """One run of the fake: its output so far, and the task that runs it."""
+
+    def __init__(self, sandbox_id: str, argv: list[str]) -> None:
+        self.sandbox_id = sandbox_id
+        self.argv = argv
+        self.out = {"stdout": bytearray(), "stderr": bytearray()}
+        self.last_output = time.monotonic()
+        self.task: asyncio.Future[tuple[int, str | None]] | None = None
+        self.reason: str | None = None
+        self.signal = 0
+
+
+class Shell:
+    """The emulated commands of one run."""
+
+    def __init__(
+        self,
+        files: dict[str, bytes],
+        env: dict[str, str],
+        cwd: str,
+        stdin: bytes | None,
+        emit: Callable[[str, bytes], Awaitable[None]],
+    ) -> None:
+        self.files, self.env, self.cwd, self.stdin, self.emit = files, env, cwd, stdin, emit
+
+    async def run(self, argv: list[str]) -> tuple[int, str | None]:
+        """(exit code, spawn error) of ``argv``."""
+        prog = argv[0].rsplit("/", 1)[-1]
+        if prog in SHELLS and len(argv) >= 3 and argv[1] == "-c":
+            return await self.script(argv[2]), None
+        code = await self.command(argv, "stdout")
+        if code is None:
+            await self.emit("stderr", f"{prog}: command not found\n".encode())
+            return 127, f"{prog}: not found"
+        return code, None
+
+    async def script(self, text: str) -> int:
+        code = 0
+        for line in re.split(r"[;\n]", text):
+            try:
+                words = [VAR.sub(lambda m: self.env.get(m.group(1) or m.group(2), ""), w) for w in shlex.split(line)]
+            except ValueError as exc:  # an unterminated quote
+                await self.emit("stderr", f"sh: 1: Syntax error: {exc}\n".encode())
+                return 2
+            stream = "stdout"
+            if words[-2:] == [">", "&2"] or words[-1:] == [">&2"]:
+                words, stream = words[: -2 if words[-1] == "&2" else -1], "stderr"
+            if not words:
+                continue
+            if words[0] == "exit":
+                return int(words[1]) if len(words) > 1 else code
+            result = await self.command(words, stream)
+            if result is None:
+                await self.emit("stderr", f"sh: 1: {words[0]}: not found\n".encode())
+                result = 127
+            code = result
+        return code
+
+    async def command(self, argv: list[str], stream: str) -> int | None:
+        """One emulated command's exit code; None when it is not one of them."""
+        prog, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+        if prog == "echo":
+            await self.emit(stream, (" ".join(args) + "\n").encode())
+        elif prog in ("true", "false"):
+            return int(prog == "false")
+        elif prog == "exit":
+            return int(args[0]) if args else 0
+        elif prog == "pwd":
+            await self.emit(stream, (self.cwd + "\n").encode())
+        elif prog == "printenv":
+            if args:
+                if args[0] not in self.env:
+                    return 1
+                await self.emit(stream, (self.env[args[0]] + "\n").encode())
+            else:
+                await self.emit(stream, "".join(f"{k}={v}\n" for k, v in sorted(self.env.items())).encode())
+        elif prog == "sleep":
+            await asyncio.sleep(float(args[0]) if args else 0.0)
+        elif prog == "cat":
+            return await self.cat(args, stream)
+        else:
+            return None
+        return 0
+
+    async def cat(self, args: list[str], stream: str) -> int:
+        if not args:
+            await self.emit(stream, self.stdin or b"")
+            return 0
+        code = 0
+        for name in args:
+            path = posixpath.normpath(posixpath.join(self.cwd, name))
+            if path in self.files:
+                await self.emit(stream, self.files[path])
+            else:
+                await self.emit("stderr", f"cat: {name}: No such file or directory\n".encode())
+                code = 1
+        return code
 
 
 class FakeProvider:
@@ -40,11 +151,12 @@ class FakeProvider:
         self.sandboxes: dict[str, dict[str, bytes]] = {}
         self.calls: list[tuple[str, str]] = []
         self.secrets: dict[str, dict[str, str]] = {}  # in memory only, like a real provider's agent
-        self.outputs: dict[str, dict[str, bytes]] = {}
+        self.env: dict[str, dict[str, str]] = {}
+        self.jobs: dict[str, Job] = {}
         self.status: dict[str, RawOutput] = {}
         self.transcript: list[tuple[str, str, str, bytes]] = []
         self.tenants: dict[str, dict[str, bytes]] = {}
-        self.modes: dict[str, int] = {}  # "sandbox id:path" -> mode of files written by a tar
+        self.modes: dict[str, int] = {}  # "sandbox id:path" -> mode of a file written, pushed or forked
         self.paused: set[str] = set()
         self.readonly: set[str] = set()  # sub-agents with a read-only view of the parent's files
 
@@ -55,6 +167,7 @@ class FakeProvider:
         self.calls.append(("create", rec.id))
         self.sandboxes[rec.id] = self.tenants.setdefault(rec.spec.tenant, {}) if rec.spec.tenant else {}
         self.secrets[rec.id] = dict(rec.spec.secrets)
+        self.env[rec.id] = dict(rec.spec.env)  # the store keeps only the keys: held from create, like an agent
         parent = rec.data.get("parent")
         if parent:  # a sub-agent shares its parent's files (the fake's whole tree stands for /workspace)
             self.sandboxes[rec.id] = self.sandboxes.setdefault(parent, {})
@@ -87,63 +200,76 @@ class FakeProvider:
         interactive: Interactive | None = None,
         redact: dict[str, str] | None = None,
     ) -> RawOutput:
-        self._files(rec)
+        files = self._files(rec)
         self.calls.append(("exec", rec.id))
-        raw = await self._run(argv, stdin, timeout, idle_timeout)
-        if redact is not None:
-            out, err = raw.stdout, raw.stderr
-            for name, value in (self.secrets.get(rec.id, {}) | redact).items():
-                if len(value) >= 4:
-                    mark = f"[redacted:{name}]".encode()
-                    out, err = out.replace(value.encode(), mark), err.replace(value.encode(), mark)
-            raw = raw.model_copy(update={"stdout": out, "stderr": err})
-        self.outputs[run_id] = {"stdout": raw.stdout, "stderr": raw.stderr}
-        self.status[run_id] = raw
-        for name in ("stdout", "stderr"):
-            data = self.outputs[run_id][name]
+        job = self.jobs[run_id] = Job(rec.id, argv)
+        hidden = {} if redact is None else self.secrets.get(rec.id, {}) | redact
+        marks = [(v.encode(), f"[redacted:{k}]".encode()) for k, v in hidden.items() if len(v) >= 4]
+
+        async def emit(name: str, data: bytes) -> None:
+            for value, mark in marks:
+                data = data.replace(value, mark)
             if data:
+                job.out[name] += data
+                job.last_output = time.monotonic()
                 self.transcript.append((rec.id, run_id, name, data))
                 if on_output is not None:
                     await on_output(name, data)
-        return raw.model_copy(update={"stdout": raw.stdout[:max_output], "stderr": raw.stderr[:max_output]})
 
-    async def _run(self, argv: list[str], stdin: bytes | None, timeout: float | None, idle: float | None) -> RawOutput:
-        prog, args = argv[0].rsplit("/", 1)[-1], argv[1:]
-        out, code = b"", 0
-        if prog == "echo":
-            out = (" ".join(args) + "\n").encode()
-        elif prog == "true":
-            code = 0
-        elif prog == "false":
-            code = 1
-        elif prog == "cat":
-            out = stdin or b""
-        elif prog == "exit":
-            code = int(args[0]) if args else 0
-        elif prog == "sleep":
-            seconds = float(args[0]) if args else 0.0
-            limit = min(t for t in (timeout, idle, seconds + 1) if t is not None)
-            if seconds > limit:
-                await asyncio.sleep(limit)
-                reason = "timeout" if timeout is not None and limit == timeout else "idle_timeout"
-                return RawOutput(exit_code=137, signal=9, timed_out=True, reason=reason)
-            await asyncio.sleep(seconds)
+        shell = Shell(files, self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | env, cwd, stdin, emit)
+        job.task = asyncio.ensure_future(shell.run(argv))
+        try:
+            await self._supervise(job, timeout, idle_timeout)
+        finally:
+            job.task.cancel()  # a no-op once it ended; the run goes when its caller goes
+        out, err = bytes(job.out["stdout"]), bytes(job.out["stderr"])
+        if job.task.cancelled():  # a timeout, or killed
+            sig = 9 if job.reason != "killed" else job.signal
+            raw = RawOutput(exit_code=128 + sig, signal=sig, timed_out=job.reason != "killed", killed=job.reason == "killed")
+            raw = raw.model_copy(update={"reason": job.reason})
         else:
-            msg = f"{prog}: command not found\n".encode()
-            return RawOutput(exit_code=127, stderr=msg, stderr_bytes=len(msg), spawn_error=f"{prog}: not found")
-        return RawOutput(exit_code=code, stdout=out, stdout_bytes=len(out))
+            code, spawn_error = job.task.result()
+            raw = RawOutput(exit_code=code, spawn_error=spawn_error)
+        raw = raw.model_copy(update={"stdout_bytes": len(out), "stderr_bytes": len(err), "finished_at": time.time()})
+        self.status[run_id] = raw
+        return raw.model_copy(update={"stdout": out[:max_output], "stderr": err[:max_output]})
+
+    @staticmethod
+    async def _supervise(job: Job, timeout: float | None, idle_timeout: float | None) -> None:
+        """Until the run ends, is killed, or one of its timeouts passes."""
+        assert job.task is not None
+        started = time.monotonic()
+        while not job.task.done():
+            deadlines = [(started + timeout, "timeout")] if timeout is not None else []
+            if idle_timeout is not None:
+                deadlines.append((job.last_output + idle_timeout, "idle_timeout"))
+            when, reason = min(deadlines) if deadlines else (None, None)
+            left = None if when is None else when - time.monotonic()
+            if left is not None and left <= 0:
+                job.reason = reason
+                job.task.cancel()
+                break
+            await asyncio.wait({job.task}, timeout=left)
+        with contextlib.suppress(asyncio.CancelledError):
+            await job.task
 
     async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
         return self.status.get(run_id)
 
     async def runs_alive(self, rec: SandboxRecord) -> set[str]:
-        return set()
+        return {r for r, job in self.jobs.items() if job.sandbox_id == rec.id and r not in self.status}
 
     async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
-        return False
+        job = self.jobs.get(run_id)
+        if job is None or job.task is None or job.task.done():
+            return False
+        job.reason, job.signal = "killed", sig
+        job.task.cancel()
+        return True
 
     async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
-        data = self.outputs.get(run_id, {}).get(stream, b"")
+        job = self.jobs.get(run_id)
+        data = bytes(job.out[stream]) if job is not None else b""
         return data[offset : offset + limit], len(data)
 
     async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
@@ -153,10 +279,19 @@ class FakeProvider:
 
     async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
         self._files(rec)
-        return [{"pid": 1, "ppid": 0, "user": "sandbox", "state": "S", "cpu_seconds": 0.0, "rss": 0, "command": "fake"}]
+        procs = [{"pid": 1, "ppid": 0, "user": "sandbox", "state": "S", "cpu_seconds": 0.0, "rss": 0, "command": "fake"}]
+        for pid, run_id in enumerate(sorted(await self.runs_alive(rec)), start=2):
+            command = shlex.join(self.jobs[run_id].argv)
+            procs.append(
+                {"pid": pid, "ppid": 1, "user": "sandbox", "state": "S", "cpu_seconds": 0.0, "rss": 0, "command": command}
+            )
+        return procs
 
     async def destroy(self, rec: SandboxRecord) -> bool:
         self.calls.append(("destroy", rec.id))
+        for job in self.jobs.values():
+            if job.sandbox_id == rec.id and job.task is not None:
+                job.task.cancel()
         return self.sandboxes.pop(rec.id, None) is not None
 
     async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
@@ -171,6 +306,7 @@ class FakeProvider:
         if rec.id in self.readonly:
             raise PermissionDeniedError(f"{path}: read-only file system")
         self._files(rec)[path] = data
+        self.modes[f"{rec.id}:{path}"] = mode
 
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
         prefix = path.rstrip("/") + "/"
@@ -181,7 +317,7 @@ class FakeProvider:
                 name=n,
                 type="file" if prefix + n in self._files(rec) else "dir",
                 size=len(self._files(rec).get(prefix + n, b"")),
-                mode=stat.S_IMODE(0o644),
+                mode=stat.S_IMODE(self.modes.get(f"{rec.id}:{prefix + n}", 0o644 if prefix + n in self._files(rec) else 0o755)),
                 mtime=now,
             )
             for n in names
@@ -219,6 +355,8 @@ class FakeProvider:
     async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
         source, target = self._files(src), self._files(dst)
         target.update(source)
+        prefix = f"{src.id}:"
+        self.modes |= {f"{dst.id}:{key[len(prefix) :]}": mode for key, mode in self.modes.items() if key.startswith(prefix)}
         return "memory"
 
     async def delete_tenant(self, name: str) -> bool:
