@@ -272,7 +272,10 @@ class Lifecycle:
             return spec, None
         parent = self.svc.live(spec.parent, touch=False)
         if not self.svc.provider(parent.provider).capabilities.shared_workspace:
-            raise InvalidError(f"the {parent.provider} provider cannot share a workspace with a sub-agent")
+            raise InvalidError(
+                f"the {parent.provider} provider cannot share a workspace with a sub-agent",
+                hint="create the parent with --provider local, or give the worker its own sandbox (hutch create)",
+            )
         limit = self.svc.settings.subagent_depth
         depth = self.depth(parent) + 1
         if depth > limit:
