@@ -1,0 +1,272 @@
+"""The providers under contract, each behind one in-process Service (see test_contract.py).
+
+A :class:`Target` is one provider, its Service on a long-lived event loop thread (as in the
+daemon: background runs go on between calls), and the few provider-specific looks the
+suite needs to prove that nothing is left behind. The suite speaks to a Target only in
+terms of behaviour (create, exec, start, files ...); this module is the one place that
+knows today's Service signatures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from tests.conftest import sweep
+
+from hutch import transfer
+from hutch.config import Settings
+from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
+from hutch.provider import Capabilities
+from hutch.service import Service
+
+T = TypeVar("T")
+PROVIDERS = ["fake", "local", "unikraft"]
+CALL_TIMEOUT = 240.0  # generous: the machine may be loaded
+
+
+class Target:
+    """One provider under contract, driven through its Service."""
+
+    def __init__(self, name: str, home: Path, env: dict[str, str], server: Any = None) -> None:
+        self.name = name
+        self.home = home
+        self.env = env  # what a daemon for this provider needs in its environment
+        self.server = server  # the Unikraft test server, for unikraft
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name=f"contract-{name}", daemon=True)
+        self.thread.start()
+        self.settings = Settings.load(home=home, provider=name)
+        self.svc = self.call(self._service())
+
+    async def _service(self) -> Service:
+        return Service(self.settings)
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.svc.provider(self.name).capabilities
+
+    @property
+    def real_programs(self) -> bool:
+        """Whether commands run real programs (the fake emulates a fixed vocabulary instead)."""
+        return self.name != "fake"
+
+    # -- sandboxes ---------------------------------------------------------------------
+
+    def create(self, **spec: Any) -> SandboxRecord:
+        return self.call(self.svc.create(SandboxSpec(provider=self.name, **spec)))
+
+    def subagent(self, parent: str, **spec: Any) -> SandboxRecord:
+        return self.call(self.svc.lifecycle.subagent(parent, SandboxSpec(provider=self.name, **spec)))
+
+    def get(self, ref: str) -> SandboxRecord:
+        return self.svc.get(ref)
+
+    def destroy(self, ref: str) -> dict[str, Any]:
+        return self.call(self.svc.destroy(ref))
+
+    def sandbox_ids(self) -> set[str]:
+        """Every sandbox ever recorded, in any state."""
+        return {r.id for r in self.svc.list(include_all=True)}
+
+    def pause(self, ref: str) -> dict[str, Any]:
+        return self.call(self.svc.lifecycle.pause(ref))
+
+    def resume(self, ref: str) -> dict[str, Any]:
+        return self.call(self.svc.lifecycle.resume(ref))
+
+    def events(self, sandbox_id: str) -> list[dict[str, Any]]:
+        return self.svc.store.list_events(sandbox_id)
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def exec(self, ref: str, command: list[str] | str, **req: Any) -> ExecResult:
+        return self.call(self.svc.exec(ref, ExecRequest(command=command, **req)))
+
+    def stream(self, ref: str, command: list[str] | str, **req: Any) -> list[dict[str, Any]]:
+        """A foreground run as it streams: every event, in order."""
+
+        async def collect() -> list[dict[str, Any]]:
+            return [e async for e in self.svc.runs.stream(ref, ExecRequest(command=command, **req))]
+
+        return self.call(collect())
+
+    def start(self, ref: str, command: list[str] | str, **req: Any) -> dict[str, Any]:
+        return self.call(self.svc.runs.start(ref, ExecRequest(command=command, background=True, **req)))
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        return self.svc.runs.get(run_id)
+
+    def runs(self, ref: str, status: str | None = None) -> list[dict[str, Any]]:
+        return self.svc.runs.list(ref, status)
+
+    def wait(self, run_id: str, timeout: float = 120.0) -> dict[str, Any]:
+        return self.call(self.svc.runs.wait(run_id, timeout))
+
+    def poll(self, run_id: str, stdout: int = 0, stderr: int = 0) -> dict[str, Any]:
+        return self.call(self.svc.runs.poll(run_id, {"stdout": stdout, "stderr": stderr}, 1 << 20))
+
+    def kill(self, run_id: str, sig: str = "TERM") -> dict[str, Any]:
+        return self.call(self.svc.runs.kill(run_id, sig))
+
+    def ps(self, ref: str) -> list[dict[str, Any]]:
+        return self.call(self.svc.runs.ps(ref))
+
+    # -- files -----------------------------------------------------------------------------
+
+    def write(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+        return self.call(self.svc.write_file(ref, path, data, mode))
+
+    def read(self, ref: str, path: str, limit: int = 64 << 20) -> tuple[bytes, bool]:
+        return self.call(self.svc.read_file(ref, path, limit))
+
+    def read_range(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        return self.call(self.svc.read_file_range(ref, path, offset, limit))
+
+    def ls(self, ref: str, path: str | None = None) -> list[FileEntry]:
+        return self.call(self.svc.list_files(ref, path))
+
+    # -- workspaces ---------------------------------------------------------------------------
+
+    def push(self, ref: str, root: Path) -> dict[str, Any]:
+        """What the client does: plan against the kept manifest, send one tar."""
+        kept = self.svc.workspaces.manifest(ref)["files"]
+        plan = transfer.plan_push(root, [], kept)
+        head, _, rest = transfer.push_body(root, plan.manifest, plan.send).partition(b"\n")
+        tar = self.home / "push.tar"
+        tar.write_bytes(rest[int(head) :])
+        try:
+            return self.call(self.svc.workspaces.push(ref, plan.manifest, tar if plan.send else None))
+        finally:
+            tar.unlink(missing_ok=True)
+
+    def pull(self, ref: str) -> bytes:
+        path = self.call(self.svc.workspaces.pull(ref))
+        try:
+            return path.read_bytes()
+        finally:
+            path.unlink(missing_ok=True)
+
+    def snapshot_save(self, ref: str, name: str) -> Any:
+        return self.call(self.svc.workspaces.snapshot_save(ref, name))
+
+    def snapshot_restore(self, name: str) -> SandboxRecord:
+        return self.call(self.svc.workspaces.snapshot_restore(name))
+
+    def snapshot_delete(self, name: str) -> dict[str, Any]:
+        return self.call(self.svc.workspaces.snapshot_delete(name))
+
+    def snapshot_names(self) -> list[str]:
+        return [s.name for s in self.svc.workspaces.snapshots()]
+
+    def fork(self, ref: str, count: int = 1) -> dict[str, Any]:
+        return self.call(self.svc.workspaces.fork(ref, count))
+
+    # -- what the provider left behind ------------------------------------------------------
+
+    def leftovers(self, rec: SandboxRecord) -> list[str]:
+        """Whatever of ``rec`` still exists at the provider (empty once it is destroyed)."""
+        found = []
+        if self.name == "fake":
+            if rec.id in self.svc.provider("fake").sandboxes:  # type: ignore[attr-defined]
+                found.append("the fake still holds its files")
+        elif self.name == "local":
+            from hutch.providers.local import cgroups
+
+            sdir = self.settings.sandboxes_dir / rec.id
+            if sdir.exists():
+                found.append(f"directory {sdir}")
+            layout = cgroups.detect()
+            parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
+            found += [f"cgroup {p / rec.id}" for p in parents if (p / rec.id).exists()]
+        elif self.name == "unikraft":
+            names = {i["name"] for i in self.server.state()["instances"]}
+            if rec.data.get("instance") in names:
+                found.append(f"instance {rec.data['instance']}")
+            if self.svc.store.find_claim(rec.id) is not None:
+                found.append("its claim")
+        return found
+
+    def resources(self) -> list[str]:
+        """Everything the provider holds at all (sandbox dirs, instances ...): for proving a
+        refused request made nothing."""
+        if self.name == "fake":
+            return sorted(self.svc.provider("fake").sandboxes)  # type: ignore[attr-defined]
+        if self.name == "local":
+            d = self.settings.sandboxes_dir
+            return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+        return sorted(i["name"] for i in self.server.state()["instances"])
+
+    def close(self) -> None:
+        try:
+            for rec in self.svc.list():
+                with contextlib.suppress(Exception):
+                    self.destroy(rec.id)
+            self.call(self.svc.close(), 60)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(30)
+
+
+@pytest.fixture(scope="module", params=PROVIDERS)
+def target(request: pytest.FixtureRequest) -> Iterator[Target]:
+    name: str = request.param
+    # Not under pytest's tmp_path: that is 0700 under root, and sandbox users pass through it.
+    home = Path(tempfile.mkdtemp(prefix=f"hutch-contract-{name}-"))
+    with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
+        stack.callback(subprocess.run, ["rm", "-rf", str(home)], check=False)
+        stack.callback(sweep, home)
+        for key in list(os.environ):
+            if key.startswith("HUTCH_") or key.startswith("UKC_"):
+                mp.delenv(key)
+        env: dict[str, str] = {}
+        server = None
+        if name == "unikraft":
+            from tests.integration.ukc_support import TOKEN, TestServer
+
+            server = TestServer()
+            stack.callback(server.stop)
+            env = {
+                "HUTCH_UNIKRAFT_TOKEN": TOKEN,
+                "UKC_METRO": server.url,
+                "HUTCH_UNIKRAFT_SSH_CONNECT": server.ssh_address,
+                "HUTCH_UNIKRAFT_CA_FILE": server.ca_file,
+            }
+            for key, value in env.items():
+                mp.setenv(key, value)
+        t = Target(name, home, env, server)
+        stack.callback(t.close)
+        yield t
+
+
+@pytest.fixture(scope="module")
+def shared(target: Target) -> SandboxRecord:
+    """One sandbox per provider for the cases that only run commands and write their own files."""
+    return target.create(env={"GREETING": "hello from the spec"})
+
+
+@pytest.fixture
+def new(target: Target) -> Iterator[Callable[..., SandboxRecord]]:
+    """Make a sandbox of one's own; it is destroyed after the test."""
+    made: list[str] = []
+
+    def make(**spec: Any) -> SandboxRecord:
+        rec = target.create(**spec)
+        made.append(rec.id)
+        return rec
+
+    yield make
+    for sid in made:
+        with contextlib.suppress(Exception):
+            target.destroy(sid)
