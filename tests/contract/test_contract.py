@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import io
+import shutil
 import socket
 import tarfile
 import tempfile
@@ -157,7 +158,6 @@ def test_wall_timeout_and_idle_timeout(target: Target, shared: SandboxRecord) ->
     # quiet for longer than the idle timeout, long before the wall timeout: the idle one ends it
     r = target.exec(shared.id, ["sh", "-c", "echo first; sleep 60"], idle_timeout=1, timeout=600)
     assert (r.status, r.exit_code, r.stdout) == (RunStatus.timed_out, 124, "first\n")
-    assert r.duration_ms < 60_000, "the wall timeout ended it, not the idle timeout"
     assert target.exec(shared.id, ["echo", "still here"]).stdout == "still here\n"
 
 
@@ -193,6 +193,7 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
     """Where ``survives_daemon``: a run started before a SIGKILL of the daemon is adopted and
     finishes with all its output. Elsewhere: the sandbox and its run are reported ``lost``."""
     survives = target.capabilities.survives_daemon
+    before = target.resources()
     d = Daemon(hutch_home, **target.env).start()
     try:
         with d.client() as c:
@@ -204,22 +205,24 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
         d.kill9()
         d.start()
         with d.client() as c:
-            if not survives:
+            if survives:
+                assert (c.get(sbx["id"])["state"], c.run(run["id"])["status"]) == ("running", "running")
+                c.write_file(sbx["id"], "go", b"")
+                done = c.wait(run["id"], timeout=DEADLINE)
+                assert (done["status"], done["exit_code"]) == ("completed", 0)
+                assert c.output(run["id"])["stdout"]["data"] == "before\nafter\n"
+            else:
                 assert (c.get(sbx["id"])["state"], c.run(run["id"])["status"]) == ("lost", "lost")
-                return
-            assert (c.get(sbx["id"])["state"], c.run(run["id"])["status"]) == ("running", "running")
-            c.write_file(sbx["id"], "go", b"")
-            done = c.wait(run["id"], timeout=DEADLINE)
-            assert (done["status"], done["exit_code"]) == ("completed", 0)
-            assert c.output(run["id"])["stdout"]["data"] == "before\nafter\n"
     finally:
         try:
             destroy_all(hutch_home)
         finally:
             d.stop()
+            sandboxes = hutch_home / "sandboxes"
+            left = sorted(p.name for p in sandboxes.iterdir()) if sandboxes.is_dir() else []
             sweep(hutch_home)
-    if target.server is not None:
-        assert not [i for i in target.server.state()["instances"] if i["name"] == sbx.get("instance")]
+    assert left == [], "the daemon's destroy left sandbox directories"
+    assert target.resources() == before, "the daemon's destroy left something at the provider"
 
 
 # -- files ---------------------------------------------------------------------------------
@@ -269,8 +272,8 @@ def test_files_write_read_list_ranges_and_modes(target: Target, shared: SandboxR
 HOGS = {  # (a workload within the limit, one beyond it), for sandboxes made with LIMITS
     "memory": ("head -c 16m /dev/zero | tail > /dev/null", "head -c 512m /dev/zero | tail > /dev/null"),
     "pids": (
-        "for i in 1 2 3 4; do sleep 5 & done; wait",
-        "i=0; while [ $i -lt 64 ]; do sleep 5 & i=$((i+1)); done; wait",
+        "for i in 1 2 3 4; do sleep 1 & done; wait",
+        "i=0; while [ $i -lt 64 ]; do sleep 1 & i=$((i+1)); done; wait",
     ),
 }
 LIMITS = {"memory": {"memory": "128M"}, "pids": {"pids": 32}, "cpus": {"cpus": 0.5}}
@@ -368,14 +371,17 @@ def test_mounts_where_declared(target: Target, new: New) -> None:
     (src / "data.txt").write_text("from the host\n")
     (src / "data.txt").chmod(0o644)
     mount = {"source": str(src), "target": "/mnt/data", "readonly": True}
-    if not target.capabilities.mounts:
-        refused(target, lambda: target.create(mounts=[mount]))
-        return
-    rec = new(mounts=[mount])
-    assert target.exec(rec.id, ["cat", "/mnt/data/data.txt"]).stdout == "from the host\n"
-    if target.real_programs:
-        assert target.exec(rec.id, ["sh", "-c", "echo x > /mnt/data/new"]).exit_code != 0
-        assert not (src / "new").exists()
+    try:
+        if not target.capabilities.mounts:
+            refused(target, lambda: target.create(mounts=[mount]))
+            return
+        rec = new(mounts=[mount])
+        assert target.exec(rec.id, ["cat", "/mnt/data/data.txt"]).stdout == "from the host\n"
+        if target.real_programs:
+            assert target.exec(rec.id, ["sh", "-c", "echo x > /mnt/data/new"]).exit_code != 0
+            assert not (src / "new").exists()
+    finally:
+        shutil.rmtree(src)
 
 
 def test_images_where_declared(target: Target, new: New) -> None:
