@@ -9,21 +9,20 @@ from __future__ import annotations
 import builtins
 import http.client
 import json
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from hutch.client_lifecycle import AsyncLifecycleAPI, LifecycleAPI
+from hutch.client_retry import ATTEMPTS, dropped, may_retry, new_key
 from hutch.client_transport import Endpoint
+from hutch.client_workspace import AsyncWorkspaceAPI, WorkspaceAPI
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.server.launcher import ensure_daemon
 
 if TYPE_CHECKING:
     import httpx
-
-    from hutch.transfer import Progress
 
 MAX_RESPONSE = 256 << 20
 
@@ -80,7 +79,7 @@ class _Base:
         return self.endpoint.unavailable(exc)
 
 
-class Client(_Base, LifecycleAPI):
+class Client(_Base, LifecycleAPI, WorkspaceAPI):
     """Synchronous client over the daemon's unix socket, or over TCP to ``HUTCH_HOST``.
 
     Built on the standard library's http.client: importing httpx costs about 115 ms,
@@ -104,7 +103,11 @@ class Client(_Base, LifecycleAPI):
         # would fail a POST in a way that cannot be retried safely. Connecting costs ~50 us.
         conn = self.endpoint.connection()
         try:
-            conn.request(method, url, body=body, headers=headers)
+            try:
+                conn.request(method, url, body=body, headers=headers)
+            except (BrokenPipeError, ConnectionResetError):
+                if not body:
+                    raise  # with a body, the daemon may have answered before reading it all (over its limit)
             raw = conn.getresponse()
             content = raw.read(MAX_RESPONSE + 1)
         finally:
@@ -114,16 +117,23 @@ class Client(_Base, LifecycleAPI):
         return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
 
     def request(
-        self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None, content: bytes | None = None
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Response:
         if params:
             url += _query(params)
-        headers = self.endpoint.headers()
+        headers = self.endpoint.headers() | (headers or {})
         body = content
         if json is not None:
             body = _dumps(json)
             headers["content-type"] = "application/json"
-        for attempt in (0, 1):
+        for attempt in range(ATTEMPTS):  # see client_retry: which requests are sent again
             try:
                 resp = self._send(method, url, body, headers)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -132,6 +142,8 @@ class Client(_Base, LifecycleAPI):
                     continue
                 raise self._unavailable(exc) from exc
             except (OSError, http.client.HTTPException) as exc:
+                if attempt + 1 < ATTEMPTS and dropped(exc) and may_retry(method, headers):
+                    continue
                 raise self._unavailable(exc) from exc
             _raise_for(resp)
             return resp
@@ -186,7 +198,7 @@ class Client(_Base, LifecycleAPI):
         return dict(self.json("POST", "/v1/shutdown"))
 
     def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/sandboxes", json=spec))
+        return dict(self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
 
     def list(
         self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
@@ -210,7 +222,7 @@ class Client(_Base, LifecycleAPI):
         return dict(self.json("POST", "/v1/cleanup", json=req))
 
     def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/exec", json=req))
+        return dict(self.json("POST", _path(ref) + "/exec", json=req, headers=new_key() if req.get("background") else None))
 
     def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
         return dict(self.json("POST", _path(ref) + "/policy", json=change, params={"approval": approval}))
@@ -270,57 +282,6 @@ class Client(_Base, LifecycleAPI):
     def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
         return list(self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
 
-    # -- workspaces: sessions, push/pull, snapshots, fork ------------------------------
-    def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/sessions", json=spec))
-
-    def tenants(self) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/tenants"))
-
-    def delete_tenant(self, name: str) -> dict[str, Any]:
-        return dict(self.json("DELETE", "/v1/tenants/" + quote(name, safe="")))
-
-    def push(
-        self,
-        ref: str,
-        root: str,
-        *,
-        delete: bool = False,
-        exclude: Iterable[str] = (),
-        dry_run: bool = False,
-        force: bool = False,
-        progress: Progress | None = None,
-        approval: str | None = None,
-    ) -> dict[str, Any]:
-        from hutch import transfer
-
-        kept = self.json("GET", _path(ref) + "/manifest")["files"]
-        plan = transfer.plan_push(Path(root), exclude, kept)
-        body = transfer.push_body(Path(root), plan.manifest, [] if dry_run else plan.send, progress)
-        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
-        return plan.summary(self.json("POST", _path(ref) + "/push", params=params, content=body))
-
-    def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        from hutch import transfer
-
-        data = self.request("GET", _path(ref) + "/pull").content
-        return transfer.pull_into(data, Path(dest), force=force, dry_run=dry_run)
-
-    def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
-
-    def snapshots(self) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/snapshots"))
-
-    def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
-
-    def snapshot_delete(self, name: str) -> dict[str, Any]:
-        return dict(self.json("DELETE", "/v1/snapshots/" + quote(name, safe="")))
-
-    def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))
-
 
 def _dumps(obj: Any) -> bytes:
     return json.dumps(obj).encode()
@@ -328,10 +289,6 @@ def _dumps(obj: Any) -> bytes:
 
 def _loads(data: bytes) -> Any:
     return json.loads(data)
-
-
-def _clean(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
 
 
 def _list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, Any]:
@@ -343,7 +300,7 @@ def _query(params: dict[str, Any]) -> str:
     return "?" + urlencode(clean, doseq=True) if clean else ""
 
 
-class AsyncClient(_Base, AsyncLifecycleAPI):
+class AsyncClient(_Base, AsyncLifecycleAPI, AsyncWorkspaceAPI):
     """Asynchronous client with the same methods as :class:`Client`."""
 
     def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
@@ -356,23 +313,32 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
             transport = httpx.AsyncHTTPTransport(uds=ep.address)
         else:
             transport = httpx.AsyncHTTPTransport(verify=ep.ssl_context() if ep.scheme == "https" else True)
+        # idle connections are dropped well before the daemon would close them (it keeps them http_keepalive)
+        limits = httpx.Limits(max_keepalive_connections=20, keepalive_expiry=self.settings.http_keepalive / 2)
         self.http = httpx.AsyncClient(
-            transport=transport, base_url=ep.base_url, headers=ep.headers(), timeout=httpx.Timeout(10.0, read=None)
+            transport=transport, base_url=ep.base_url, headers=ep.headers(), timeout=httpx.Timeout(10.0, read=None), limits=limits
         )
 
     async def close(self) -> None:
         await self.http.aclose()
 
     async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        for attempt in (0, 1):
+        h = self._httpx
+        for attempt in range(ATTEMPTS):  # see client_retry: which requests are sent again
             try:
                 resp = await self.http.request(method, url, **kw)
-            except (self._httpx.ConnectError, FileNotFoundError, self._httpx.RemoteProtocolError) as exc:
-                if attempt == 0 and self.autostart and isinstance(exc, (self._httpx.ConnectError, FileNotFoundError)):
+            except (h.ConnectError, FileNotFoundError) as exc:
+                if attempt == 0 and self.autostart:
                     import asyncio
 
                     await asyncio.to_thread(ensure_daemon, self.settings)
                     continue
+                raise self._unavailable(exc) from exc
+            except (h.RemoteProtocolError, h.ReadError, h.WriteError) as exc:  # the daemon dropped the connection
+                if attempt + 1 < ATTEMPTS and may_retry(method, kw.get("headers")):
+                    continue
+                raise self._unavailable(exc) from exc
+            except h.TransportError as exc:
                 raise self._unavailable(exc) from exc
             _raise_for(resp)
             return resp
@@ -382,7 +348,7 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
         return (await self.request(method, url, **kw)).json()
 
     async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/sandboxes", json=spec))
+        return dict(await self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
 
     async def list(
         self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
@@ -397,7 +363,8 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
         return dict(await self.json("DELETE", _path(ref), params={"approval": approval} if approval else None))
 
     async def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/exec", json=req))
+        headers = new_key() if req.get("background") else None
+        return dict(await self.json("POST", _path(ref) + "/exec", json=req, headers=headers))
 
     async def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
         params = {"approval": approval} if approval else None
@@ -455,45 +422,3 @@ class AsyncClient(_Base, AsyncLifecycleAPI):
     ) -> builtins.list[dict[str, Any]]:
         params = _event_params(ref, types, since, after, limit, run)
         return list(await self.json("GET", "/v1/events", params=params))
-
-    async def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/sessions", json=spec))
-
-    async def push(
-        self,
-        ref: str,
-        root: str,
-        *,
-        delete: bool = False,
-        exclude: Iterable[str] = (),
-        dry_run: bool = False,
-        force: bool = False,
-        progress: Progress | None = None,
-        approval: str | None = None,
-    ) -> dict[str, Any]:
-        import asyncio
-
-        from hutch import transfer
-
-        kept = (await self.json("GET", _path(ref) + "/manifest"))["files"]
-        plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
-        body = await asyncio.to_thread(transfer.push_body, Path(root), plan.manifest, [] if dry_run else plan.send, progress)
-        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
-        return plan.summary(await self.json("POST", _path(ref) + "/push", params=_clean(params), content=body))
-
-    async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
-        import asyncio
-
-        from hutch import transfer
-
-        data = (await self.request("GET", _path(ref) + "/pull")).content
-        return await asyncio.to_thread(transfer.pull_into, data, Path(dest), force=force, dry_run=dry_run)
-
-    async def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
-
-    async def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
-
-    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))

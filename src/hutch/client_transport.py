@@ -168,7 +168,8 @@ class Endpoint:
             hint = "the daemon's certificate is not trusted: set HUTCH_CA_FILE (setting ca_file) to its CA"
         else:
             hint = f"check that hutch serve --listen runs there and is reachable, or unset HUTCH_HOST ({self.label})"
-        return UnavailableError(f"cannot reach the hutch daemon at {self.label}: {exc}", hint=hint)
+        detail = str(exc) or exc.__class__.__name__  # some connection errors carry no message
+        return UnavailableError(f"cannot reach the hutch daemon at {self.label}: {detail}", hint=hint)
 
     # -- the attach WebSocket ----------------------------------------------------------
     def _ws(self, path: str) -> tuple[str, dict[str, Any]]:

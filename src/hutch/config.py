@@ -46,6 +46,7 @@ class Settings:
     subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
+    http_keepalive: float = 60.0  # the daemon closes an idle connection after this; clients reuse one for half of it
     unikraft_image: str | None = None
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
@@ -128,6 +129,9 @@ class Settings:
             self.subagent_depth = int(self.subagent_depth)
             self.reaper_interval = float(self.reaper_interval)
             self.approval_timeout = float(self.approval_timeout)
+            self.http_keepalive = float(self.http_keepalive)
+            if not 0 < self.http_keepalive <= 3600:
+                raise ValueError(f"http_keepalive must be between 0 and 3600 seconds, not {self.http_keepalive}")
             self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
             self.unikraft_timeout = float(self.unikraft_timeout)
             for name in (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from typing import Annotated, Any
 
@@ -12,13 +14,18 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hutch import __version__
-from hutch.checks import MAX_INT64, check_mode
+from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
+from hutch.server import idempotency
+from hutch.server.edge import App, ClientGone, too_large, unless_gone
 from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.runs import router as runs_router
 from hutch.server.workspaces import router as workspaces_router
-from hutch.service import Service
+from hutch.service import MAX_FILE, Service
+
+MAX_JSON = 96 << 20  # a JSON request body: room for a 64 MiB --stdin-file, base64-encoded
+log = logging.getLogger("hutch.daemon")
 
 
 class DestroyResult(BaseModel):
@@ -47,13 +54,27 @@ def _validation_message(exc: ValidationError | RequestValidationError) -> str:
 
 
 def create_app(service: Service) -> FastAPI:
-    app = FastAPI(title="hutch", version=__version__, docs_url=None, redoc_url=None, separate_input_output_schemas=False)
+    app = App(
+        title="hutch",
+        version=__version__,
+        docs_url=None,
+        redoc_url=None,
+        separate_input_output_schemas=False,
+        max_body_size=MAX_JSON,  # refused while it is read, never after reading it all
+    )
     app.state.service = service
     app.state.shutdown = None
+    once = app.state.idempotency = idempotency.Idempotency()
 
     @app.exception_handler(HutchError)
-    async def hutch_error(_: Request, exc: HutchError) -> JSONResponse:
+    async def hutch_error(request: Request, exc: HutchError) -> JSONResponse:
+        if exc.kind == "internal":  # a bug, or a failure nobody translated: the log keeps where it came from
+            log.error("internal error on %s %s: %s", request.method, request.url.path, exc.message, exc_info=exc)
         return JSONResponse(exc.to_dict(), status_code=exc.status)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_: Request, __: ClientGone) -> Response:
+        return Response(status_code=499)  # nobody reads it: the client hung up
 
     @app.exception_handler(RequestValidationError)
     async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -66,20 +87,30 @@ def create_app(service: Service) -> FastAPI:
         return JSONResponse(err.to_dict(), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 413:  # a body over its route's limit (max_body_size), refused while it was read
+            return JSONResponse(too_large(request.scope).to_dict(), status_code=413)
         kind = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid" if exc.status_code < 500 else "internal")
         hint = "the daemon may be older than this client: restart it with hutch daemon stop"
         body = {"error": {"kind": kind, "message": f"{exc.status_code}: {exc.detail}", "hint": hint}}
         return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(Exception)
-    async def internal(_: Request, exc: Exception) -> JSONResponse:
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
         body = {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}", "hint": "see hutch daemon logs"}}
         return JSONResponse(body, status_code=500)
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:
-        return {"ok": True, "version": __version__, "pid": os.getpid(), "home": str(service.settings.home)}
+        return {
+            "ok": True,
+            "version": __version__,
+            "pid": os.getpid(),
+            "home": str(service.settings.home),
+            "tasks": len(asyncio.all_tasks()),  # the daemon's asyncio tasks: requests in progress, runs, waits
+            "approval_waits": service.approvals.waiting,
+        }
 
     @app.post("/v1/shutdown")
     async def shutdown() -> dict[str, Any]:
@@ -92,8 +123,8 @@ def create_app(service: Service) -> FastAPI:
         return await service.doctor(provider)
 
     @app.post("/v1/sandboxes", status_code=201)
-    async def create(spec: SandboxSpec) -> SandboxRecord:
-        return await service.create(spec)
+    async def create(spec: SandboxSpec, key: idempotency.Key = None) -> SandboxRecord:
+        return await once.once(key, "create " + spec.model_dump_json(), lambda: service.create(spec))
 
     @app.get("/v1/sandboxes")
     async def list_(
@@ -132,10 +163,13 @@ def create_app(service: Service) -> FastAPI:
         data, truncated = await service.read_file(ref, path, limit)
         return Response(data, media_type="application/octet-stream", headers={"x-hutch-truncated": str(int(truncated))})
 
-    @app.put("/v1/sandboxes/{ref}/files")
+    @app.put("/v1/sandboxes/{ref}/files", max_body_size=MAX_FILE)
     async def write_file(ref: str, path: str, request: Request, mode: str = "644") -> dict[str, Any]:
         perms = check_mode(mode)  # before the body is read
-        return await service.write_file(ref, path, await request.body(), perms)
+        check_path(path)
+        service.live(ref)  # a missing sandbox answers before the body is read
+        chunks = [chunk async for chunk in request.stream()]  # past MAX_FILE: 413 while reading
+        return await service.write_file(ref, path, b"".join(chunks), perms)
 
     @app.post("/v1/sandboxes/{ref}/policy")
     async def policy(ref: str, change: PolicyChange, approval: str | None = None) -> SandboxRecord:
@@ -146,8 +180,10 @@ def create_app(service: Service) -> FastAPI:
         return await service.list_files(ref, path)
 
     @app.get("/v1/sandboxes/{ref}/status")
-    async def status(ref: str, wait: bool = False, timeout: float = Query(300.0, gt=0, le=86400)) -> dict[str, Any]:
-        return await service.status(ref, wait, timeout)
+    async def status(
+        ref: str, request: Request, wait: bool = False, timeout: float = Query(300.0, gt=0, le=86400)
+    ) -> dict[str, Any]:
+        return await unless_gone(request, service.status(ref, wait, timeout))
 
     @app.get("/v1/providers/{name}/inventory")
     async def inventory(name: str, metro: str | None = None, all: bool = False) -> dict[str, Any]:  # noqa: A002
@@ -157,7 +193,7 @@ def create_app(service: Service) -> FastAPI:
     async def cleanup(req: CleanupRequest) -> dict[str, Any]:
         return await service.cleanup(req.provider, req.metro, req.dry_run, req.keep, req.forget_missing)
 
-    app.include_router(runs_router(service))
+    app.include_router(runs_router(service, once))
     app.include_router(workspaces_router(service))
     app.include_router(lifecycle_router(service))
     return app

@@ -60,7 +60,13 @@ async def _serve(
     app = create_app(service)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))
-    common: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off", "timeout_graceful_shutdown": 5}
+    common: dict[str, Any] = {
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "off",
+        "timeout_graceful_shutdown": 5,
+        "timeout_keep_alive": settings.http_keepalive,  # clients drop idle connections after half of it
+    }
     servers = [(_Server(uvicorn.Config(app, **common)), sock)]
     if tcp is not None:
         lst, tcp_sock = tcp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from hutch.models import (
@@ -16,6 +16,7 @@ from hutch.models import (
     SandboxRecord,
     SandboxSpec,
 )
+from hutch.server.edge import unless_gone
 from hutch.service import Service
 
 
@@ -82,8 +83,8 @@ def router(service: Service) -> APIRouter:
         return approvals.get(approval_id)
 
     @r.post("/v1/approvals/{approval_id}/wait")
-    async def wait(approval_id: str, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> ApprovalRecord:
-        return await approvals.wait(approval_id, timeout)
+    async def wait(approval_id: str, request: Request, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> ApprovalRecord:
+        return await unless_gone(request, approvals.wait(approval_id, timeout))  # ends when its client hangs up
 
     @r.post("/v1/approvals/{approval_id}/decision")
     async def decide(approval_id: str, req: ApprovalDecision) -> ApprovalRecord:

@@ -10,7 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Query, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
@@ -18,6 +18,8 @@ from hutch.checks import MAX_INT64
 from hutch.errors import HutchError, InvalidError
 from hutch.models import ExecRequest, ExecResult
 from hutch.provider import Interactive
+from hutch.server import idempotency
+from hutch.server.edge import unless_gone
 from hutch.service import Service
 
 NDJSON = "application/x-ndjson"
@@ -32,15 +34,25 @@ async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         yield json.dumps(item).encode() + b"\n"
 
 
-def router(service: Service) -> APIRouter:
+def router(service: Service, once: idempotency.Idempotency) -> APIRouter:
     r = APIRouter()
     runs = service.runs
 
     @r.post("/v1/sandboxes/{ref}/exec", response_model=None, responses={200: {"model": ExecResult}})
-    async def exec_(ref: str, req: ExecRequest, stream: bool = False) -> ExecResult | dict[str, Any] | StreamingResponse:
+    async def exec_(
+        ref: str,
+        req: ExecRequest,
+        stream: bool = False,
+        key: idempotency.Key = None,
+    ) -> ExecResult | dict[str, Any] | StreamingResponse:
         """Foreground (JSON result), streamed (``?stream=true``: NDJSON), or ``background``."""
         if req.background:
-            return await runs.start(ref, req)
+            return await once.once(key, f"exec {ref} {req.model_dump_json()}", lambda: runs.start(ref, req))
+        if key is not None:
+            raise InvalidError(
+                f"{idempotency.HEADER} is for background runs: a foreground exec is not performed once per key",
+                hint="drop the header, or use background: true",
+            )
         if stream:
             items = runs.stream(ref, req)
             first = await anext(items)  # errors before the run starts are plain JSON errors
@@ -56,8 +68,8 @@ def router(service: Service) -> APIRouter:
         return runs.get(run_id)
 
     @r.post("/v1/runs/{run_id}/wait")
-    async def wait(run_id: str, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
-        return await runs.wait(run_id, timeout)
+    async def wait(run_id: str, request: Request, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
+        return await unless_gone(request, runs.wait(run_id, timeout))
 
     @r.post("/v1/runs/{run_id}/kill")
     async def kill(run_id: str, req: KillRequest) -> dict[str, Any]:

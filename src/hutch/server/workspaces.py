@@ -22,6 +22,7 @@ from hutch.models import SandboxRecord, SandboxSpec, SnapshotRecord
 from hutch.service import Service
 
 MAX_MANIFEST = 64 << 20
+MAX_PUSH = 64 << 30  # a push is spooled to disk, never held in memory
 
 
 class SnapshotRequest(BaseModel):
@@ -95,7 +96,7 @@ def router(service: Service) -> APIRouter:
     async def manifest(ref: str) -> dict[str, Any]:
         return ws.manifest(ref)
 
-    @r.post("/v1/sandboxes/{ref}/push")
+    @r.post("/v1/sandboxes/{ref}/push", max_body_size=MAX_PUSH)
     async def push(
         ref: str,
         request: Request,

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import fnmatch
 import shlex
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, PolicyError
@@ -25,7 +27,7 @@ from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, SandboxS
 if TYPE_CHECKING:
     from hutch.service import Service
 
-POLL = 0.2
+RECHECK = 5.0  # a wait re-reads the store this often: a decision made through another Service on the same store
 
 
 def command_text(command: list[str] | str) -> str:
@@ -49,6 +51,18 @@ class Approvals:
     def __init__(self, service: Service) -> None:
         self.svc = service
         self.store = service.store
+        self._decided: dict[str, asyncio.Event] = {}  # approval id -> set when it is decided or expired
+        self._waits: Counter[str] = Counter()  # approval id -> waits in progress
+
+    @property
+    def waiting(self) -> int:
+        """How many waits are in progress (each ends when decided, expired, timed out or its client left)."""
+        return self._waits.total()
+
+    def _wake(self, approval_id: str) -> None:
+        event = self._decided.pop(approval_id, None)
+        if event is not None:
+            event.set()
 
     def request(
         self,
@@ -93,14 +107,31 @@ class Approvals:
         return self.store.list_approvals(ApprovalStatus.pending if pending else None, sandbox_id)
 
     async def wait(self, approval_id: str, timeout: float | None) -> ApprovalRecord:
-        """Until decided or expired, or ``timeout`` seconds (then it is returned still pending)."""
+        """Until decided or expired, or ``timeout`` seconds (then it is returned still pending).
+
+        Woken by the decision itself: nothing polls (the store is re-read every ``RECHECK``
+        seconds for a decision made elsewhere, and at the request's own expiry)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         apr = self.get(approval_id)
-        while apr.status == ApprovalStatus.pending:
-            if deadline is not None and time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(POLL if deadline is None else max(0.0, min(POLL, deadline - time.monotonic())))
-            apr = self.get(approval_id)
+        self._waits[approval_id] += 1
+        try:
+            while apr.status == ApprovalStatus.pending:
+                pause = RECHECK
+                if deadline is not None:
+                    pause = min(pause, deadline - time.monotonic())
+                    if pause <= 0:
+                        break
+                if apr.expires_at is not None:
+                    pause = min(pause, max(0.0, apr.expires_at - time.time()) + 0.01)
+                event = self._decided.setdefault(approval_id, asyncio.Event())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), pause)
+                apr = self.get(approval_id)
+        finally:
+            self._waits[approval_id] -= 1
+            if not self._waits[approval_id]:
+                del self._waits[approval_id]
+                self._decided.pop(approval_id, None)
         return apr
 
     def decide(self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None) -> ApprovalRecord:
@@ -113,18 +144,22 @@ class Approvals:
                 f"approval request {approval_id} is already {apr.status.value}{who}",
                 hint="list pending requests with: hutch approvals --pending",
             )
+        self._wake(apr.id)
         return self.store.get_approval(approval_id)
 
     def close_for(self, sandbox_id: str) -> None:
         """The sandbox is gone: what was pending about it can no longer be performed."""
         for apr in self.store.list_approvals(ApprovalStatus.pending, sandbox_id):
             self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (sandbox destroyed)", None, time.time())
+            self._wake(apr.id)
 
     def expire_due(self, now: float) -> int:
         count = 0
         for apr in self.store.list_approvals(ApprovalStatus.pending):
-            if apr.expires_at is not None and apr.expires_at <= now:
-                count += self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, now)
+            due = apr.expires_at is not None and apr.expires_at <= now
+            if due and self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, now):
+                count += 1
+                self._wake(apr.id)
         return count
 
     # -- enforcement -----------------------------------------------------------------
