@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ class Settings:
     tls_cert: str = ""
     tls_key: str = ""
     profile: str = ""
+    config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -85,10 +87,16 @@ class Settings:
         """Resolve every setting; ``flags`` given as None are ignored."""
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        names = [f.name for f in fields(cls) if f.name not in ("sources", "profile")]
+        names = [f.name for f in fields(cls) if f.name not in ("sources", "profile", "config_path")]
         home_env = os.environ.get(ENV_PREFIX + "HOME")
         home = Path(flags.get("home") or home_env or default_home())
-        cfg_path = Path(os.environ.get(ENV_PREFIX + "CONFIG") or home / "config.toml")
+        named = os.environ.get(ENV_PREFIX + "CONFIG")
+        cfg_path = Path(named or home / "config.toml")
+        if named and not cfg_path.is_file():
+            raise InvalidError(
+                f"HUTCH_CONFIG names {cfg_path}, which is not a file",
+                hint=f"create {cfg_path}, or unset HUTCH_CONFIG to use {home / 'config.toml'}",
+            )
         file_values: dict[str, Any] = {}
         if cfg_path.is_file():
             try:
@@ -111,43 +119,88 @@ class Settings:
         settings = cls(**{k: v for k, v in values.items() if k in names})
         settings.sources = sources
         settings.profile = profile
+        settings.config_path = str(cfg_path)
         settings._coerce()
         return settings
 
     def _coerce(self) -> None:
-        try:
-            self.home = Path(self.home).expanduser().absolute()
-            self.pids = int(self.pids)
-            self.cpus = float(self.cpus) if self.cpus is not None and str(self.cpus) != "" else None
-            self.output_cap = parse_size(self.output_cap)
-            self.disk_cap = parse_size(self.disk_cap)
-            self.max_background_runs = int(self.max_background_runs)
-            self.uid_base = int(self.uid_base)
-            self.daemon_start_timeout = float(self.daemon_start_timeout)
-            self.exec_timeout = float(self.exec_timeout)
-            self.egress_hosts = str(self.egress_hosts or "")
-            self.subagent_depth = int(self.subagent_depth)
-            self.reaper_interval = float(self.reaper_interval)
-            self.approval_timeout = float(self.approval_timeout)
-            self.http_keepalive = float(self.http_keepalive)
-            if not 0 < self.http_keepalive <= 3600:
-                raise ValueError(f"http_keepalive must be between 0 and 3600 seconds, not {self.http_keepalive}")
-            self.unikraft_ready_timeout = float(self.unikraft_ready_timeout)
-            self.unikraft_timeout = float(self.unikraft_timeout)
-            for name in (
-                "host",
-                "token_file",
-                "ca_file",
-                "listen",
-                "api_token_file",
-                "tls_cert",
-                "tls_key",
-                "unikraft_ca_file",
-                "unikraft_ssh_connect",
-            ):
-                setattr(self, name, str(getattr(self, name) or ""))
-        except (TypeError, ValueError, InvalidError) as exc:
-            raise InvalidError(f"invalid setting: {exc}", hint="check HUTCH_* variables and config.toml") from exc
+        """Every setting to its type; one that does not convert is ``invalid``, naming the
+        setting and where its value came from (``HUTCH_PIDS``, the config file ...)."""
+        self.home = Path(self.home).expanduser().absolute()
+        for name, (convert, expected) in COERCE.items():
+            value = getattr(self, name)
+            try:
+                setattr(self, name, convert(value))
+            except (TypeError, ValueError, InvalidError) as exc:
+                where, fix = self._source(name, expected)
+                reason = exc.message if isinstance(exc, InvalidError) else f"not {expected}"
+                raise InvalidError(f"invalid setting {name}={value!r} ({where}): {reason}", hint=fix) from exc
+
+    def _source(self, name: str, expected: str) -> tuple[str, str]:
+        """Where the value of ``name`` came from, and how to fix it there."""
+        source = self.sources.get(name, "default")
+        var = ENV_PREFIX + name.upper()
+        if source == "env":
+            return f"from {var}", f"set {var} to {expected}, or unset it"
+        if source in ("flag", "default"):
+            return ("from the command line" if source == "flag" else "as given"), f"give {expected}"
+        table = "" if source == "file" else f"[{source.replace('profile ', 'profiles.')}] of "
+        return f"from {table}{self.config_path}", f"set {name} in {table}{self.config_path} to {expected}, or remove it"
+
+
+def _optional_float(value: Any) -> float | None:
+    return float(value) if value is not None and str(value) != "" else None
+
+
+def _size_text(value: Any) -> str:
+    parse_size(value)  # the daemon reads it; here it is only checked
+    return str(value)
+
+
+def _text(value: Any) -> str:
+    return str(value or "")
+
+
+def _keepalive(value: Any) -> float:
+    seconds = float(value)
+    if not 0 < seconds <= 3600:
+        raise ValueError(seconds)
+    return seconds
+
+
+# each setting's conversion, and what a good value looks like (for the error)
+COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "memory": (_size_text, "a size such as 512M or 1G"),
+    "pids": (int, "a whole number such as 512"),
+    "cpus": (_optional_float, "a number of cores such as 0.5"),
+    "output_cap": (parse_size, "a size such as 1M"),
+    "disk_cap": (parse_size, "a size such as 64M"),
+    "max_background_runs": (int, "a whole number such as 16"),
+    "uid_base": (int, "a whole number such as 600000"),
+    "daemon_start_timeout": (float, "a number of seconds such as 15"),
+    "exec_timeout": (float, "a number of seconds such as 3600"),
+    "egress_hosts": (_text, "a file path"),
+    "subagent_depth": (int, "a whole number such as 2"),
+    "reaper_interval": (float, "a number of seconds such as 1"),
+    "approval_timeout": (float, "a number of seconds such as 3600"),
+    "http_keepalive": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),
+    "unikraft_ready_timeout": (float, "a number of seconds such as 60"),
+    "unikraft_timeout": (float, "a number of seconds such as 30"),
+    **dict.fromkeys(
+        (
+            "host",
+            "token_file",
+            "ca_file",
+            "listen",
+            "api_token_file",
+            "tls_cert",
+            "tls_key",
+            "unikraft_ca_file",
+            "unikraft_ssh_connect",
+        ),
+        (_text, "text"),
+    ),
+}
 
 
 def _profile(file_values: dict[str, Any], name: str, cfg_path: Path) -> dict[str, Any]:

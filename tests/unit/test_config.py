@@ -210,3 +210,51 @@ def test_unknown_profile_lists_the_known_ones(env: pytest.MonkeyPatch, tmp_path:
     (tmp_path / "home" / "config.toml").unlink()
     with pytest.raises(InvalidError, match=r"known: none"):
         Settings.load(profile="a")
+
+
+# -- a bad value names its setting and where it came from ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "expected"),
+    [
+        ("HUTCH_PIDS", "abc", "whole number"),
+        ("HUTCH_OUTPUT_CAP", "1X", "size"),
+        ("HUTCH_MEMORY", "lots", "size"),
+        ("HUTCH_EXEC_TIMEOUT", "soon", "seconds"),
+    ],
+)
+def test_a_bad_variable_is_named_with_what_it_should_be(env: pytest.MonkeyPatch, var: str, value: str, expected: str) -> None:
+    env.setenv(var, value)
+    with pytest.raises(InvalidError) as info:
+        Settings.load()
+    assert f"(from {var})" in info.value.message and repr(value) in info.value.message
+    assert "invalid literal" not in info.value.message  # not Python's words
+    assert info.value.hint is not None and info.value.hint.startswith(f"set {var} to ") and expected in info.value.hint
+
+
+def test_a_bad_file_value_names_the_file_and_the_profile(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cfg = tmp_path / "home" / "config.toml"
+    cfg.write_text('pids = "many"\n')
+    with pytest.raises(InvalidError) as info:
+        Settings.load()
+    assert f"pids='many' (from {cfg})" in info.value.message
+    cfg.write_text('[profiles.lab]\ncpus = "two"\n')
+    with pytest.raises(InvalidError) as info:
+        Settings.load(profile="lab")
+    assert f"(from [profiles.lab] of {cfg})" in info.value.message
+    assert "set cpus in [profiles.lab]" in (info.value.hint or "")
+
+
+def test_hutch_config_naming_a_missing_file_is_an_error(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.toml"
+    env.setenv("HUTCH_CONFIG", str(missing))
+    with pytest.raises(InvalidError) as info:
+        Settings.load()
+    assert str(missing) in info.value.message and "HUTCH_CONFIG" in info.value.message
+    assert "unset HUTCH_CONFIG" in (info.value.hint or "")
+    env.setenv("HUTCH_CONFIG", "")  # empty is unset
+    assert Settings.load().config_path == str(tmp_path / "home" / "config.toml")
+    # without HUTCH_CONFIG, a missing $HUTCH_HOME/config.toml is simply no file
+    env.delenv("HUTCH_CONFIG")
+    assert Settings.load().pids == 512
