@@ -305,6 +305,18 @@ def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> d
     return out
 
 
+def human_bytes(n: int) -> str:
+    """An amount of data for people: ``53 bytes``, ``1 byte``, ``4.0 KiB``, ``1.5 MiB``, ``2.0 GiB``."""
+    if n < 1024:
+        return f"{n} byte" + ("" if n == 1 else "s")
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 def table(rows: list[list[str]], headers: list[str]) -> None:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     click.echo("  ".join(h.upper().ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())

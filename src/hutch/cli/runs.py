@@ -7,9 +7,8 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, emit, json_option, old_spelling, table
+from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, emit, human_bytes, json_option, old_spelling, table
 from hutch.cli.run import _write, exit_with
-from hutch.units import format_size
 
 FOLLOW_INTERVAL = 0.25
 PAGE = 1 << 20  # --max-bytes by default
@@ -190,7 +189,7 @@ def ps(obj: Ctx, /, sandbox: str) -> None:
             p["user"],
             p["state"],
             f"{p['cpu_seconds']:.2f}",
-            format_size(p["rss"]) if p["rss"] else "0",
+            human_bytes(p["rss"]),
             p["command"][:80],
         ]
         for p in procs

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, count, emit, json_option, table
-from hutch.units import format_size
+from hutch.cli.common import Ctx, SandboxCommand, count, emit, human_bytes, json_option, table
 
 
 @contextlib.contextmanager
@@ -42,7 +41,7 @@ def show_push(obj: Ctx, r: dict[str, Any]) -> None:
         click.echo(f"hutch: skipped {s}", err=True)
     verb = "would send" if r["dry_run"] else "sent"
     click.echo(
-        f"{verb} {r['files_sent']} file(s), {format_size(r['bytes'])}; "
+        f"{verb} {r['files_sent']} file(s), {human_bytes(r['bytes'])}; "
         f"{'would delete' if r['dry_run'] else 'deleted'} {r['deleted']}; unchanged {r['skipped']}"
     )
     if r["dry_run"]:
@@ -57,7 +56,7 @@ def show_pull(obj: Ctx, r: dict[str, Any]) -> None:
         emit(r)
         return
     verb = "would receive" if r["dry_run"] else "received"
-    click.echo(f"{verb} {r['files_received']} file(s), {format_size(r['bytes'])} into {r['directory']}")
+    click.echo(f"{verb} {r['files_received']} file(s), {human_bytes(r['bytes'])} into {r['directory']}")
     if r["dry_run"]:
         for p in r.get("overwrite", []):
             click.echo(f"  ! {p} (would be overwritten)")
@@ -122,7 +121,7 @@ def snapshot() -> None:
 def snapshot_save(obj: Ctx, sandbox: str, name: str) -> None:
     """Save SANDBOX's workspace (owners, modes, symlinks, xattrs) as snapshot NAME."""
     r = obj.client.snapshot_save(sandbox, name)
-    emit(r) if obj.json else click.echo(f"saved {r['name']} ({format_size(r['size'])})")
+    emit(r) if obj.json else click.echo(f"saved {r['name']} ({human_bytes(r['size'])})")
 
 
 @snapshot.command("list")
@@ -135,7 +134,7 @@ def snapshot_list(obj: Ctx) -> None:
         emit(snaps)
         return
     rows = [
-        [s["name"], s["sandbox_id"], format_size(s["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"]))]
+        [s["name"], s["sandbox_id"], human_bytes(s["size"]), time.strftime("%Y-%m-%d %H:%M", time.localtime(s["created_at"]))]
         for s in snaps
     ]
     table(rows, ["name", "from", "size", "created"])
