@@ -50,6 +50,7 @@ class Capabilities:
     pause: bool = False  # pause/resume freeze and thaw every process
     shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
     images: bool = False  # boots an OCI image (--image)
+    interactive: bool = False  # live stdin and a terminal while a run runs (exec -i/-t, shell)
 
 
 @dataclass

@@ -145,6 +145,7 @@ class FakeProvider:
         workspace=True,
         pause=True,
         shared_workspace=True,
+        interactive=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:

@@ -91,7 +91,12 @@ def create_app(service: Service) -> FastAPI:
         if exc.status_code == 413:  # a body over its route's limit (max_body_size), refused while it was read
             return JSONResponse(too_large(request.scope).to_dict(), status_code=413)
         kind = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid" if exc.status_code < 500 else "internal")
-        hint = "the daemon may be older than this client: restart it with hutch daemon stop"
+        if exc.status_code in (404, 405):  # no such route or method: a client newer than the daemon
+            hint = "the daemon may be older than this client: restart it with hutch daemon stop"
+        elif exc.status_code < 500:  # the request itself: a body that does not parse, ...
+            hint = "send the body the API documents (GET /openapi.json; docs/api.md)"
+        else:
+            hint = "see hutch daemon logs"
         body = {"error": {"kind": kind, "message": f"{exc.status_code}: {exc.detail}", "hint": hint}}
         return JSONResponse(body, status_code=exc.status_code)
 

@@ -32,6 +32,7 @@ from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, crashpoint
+from hutch.service.hints import no_egress
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
@@ -125,7 +126,7 @@ class Service:
         if spec.limits.cpus is not None and "cpus" not in caps.limits:
             raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
         if spec.network.mode != "none" and not caps.network:
-            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="drop --network")
+            raise no_egress(provider, spec.network)
         if spec.secrets and not caps.secrets:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         if spec.on_expire == "pause" and not caps.pause:
@@ -183,7 +184,7 @@ class Service:
     async def _set_network(self, provider: Provider, rec: SandboxRecord) -> None:
         apply = getattr(provider, "set_network", None)
         if apply is None:
-            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
+            raise no_egress(provider, rec.spec.network)
         await apply(rec)
 
     async def policy(self, ref: str, approval: str | None = None, **changes: Any) -> SandboxRecord:
@@ -197,7 +198,7 @@ class Service:
         self.approvals.require(rec, "network.change", approval)
         provider = self.provider(rec.provider)
         if after.mode != "none" and not provider.capabilities.network:
-            raise InvalidError(f"the {provider.name} provider has no egress policies", hint="keep --network none")
+            raise no_egress(provider, after)
         spec = rec.spec.model_copy(update={"network": after})
         await self._guarded(rec, self._set_network(provider, rec.model_copy(update={"spec": spec})))
         self.store.update_sandbox(rec.id, spec=spec)

@@ -21,6 +21,7 @@ from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_,
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
 from hutch.provider import Interactive
 from hutch.service.approvals import command_text
+from hutch.service.hints import no_terminal
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -271,6 +272,8 @@ class Runs:
         With ``interactive``, the client's input reaches the run while it runs (and a
         terminal when ``interactive.tty``)."""
         rec = self.svc.live(ref)
+        if interactive is not None and not self.svc.provider(rec.provider).capabilities.interactive:
+            raise no_terminal(rec, ref)
         run_id, argv, stdin = self._prepare(rec, req, background=False)
         queue = Feed()
         job = self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue, interactive=interactive)

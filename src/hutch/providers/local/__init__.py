@@ -50,6 +50,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         workspace=True,
         pause=True,
         shared_workspace=True,
+        interactive=True,
     )
 
     def __init__(self, settings: Settings) -> None:

@@ -101,7 +101,10 @@ def check_reachable(path: Path, uid: int) -> None:
         if st.st_mode & need != need:
             raise InvalidError(
                 f"the sandbox user (host uid {uid}) cannot reach {path}: {p} is mode {stat.filemode(st.st_mode)}",
-                hint=f"allow others in (chmod {fix} {p}), mount something else, or run hutch as a normal user",
+                hint=(
+                    "copy the files in instead (hutch push SANDBOX DIR, or hutch run --sync DIR), or mount a directory "
+                    f"meant for sharing; opening {p} with chmod {fix} would open it to every user of this machine"
+                ),
             )
 
 

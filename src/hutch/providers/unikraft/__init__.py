@@ -33,6 +33,10 @@ from hutch.providers.unikraft.ssh import SshTransferMixin
 from hutch.providers.unikraft.wire import HOLD, marker, scrubber, split_marker, wrap
 
 DEFAULT_IMAGE = "debian-slim:latest"
+NO_TERMINAL = (
+    "run one command with hutch exec SANDBOX -- CMD (its input with --stdin-file); "
+    "for a terminal, use hutch ssh SANDBOX on a sandbox created with --ssh"
+)
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
 
 
@@ -246,7 +250,7 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
 
             on_output = on_scrubbed
         if interactive is not None:
-            raise InvalidError("the unikraft provider has no interactive runs yet", hint="drop -i/-t, or pass stdin")
+            raise InvalidError("the unikraft provider has no interactive runs", hint=NO_TERMINAL)
         nonce = secrets.token_hex(8)
         body: dict[str, Any] = {"cmd": wrap(argv, nonce, stdin is not None), "cwd": cwd}
         if env:
