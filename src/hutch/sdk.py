@@ -66,6 +66,7 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         self.files = Files(self)
         self.runs = Runs(self)
         self.policy = Policy(self)
+        self._forks = []
 
     @property
     def _cap(self) -> int:
@@ -244,7 +245,11 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.destroy()
+        """Destroy the sandbox, and the children ``fork`` made from it (unless ``keep=True``)."""
+        try:
+            self._destroy_forks()
+        finally:
+            self.destroy()
 
 
 class AsyncFiles:
@@ -273,6 +278,7 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         self.files = AsyncFiles(self)
         self.runs = AsyncRuns(self)
         self.policy = AsyncPolicy(self)
+        self._forks = []
 
     @property
     def _cap(self) -> int:
@@ -447,5 +453,12 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.destroy()
-        await self.client.close()
+        """Destroy the sandbox and the children ``fork`` made from it (unless ``keep=True``),
+        then close the HTTP client."""
+        try:
+            await self._destroy_forks()
+        finally:
+            try:
+                await self.destroy()
+            finally:
+                await self.client.close()

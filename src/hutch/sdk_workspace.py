@@ -23,6 +23,7 @@ def _children(result: dict[str, Any]) -> builtins.list[dict[str, Any] | HutchErr
 class SandboxWorkspace:
     info: dict[str, Any]
     client: Client
+    _forks: builtins.list[Any]  # children made by fork(), destroyed when a ``with`` block on this sandbox ends
 
     @property
     def id(self) -> str:
@@ -56,19 +57,37 @@ class SandboxWorkspace:
         client = Client(settings)
         return cls(client.snapshot_restore(snapshot, name), client)  # type: ignore[call-arg]
 
-    def fork(self, count: int = 1, *, name_prefix: str | None = None) -> builtins.list[Self | HutchError]:
+    def fork(self, count: int = 1, *, name_prefix: str | None = None, keep: bool = False) -> builtins.list[Self | HutchError]:
         """``count`` new sandboxes starting from a copy of this workspace; a child that
-        failed is its :class:`HutchError` in the list, the others are sandboxes."""
+        failed is its :class:`HutchError` in the list, the others are sandboxes. In a
+        ``with`` block on this sandbox, the children are destroyed with it when the block
+        ends, unless ``keep``."""
         result = self.client.fork(self.id, count, name_prefix)
-        return [
+        out = [
             c if isinstance(c, HutchError) else type(self)(self.client.get(c["sandbox"]), self.client)  # type: ignore[call-arg]
             for c in _children(result)
         ]
+        if not keep:
+            self._forks.extend(c for c in out if not isinstance(c, HutchError))
+        return out
+
+    def _destroy_forks(self) -> None:
+        """Destroy every child fork() made (idempotent: one already gone is fine); the first
+        failure is raised once all were tried."""
+        failed: builtins.list[HutchError] = []
+        while self._forks:
+            try:
+                self._forks.pop(0).destroy()
+            except HutchError as exc:
+                failed.append(exc)
+        if failed:
+            raise failed[0]
 
 
 class AsyncSandboxWorkspace:
     info: dict[str, Any]
     client: AsyncClient
+    _forks: builtins.list[Any]  # children made by fork(), destroyed when an ``async with`` block on this sandbox ends
 
     @property
     def id(self) -> str:
@@ -102,11 +121,27 @@ class AsyncSandboxWorkspace:
         client = AsyncClient(settings)
         return cls(await client.snapshot_restore(snapshot, name), client)  # type: ignore[call-arg]
 
-    async def fork(self, count: int = 1, *, name_prefix: str | None = None) -> builtins.list[Self | HutchError]:
+    async def fork(
+        self, count: int = 1, *, name_prefix: str | None = None, keep: bool = False
+    ) -> builtins.list[Self | HutchError]:
         """``count`` new sandboxes starting from a copy of this workspace; a child that
-        failed is its :class:`HutchError` in the list, the others are sandboxes."""
+        failed is its :class:`HutchError` in the list, the others are sandboxes. In an
+        ``async with`` block on this sandbox, the children are destroyed with it when the
+        block ends, unless ``keep``."""
         result = await self.client.fork(self.id, count, name_prefix)
         out: builtins.list[Self | HutchError] = []
         for c in _children(result):
             out.append(c if isinstance(c, HutchError) else type(self)(await self.client.get(c["sandbox"]), self.client))  # type: ignore[call-arg]
+        if not keep:
+            self._forks.extend(c for c in out if not isinstance(c, HutchError))
         return out
+
+    async def _destroy_forks(self) -> None:
+        failed: builtins.list[HutchError] = []
+        while self._forks:
+            try:
+                await self._forks.pop(0).destroy()
+            except HutchError as exc:
+                failed.append(exc)
+        if failed:
+            raise failed[0]
