@@ -75,11 +75,17 @@ def sweep(home: Path) -> list[str]:
     """Kill whatever sandbox of ``home`` is still running (a failed test must not leak one)."""
     from hutch.providers.local import cgroups
 
+    from hutch.providers.local.helpers import Helpers
+
+    layout = cgroups.detect()
+    for helper in Helpers(home, lambda: layout, lambda uid, procs: lambda: None).groups():  # copies in flight
+        helper.kill_all()
+        with contextlib.suppress(OSError):
+            helper.remove()
     sandboxes = home / "sandboxes"
     ids = [p.name for p in sandboxes.iterdir()] if sandboxes.is_dir() else []
     if not ids:
         return []
-    layout = cgroups.detect()
     parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
     for sid in ids:
         group = cgroups.SandboxCgroup([p / sid for p in parents if (p / sid).exists()], v2=False)

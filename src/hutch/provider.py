@@ -140,6 +140,15 @@ class Provider(Protocol):
     async def close(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class CopyReport:
+    """How a workspace copy was made, and what it could not carry (never dropped silently)."""
+
+    method: str  # reflink, tar, memory ...
+    skipped: int = 0  # entries not copied as they were (a socket, a file changed or removed while read)
+    notes: tuple[str, ...] = ()  # the first few reasons, as the copier gave them
+
+
 @runtime_checkable
 class WorkspaceProvider(Protocol):
     """Optional capability (``capabilities.workspace``): the workspace as a tar stream.
@@ -157,8 +166,9 @@ class WorkspaceProvider(Protocol):
         writing outside it, then remove the ``delete`` paths (relative to the workspace)."""
         ...
 
-    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
-        """Copy ``src``'s workspace into ``dst``'s; return how (``reflink``, ``tar`` ...)."""
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
+        """Copy ``src``'s workspace into ``dst``'s, every file as it is (unreadable ones too);
+        return how, and what could not be copied."""
         ...
 
     async def delete_tenant(self, name: str) -> bool:

@@ -103,6 +103,14 @@ def test_sandbox_as_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -
         assert oct(sock.stat().st_mode & 0o777) == "0o600"
         r = cli("exec", "mine", "--", "sh", "-c", "unshare -U true; echo $?")
         assert r.stdout.strip() == "1"
+        # fork's copy runs unprivileged too, without cgroups, and carries an unreadable file
+        assert cli("exec", "mine", "--", "sh", "-c", "echo kept > locked; chmod 000 locked").returncode == 0
+        forked = cli("fork", "mine", "--json")
+        assert forked.returncode == 0, forked.stdout + forked.stderr
+        kid = json.loads(forked.stdout)["children"][0]["sandbox"]
+        r = cli("exec", kid, "--", "sh", "-c", "stat -c %a locked; chmod 600 locked; cat locked")
+        assert r.stdout.split() == ["0", "kept"], r.stdout + r.stderr
+        assert cli("destroy", kid).returncode == 0
         assert cli("destroy", "mine").returncode == 0
         assert not host_file.exists()
     finally:

@@ -179,6 +179,9 @@ def fork(obj: Ctx, sandbox: str, count: int, name_prefix: str | None) -> None:
         for c in r["children"]:
             if c["sandbox"]:
                 click.echo(c["sandbox"])
+                if c.get("skipped"):  # what the copy could not carry is said, never dropped silently
+                    said = f": {c['notes'][0]}" if c.get("notes") else ""
+                    click.echo(f"hutch: {c['sandbox']}: skipped {c['skipped']} entr(ies) it cannot copy{said}", err=True)
             else:
                 click.echo(f"hutch: child {c['index']} failed: {c['error']['message']}", err=True)
     if r["failed"]:

@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
+from hutch.provider import Capabilities, CheckResult, CopyReport, Interactive, OnOutput
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -353,12 +353,12 @@ class FakeProvider:
         for rel in delete:
             files.pop(prefix + rel, None)
 
-    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
         source, target = self._files(src), self._files(dst)
         target.update(source)
         prefix = f"{src.id}:"
         self.modes |= {f"{dst.id}:{key[len(prefix) :]}": mode for key, mode in self.modes.items() if key.startswith(prefix)}
-        return "memory"
+        return CopyReport("memory")
 
     async def delete_tenant(self, name: str) -> bool:
         return self.tenants.pop(name, None) is not None

@@ -112,6 +112,7 @@ class Service:
 
     async def close(self) -> None:
         await self.lifecycle.stop_reaper()
+        await self.workspaces.settle()  # a fork cancelled by the stop removes its children first
         for provider in self._providers.values():
             await provider.close()
 
@@ -166,8 +167,13 @@ class Service:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
             if spec.provider_options.get("ssh"):
                 shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
-            self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
+            if self.store.get_sandbox(rec.id).state == SandboxState.creating:  # not when a destroy came first
+                self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
             raise
+        if not self.claimed(provider) and self.store.get_sandbox(rec.id).state != SandboxState.creating:
+            # destroyed while it was being made (hutch destroy --all): what the provider made goes too
+            await provider.destroy(rec.model_copy(update={"data": data}))
+            raise ConflictError(f"sandbox {rec.id} was destroyed while it was being created", hint="create it again")
         rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
         self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
         return rec

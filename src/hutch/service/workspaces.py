@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import posixpath
 import tarfile
@@ -23,9 +24,11 @@ from hutch.provider import WorkspaceProvider, transfer_provider, workspace_provi
 if TYPE_CHECKING:
     from hutch.service import Service
 
+log = logging.getLogger("hutch.service")
 DELETE_MAX_FILES = 100
 DELETE_MAX_SHARE = 0.2
 MAX_FORK = 32
+SETTLE_WAIT = 30.0
 ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
 # Not carried from a source sandbox to a fork or a restore: its session line, and values
 # the store never holds (env values are redacted there, secrets are not stored at all).
@@ -46,6 +49,13 @@ class Workspaces:
         self.service = service
         self.store = service.store
         self._ensure_lock = asyncio.Lock()
+        self._forks: set[asyncio.Task[Any]] = set()
+
+    async def settle(self, timeout: float = SETTLE_WAIT) -> None:
+        """Wait (bounded) for forks in flight to finish or clean up (the daemon is stopping)."""
+        forks = {t for t in self._forks if not t.done()}
+        if forks:
+            await asyncio.wait(forks, timeout=timeout)
 
     def _provider(self, rec: SandboxRecord) -> WorkspaceProvider:
         return workspace_provider(self.service.provider(rec.provider))
@@ -250,7 +260,8 @@ class Workspaces:
         try:
             await self._provider(rec).import_workspace(rec, Path(snap.path), [])
         except BaseException:
-            await self.service.destroy(rec.id)
+            cleanup = self.service.destroy(rec.id, cause=f"restoring snapshot {name} failed", checked=True)
+            await asyncio.shield(cleanup)
             raise
         self.store.append_event("snapshot_restored", rec.id, snapshot=name)
         return rec
@@ -269,29 +280,82 @@ class Workspaces:
 
     async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
         """``count`` new sandboxes whose workspaces start as copies of ``ref``'s. Each child
-        stands alone: one that fails is destroyed and reported, the others are kept."""
+        stands alone: one that fails is destroyed and reported, the others are kept. A fork
+        whose source goes away (destroyed) while it runs fails as a whole with ``conflict``
+        and keeps no child: a copy of a workspace being removed is no copy."""
         if not 1 <= count <= MAX_FORK:
             raise InvalidError(f"--count must be between 1 and {MAX_FORK}, got {count}")
         if name_prefix is not None:
             check_name(f"{name_prefix}{count}", "fork")
         src = self.service.live(ref)
         provider = self._provider(src)
+        task = asyncio.current_task()
+        if task is not None:
+            self._forks.add(task)
         children: list[dict[str, Any]] = []
-        for i in range(1, count + 1):
-            name = f"{name_prefix}{i}" if name_prefix is not None else None
-            spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
-            child: SandboxRecord | None = None
-            try:
-                child = await self.service.create(spec)
-                started = time.monotonic()
-                how = await self.service._guarded(src, provider.clone_workspace(src, child))
-                ms = round((time.monotonic() - started) * 1000, 1)
+        made: list[str] = []  # children that exist now: all go if the fork fails as a whole
+        try:
+            for i in range(1, count + 1):
+                self._check_source(src)
+                name = f"{name_prefix}{i}" if name_prefix is not None else None
+                spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
+                try:
+                    child = await self.service.create(spec)
+                except HutchError as exc:
+                    children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
+                    continue
+                made.append(child.id)
+                try:
+                    self._check_source(src)  # here to the copy's start nothing waits: a destroy from now on stops it
+                    started = time.monotonic()
+                    report = await self.service._guarded(src, provider.clone_workspace(src, child))
+                    ms = round((time.monotonic() - started) * 1000, 1)
+                    self._check_source(src)
+                    if self.store.get_sandbox(child.id).state != SandboxState.running:
+                        raise ConflictError(f"sandbox {child.id} was destroyed while its workspace was being copied")
+                except HutchError as exc:
+                    self._check_source(src)  # the source went away: the whole fork fails
+                    made.remove(child.id)
+                    await self._drop_child(child.id, src.id)
+                    children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
+                    continue
                 self.store.set_manifest(child.id, self.store.get_manifest(src.id))
-                self.store.append_event("sandbox_forked", child.id, source=src.id, method=how, duration_ms=ms)
-                children.append({"index": i, "sandbox": child.id, "name": child.name, "method": how, "copy_ms": ms})
-            except HutchError as exc:
-                if child is not None:
-                    await self.service.destroy(child.id)
-                children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
-        made = sum(1 for c in children if c["sandbox"])
-        return {"source": src.id, "requested": count, "created": made, "failed": count - made, "children": children}
+                copied: dict[str, Any] = {"method": report.method, "skipped": report.skipped, "notes": list(report.notes)}
+                self.store.append_event("sandbox_forked", child.id, source=src.id, duration_ms=ms, **copied)
+                children.append({"index": i, "sandbox": child.id, "name": child.name, "copy_ms": ms} | copied)
+        except BaseException:
+            # a failed fork keeps nothing, even when its request is cancelled meanwhile
+            cleanup = asyncio.ensure_future(self._drop_children(made, src.id))
+            self._forks.add(cleanup)
+            cleanup.add_done_callback(self._forks.discard)
+            await asyncio.shield(cleanup)
+            raise
+        finally:
+            if task is not None:
+                self._forks.discard(task)
+        made_ok = sum(1 for c in children if c["sandbox"])
+        return {"source": src.id, "requested": count, "created": made_ok, "failed": count - made_ok, "children": children}
+
+    def _check_source(self, src: SandboxRecord) -> None:
+        try:
+            state = self.store.get_sandbox(src.id).state
+        except NotFoundError:
+            raise NotFoundError(f"sandbox {src.id} was removed while it was being forked") from None
+        if state not in (SandboxState.running, SandboxState.paused):
+            became = "destroyed" if state in (SandboxState.destroying, SandboxState.destroyed) else state.value
+            raise ConflictError(
+                f"sandbox {src.id} was {became} while it was being forked: no child was kept",
+                hint="fork a sandbox that stays alive until the fork returns",
+            )
+
+    async def _drop_child(self, child: str, source: str) -> None:
+        try:
+            await self.service.destroy(child, cause=f"its fork from {source} failed", checked=True)
+        except HutchError as exc:  # a child that someone else is destroying already is fine
+            log.warning("fork of %s: cannot destroy child %s: %s", source, child, exc.message)
+        except Exception:
+            log.exception("fork of %s: cannot destroy child %s", source, child)
+
+    async def _drop_children(self, children: list[str], source: str) -> None:
+        for child in children:
+            await self._drop_child(child, source)

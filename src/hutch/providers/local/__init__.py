@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import CapacityError, HutchError, UnavailableError
+from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, Interactive
 from hutch.providers.local import bwrap as bw
@@ -31,6 +31,7 @@ from hutch.providers.local import cgroups, freeze, mounts, seccomp
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, OnOutput, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
+from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
@@ -60,6 +61,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         self._layout: cgroups.Layout | None = None
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self.egress = Egress(settings.egress_hosts)
+        self.helpers = Helpers(settings.home, lambda: self.layout, self._drop)
 
     def bind_events(self, on_event: OnEvent) -> None:
         """Where egress decisions go (the Service records them as events)."""
@@ -363,6 +365,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
     async def destroy(self, rec: SandboxRecord) -> bool:
         data = self._planned(rec)
         existed = Path(data["dir"]).exists() or bool(data["cgroups"])
+        # a copy from or into this sandbox stops first (killed and reaped), then its workspace goes
+        await self.helpers.stop(ConflictError(f"sandbox {rec.id} is being destroyed"), rec.id)
         await self.egress.close(rec.id)
         await self._teardown(data, rec.id)
         return existed
@@ -390,6 +394,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         await asyncio.to_thread(work)
 
     async def close(self) -> None:
+        await self.helpers.close(UnavailableError("the daemon is stopping", hint="retry once it runs again"))
         await self.egress.close_all()
         self._children.clear()
 

@@ -17,12 +17,14 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, TypeVar
 
-from hutch.errors import CapacityError, InternalError, InvalidError, UnavailableError
+from hutch.errors import CapacityError, ConflictError, InternalError, InvalidError, UnavailableError
 from hutch.models import SandboxRecord
+from hutch.provider import CopyReport
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import seccomp
+from hutch.providers.local.helpers import Finished, Helpers, Job
 from hutch.providers.local.host import rmtree
 
 if TYPE_CHECKING:
@@ -53,7 +55,13 @@ TAR_EXTRACT = [
     "--no-overwrite-dir",
     "--directory=/workspace",
 ]
+# The reading tar may read what its owner made unreadable (chmod 000): a copy is faithful.
+# Inside the jail's user namespace the capability covers only the sandbox's own files.
+READ_ALL = ["--cap-add", "CAP_DAC_READ_SEARCH"]
 JAIL_TIMEOUT = 600.0
+TAR_SUMMARY = "Exiting with failure status due to previous errors"
+NOTES = 5
+T = TypeVar("T")
 
 
 def tenant_dir(settings: Settings, name: str) -> Path:
@@ -70,14 +78,43 @@ def adopt_tree(root: Path, uid: int) -> None:
             os.lchown(os.path.join(top, name), uid, uid)
 
 
+def _messages(err: Finished) -> list[str]:
+    return [line for line in err.stderr.head if TAR_SUMMARY not in line]
+
+
+def check(done: Finished, what: str) -> None:
+    """A helper that failed: what it said (bounded), as the right kind of error."""
+    if done.returncode == 0:
+        return
+    said = _messages(done) or [done.stderr.text()]
+    text = "; ".join(line for line in said[:3] if line)[:1000]
+    more = done.stderr.lines - len(said[:3])
+    if more > 1:
+        text += f" (and {more - 1} more message(s))"
+    everything = " ".join(done.stderr.head) + done.stderr.text()
+    if "No space left" in everything or "Disk quota" in everything:
+        raise CapacityError(f"{what}: no space left: {text}", hint="free disk space under HUTCH_HOME")
+    raise UnavailableError(f"{what} failed: {text or f'exit code {done.returncode}'}", hint="run hutch doctor")
+
+
+def read_report(done: Finished, what: str) -> CopyReport:
+    """The reading tar of a copy: exit 1 ("some files differ": changed or removed while read)
+    and warnings (a socket it cannot archive) are reported, not fatal; anything else is."""
+    said = _messages(done)
+    if done.returncode not in (0, 1) or any(line.startswith("bwrap:") for line in said):
+        check(Finished(done.returncode or 1, done.stderr), what)
+    skipped = done.stderr.lines - (1 if TAR_SUMMARY in done.stderr.text() else 0)  # one line per entry
+    return CopyReport("tar", skipped=skipped, notes=tuple(said[:NOTES]))
+
+
 class WorkspaceMixin:
-    """Mixed into LocalProvider; relies on its bwrap(), _slot_uid(), _drop() and settings."""
+    """Mixed into LocalProvider; relies on its bwrap(), _slot_uid(), helpers and settings."""
 
     settings: Settings
     root: bool
     bwrap: Callable[[], bw.Bwrap]
     _slot_uid: Callable[[SandboxRecord], int]
-    _drop: Callable[..., Callable[[], None]]
+    helpers: Helpers
 
     def workspace_dir(self, rec: SandboxRecord) -> Path:
         if rec.data.get("workspace_path"):  # where create bound it (a sub-agent: its parent's)
@@ -87,93 +124,89 @@ class WorkspaceMixin:
         return self.settings.sandboxes_dir / rec.id / "workspace"
 
     def _jail(
-        self, rec: SandboxRecord, argv: list[str], stdin: int | IO[bytes], stdout: int | IO[bytes]
+        self,
+        job: Job,
+        rec: SandboxRecord,
+        argv: list[str],
+        stdin: int | IO[bytes],
+        stdout: int | IO[bytes],
+        read_all: bool = False,
     ) -> subprocess.Popen[bytes]:
+        """One tar (or rm) in a jail over ``rec``'s workspace, as the sandbox's uid, in ``job``."""
         ws = self.workspace_dir(rec)
-        ws_fd = os.open(ws, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            ws_fd = os.open(ws, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise ConflictError(f"sandbox {rec.id} has no workspace any more", hint="it is being destroyed") from None
+        except OSError as exc:
+            raise UnavailableError(f"cannot open the workspace of {rec.id}: {exc}", hint="run hutch doctor") from exc
         try:
             with seccomp.fds() as filters:  # tar reads what the sandbox wrote: the same syscall filter
-                args = [self.bwrap().path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
+                args = [self.bwrap().path, *bw.HARDENING, *(READ_ALL if read_all else [])]
+                args += ["--ro-bind", "/usr", "/usr", *bw.root_links()]
                 args += [*seccomp.bwrap_args(filters)[0], "--dev", "/dev", "--bind-fd", str(ws_fd), "/workspace"]
                 args += ["--chdir", "/workspace", "--", *argv]
                 uid = self._slot_uid(rec) if self.root else None
-                return subprocess.Popen(
-                    args,
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=subprocess.PIPE,
-                    pass_fds=[ws_fd, *filters],
-                    preexec_fn=self._drop(uid, []),
-                )
+                return job.spawn(args, uid=uid, stdin=stdin, stdout=stdout, pass_fds=[ws_fd, *filters])
         finally:
             os.close(ws_fd)
 
-    @staticmethod
-    def _finish(proc: subprocess.Popen[bytes], what: str) -> None:
-        try:
-            _, err = proc.communicate(timeout=JAIL_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise UnavailableError(f"{what} took longer than {JAIL_TIMEOUT:.0f} s", hint="try a smaller workspace") from None
-        if proc.returncode != 0:
-            text = err.decode(errors="replace").strip()[-500:]
-            if "No space left" in text or "Disk quota" in text:
-                raise CapacityError(f"{what}: no space left: {text}", hint="free disk space under HUTCH_HOME")
-            raise UnavailableError(f"{what} failed: {text or proc.returncode}", hint="run hutch doctor")
+    async def _helper(self, what: str, recs: list[SandboxRecord], work: Callable[[Job], T]) -> T:
+        return await self.helpers.run(what, [r.id for r in recs], work, JAIL_TIMEOUT)
 
     async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
-        def work() -> int:
+        def work(job: Job) -> int:
             fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                self._finish(self._jail(rec, TAR_CREATE, subprocess.DEVNULL, fd), "saving the workspace")
+                self._jail(job, rec, TAR_CREATE, subprocess.DEVNULL, fd, read_all=True)
             finally:
                 os.close(fd)
+            check(job.wait()[0], "saving the workspace")
             return dest.stat().st_size
 
-        return await asyncio.to_thread(work)
+        return await self._helper("saving the workspace", [rec], work)
 
     async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
         for rel in delete:  # the Service checks these too; a provider never trusts its caller
             if rel.startswith("/") or ".." in rel.split("/"):
                 raise InvalidError(f"refusing to delete {rel!r}: not a path inside the workspace")
 
-        def work() -> None:
-            if src is not None:
-                with open(src, "rb") as f:
-                    self._finish(self._jail(rec, TAR_EXTRACT, f, subprocess.DEVNULL), "writing into the workspace")
-            for i in range(0, len(delete), 1000):
-                rm = ["/usr/bin/rm", "-f", "--", *delete[i : i + 1000]]
-                self._finish(self._jail(rec, rm, subprocess.DEVNULL, subprocess.DEVNULL), "deleting in the workspace")
+        def extract(job: Job) -> None:
+            assert src is not None
+            with open(src, "rb") as f:
+                self._jail(job, rec, TAR_EXTRACT, f, subprocess.DEVNULL)
+            check(job.wait()[0], "writing into the workspace")
 
-        await asyncio.to_thread(work)
+        def remove(batch: list[str]) -> Callable[[Job], None]:
+            def work(job: Job) -> None:
+                self._jail(job, rec, ["/usr/bin/rm", "-f", "--", *batch], subprocess.DEVNULL, subprocess.DEVNULL)
+                check(job.wait()[0], "deleting in the workspace")
 
-    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+            return work
+
+        if src is not None:
+            await self._helper("writing into the workspace", [rec], extract)
+        for i in range(0, len(delete), 1000):
+            await self._helper("deleting in the workspace", [rec], remove(delete[i : i + 1000]))
+
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
         """A tar pipe from the source's jail into the child's: ext4 here has no reflink, and
-        ``cp --reflink`` as root would have to re-own every file afterwards anyway."""
+        ``cp --reflink`` as root would have to re-own every file afterwards anyway. Both
+        tars run in one helper job: stopped together, their stderr drained as they run."""
 
-        def work() -> str:
-            r, w = os.pipe()
+        def work(job: Job) -> CopyReport:
+            r, w = os.pipe2(os.O_CLOEXEC)
             try:
-                reader = self._jail(src, TAR_CREATE, subprocess.DEVNULL, w)
-            except BaseException:
-                os.close(r)
-                raise
+                self._jail(job, src, TAR_CREATE, subprocess.DEVNULL, w, read_all=True)
+                self._jail(job, dst, TAR_EXTRACT, r, subprocess.DEVNULL)
             finally:
+                os.close(r)
                 os.close(w)
-            try:
-                writer = self._jail(dst, TAR_EXTRACT, r, subprocess.DEVNULL)
-            except BaseException:
-                reader.kill()
-                reader.wait()
-                raise
-            finally:
-                os.close(r)
-            self._finish(writer, "copying the workspace")
-            self._finish(reader, "reading the source workspace")
-            return "tar"
+            reader, writer = job.wait()
+            check(writer, "copying into the new workspace")
+            return read_report(reader, "reading the source workspace")
 
-        return await asyncio.to_thread(work)
+        return await self._helper("copying the workspace", [src, dst], work)
 
     async def delete_tenant(self, name: str) -> bool:
         path = tenant_dir(self.settings, name)

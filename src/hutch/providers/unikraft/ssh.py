@@ -28,6 +28,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PolicyError, UnavailableError
 from hutch.models import SandboxRecord
+from hutch.provider import CopyReport
 
 SSH_PORT = 2222
 KEY_ENV = "SSH_AUTHORIZED_KEYS"
@@ -300,7 +301,7 @@ class SshTransferMixin:
         if res.exit_status != 0:
             raise UnavailableError(f"unpacking into the workspace over SSH failed: {_text(res.stderr)}", hint="retry")
 
-    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> str:
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
         raise InvalidError("fork is not supported on unikraft", hint="use the local provider")
 
     async def delete_tenant(self, name: str) -> bool:
