@@ -74,7 +74,6 @@ class Daemon:
 def sweep(home: Path) -> list[str]:
     """Kill whatever sandbox of ``home`` is still running (a failed test must not leak one)."""
     from hutch.providers.local import cgroups
-
     from hutch.providers.local.helpers import Helpers
 
     layout = cgroups.detect()
