@@ -168,6 +168,8 @@ def attach_route(r: APIRouter, service: Service) -> None:
         finally:
             for task in (reader, sender):
                 task.cancel()
+            # let them finish first: closing the stream while the sender is still inside it fails
+            await asyncio.gather(reader, sender, return_exceptions=True)
             await events.aclose()
             with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await ws.close()

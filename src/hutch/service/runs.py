@@ -300,13 +300,15 @@ class Runs:
                         await asyncio.wait({task}, timeout=WATCH_INTERVAL)
                     continue
                 getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also when the client left while we waited: no task may be left pending
+                    if not getter.done():
+                        getter.cancel()
                 if getter in done:
                     name, chunk = getter.result()
                     queue.queued -= len(chunk)
                     yield event(name, chunk)
-                else:
-                    getter.cancel()
             if queue.lagging:
                 async for name, chunk in self._from_disk(rec, run_id, sent):
                     yield event(name, chunk)
