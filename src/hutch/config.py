@@ -41,6 +41,7 @@ class Settings:
     disk_cap: int = 64 << 20
     max_background_runs: int = 16
     uid_base: int = 600000
+    uid_registry: str = ""  # root: the machine-wide registry of sandbox host uids ("": /var/lib/hutch/uids)
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
     egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
@@ -200,6 +201,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
         ),
         (_text, "text"),
     ),
+    "uid_registry": (_text, "a directory path"),
 }
 
 

@@ -116,14 +116,6 @@ def test_provider_create_failure_marks_failed(service: Service, monkeypatch: pyt
     assert create(service, name="fails").state == SandboxState.running  # the name is free again
 
 
-def test_slots_are_reused(service: Service) -> None:
-    a, b = create(service), create(service)
-    assert {a.data["slot"], b.data["slot"]} == {0, 1}
-    run(service.destroy(a.id))
-    c = create(service)
-    assert c.data["slot"] == a.data["slot"]
-
-
 # -- exec -----------------------------------------------------------------------------
 
 

@@ -141,8 +141,6 @@ class Service:
         now = time.time()
         async with self._create_lock:
             self.workspaces.check_tenant(spec)
-            used = {int(r.data.get("slot", -1)) for r in self.store.list_sandboxes(LIVE_STATES)}
-            slot = next(i for i in range(len(used) + 1) if i not in used)
             rec = SandboxRecord(
                 id=new_id("sbx"),
                 name=spec.name,
@@ -153,7 +151,6 @@ class Service:
                 updated_at=now,
                 expires_at=now + spec.ttl if spec.ttl else None,
                 last_active_at=now,
-                data={"slot": slot},
             )
             if parent is not None:
                 rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}

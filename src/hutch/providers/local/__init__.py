@@ -4,8 +4,8 @@ Each sandbox is a long-lived bwrap sandbox whose PID 2 is the hutch agent
 (:mod:`hutch.providers.local.agent`). The sandbox is started detached (new session, no
 ``--die-with-parent``) so that it outlives the daemon; the daemon re-adopts it by the
 host pid of its init and that process's start time. When hutch runs as root, bwrap is
-started as a per-sandbox unprivileged host uid (``uid_base + 1 + slot``); otherwise as the
-user. Inside, the workload is uid 1000 ``sandbox``.
+started as an unprivileged host uid of its own, allocated machine-wide (:mod:`.uids`);
+otherwise as the user. Inside, the workload is uid 1000 ``sandbox``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from hutch.providers.local.channel import Channel, OnOutput, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
+from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
@@ -62,6 +63,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self.egress = Egress(settings.egress_hosts)
         self.helpers = Helpers(settings.home, lambda: self.layout, self._drop)
+        self.uids = SandboxUids(settings, self.root)
 
     def bind_events(self, on_event: OnEvent) -> None:
         """Where egress decisions go (the Service records them as events)."""
@@ -144,21 +146,13 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             )
         else:
             out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
-        identity = (
-            f"sandboxes run as host uids from {self.settings.uid_base}" if self.root else f"sandboxes run as uid {os.getuid()}"
-        )
-        out.append(CheckResult("identity", True, identity))
+        out.append(await asyncio.to_thread(self.uids.check))
         return out
 
     # -- lifecycle -------------------------------------------------------------------
 
     def _slot_uid(self, rec: SandboxRecord) -> int:
-        if not self.root:
-            return os.getuid()
-        parent = rec.data.get("parent_data")
-        if parent and parent.get("uid") is not None:  # a sub-agent writes the parent's workspace as its owner
-            return int(parent["uid"])
-        return self.settings.uid_base + 1 + int(rec.data.get("slot", 0))
+        return self.uids.of(rec)
 
     def _validate_mounts(self, rec: SandboxRecord) -> list[tuple[int, str, bool]]:
         checked = mounts.validate(rec.spec.mounts, self.settings.home)
@@ -186,12 +180,18 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
-        mounts = self._validate_mounts(rec)  # bad input first, before any probing
+        rec = await asyncio.to_thread(self.uids.allocate, rec)
+        try:
+            mounts = self._validate_mounts(rec)  # bad input first, before any probing
+        except BaseException:
+            await asyncio.to_thread(self.uids.release, rec.id)
+            raise
         try:
             found = self.bwrap()
         except BaseException:
             for fd, _, _ in mounts:
                 os.close(fd)
+            await asyncio.to_thread(self.uids.release, rec.id)
             raise
         uid = self._slot_uid(rec)
         sdir = self.settings.sandboxes_dir / rec.id
@@ -344,6 +344,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         pid, start = rec.data.get("init_pid"), rec.data.get("init_start")
         if not pid or start_time(int(pid)) != start:
             return False
+        await asyncio.to_thread(self.uids.adopt, rec)
         if rec.state == SandboxState.paused:
             return True  # frozen: its agent cannot answer, and its init is still the one we started
         try:
@@ -390,6 +391,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             cg.remove()
             if data.get("dir"):
                 rmtree(Path(data["dir"]))
+            self.uids.release(sandbox_id)
 
         await asyncio.to_thread(work)
 
