@@ -10,8 +10,10 @@ knows today's Service signatures.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
+import queue
 import subprocess
 import tempfile
 import threading
@@ -25,7 +27,7 @@ from tests.conftest import sweep
 from hutch import transfer
 from hutch.config import Settings
 from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
-from hutch.provider import Capabilities
+from hutch.provider import Capabilities, Interactive
 from hutch.service import Service
 
 T = TypeVar("T")
@@ -101,6 +103,10 @@ class Target:
             return [e async for e in self.svc.runs.stream(ref, ExecRequest(command=command, **req))]
 
         return self.call(collect())
+
+    def attach(self, ref: str, command: list[str] | str, tty: bool = False) -> Attached:
+        """An interactive run: its input is sent while it runs (refusals raise here)."""
+        return Attached(self, ref, command, tty)
 
     def start(self, ref: str, command: list[str] | str, **req: Any) -> dict[str, Any]:
         return self.call(self.svc.runs.start(ref, ExecRequest(command=command, background=True, **req)))
@@ -217,6 +223,45 @@ class Target:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(30)
+
+
+class Attached:
+    """One interactive run of a Target, as a WebSocket client sees it."""
+
+    def __init__(self, target: Target, ref: str, command: list[str] | str, tty: bool) -> None:
+        self.loop = target.loop
+        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+        async def begin() -> asyncio.Queue[dict[str, Any]]:
+            inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+            stream = target.svc.runs.stream(ref, ExecRequest(command=command), Interactive(inbox, tty=tty))
+            self.events.put(await anext(stream))  # the first step: where a refusal is raised
+
+            async def rest() -> None:
+                try:
+                    async for event in stream:
+                        self.events.put(event)
+                finally:
+                    self.events.put(None)
+
+            self.task = asyncio.ensure_future(rest())
+            return inbox
+
+        self.inbox = target.call(begin())
+
+    def send(self, msg: dict[str, Any]) -> None:
+        self.loop.call_soon_threadsafe(self.inbox.put_nowait, msg)
+
+    def until(self, done: Callable[[bytes, dict[str, Any]], bool]) -> tuple[bytes, dict[str, Any]]:
+        """Output and the last event, once ``done(output so far, event)``."""
+        out = b""
+        while True:
+            event = self.events.get(timeout=CALL_TIMEOUT)
+            assert event is not None, "the run's stream ended early"
+            if event["type"] in ("stdout", "stderr"):
+                out += base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
+            if done(out, event):
+                return out, event
 
 
 @pytest.fixture(scope="module", params=PROVIDERS)

@@ -136,6 +136,27 @@ def test_output_over_the_cap_is_cut_loudly(target: Target, shared: SandboxRecord
     assert (exact.stdout_bytes, exact.truncated) == (1000, False)
 
 
+def test_interactive_runs_where_declared(target: Target, shared: SandboxRecord) -> None:
+    if not target.capabilities.interactive:
+        runs = target.runs(shared.id)
+        refused(target, lambda: target.attach(shared.id, ["cat"]))
+        assert target.runs(shared.id) == runs, "a refused interactive run was recorded"
+        return
+    run = target.attach(shared.id, ["cat"])
+    run.send({"stdin": b"one\n"})
+    out, _ = run.until(lambda out, e: out == b"one\n")  # answered while it runs, before any end of file
+    run.send({"stdin": bytes(range(256)) * 4096})  # one message larger than any frame
+    run.send({"eof": True})
+    out, last = run.until(lambda out, e: e["type"] == "exit")
+    assert (out, last["exit_code"]) == (bytes(range(256)) * 4096, 0)
+    if target.real_programs:
+        terminal = target.attach(shared.id, ["sh", "-c", "tty; read line; echo got $line"], tty=True)
+        out, _ = terminal.until(lambda out, e: b"/dev/pts/" in out)
+        terminal.send({"stdin": b"typed\r"})
+        out, last = terminal.until(lambda out, e: e["type"] == "exit")
+        assert b"got typed" in out and last["exit_code"] == 0
+
+
 def test_env_and_cwd(target: Target, shared: SandboxRecord) -> None:
     assert target.exec(shared.id, ["printenv", "GREETING"]).stdout == "hello from the spec\n"
     r = target.exec(shared.id, ["printenv", "RUN_VAR"], env={"RUN_VAR": "from the run"})

@@ -3,8 +3,8 @@
 It emulates a small command vocabulary so that the Service's workflow can be tested
 without real isolation, and so that it passes the provider contract suite
 (``tests/contract``) like every other provider: ``echo ARGS``, ``true``, ``false``,
-``cat`` (stdin, or files of the sandbox), ``exit N``, ``sleep SECONDS``, ``pwd``,
-``printenv [NAME]``, and ``sh -c SCRIPT`` where SCRIPT is those commands separated by
+``cat`` (stdin, an interactive run's input, or files of the sandbox), ``exit N``,
+``sleep SECONDS``, ``pwd``, ``printenv [NAME]``, and ``sh -c SCRIPT`` where SCRIPT is those commands separated by
 ``;`` or newlines, each optionally ending in ``>&2``, with ``$NAME`` / ``${NAME}``
 expanded from the run's environment (the sandbox's env and secrets, then the run's).
 Anything else exits 127 like a missing program. Output is streamed and kept as it is
@@ -58,8 +58,10 @@ class Shell:
         cwd: str,
         stdin: bytes | None,
         emit: Callable[[str, bytes], Awaitable[None]],
+        inbox: asyncio.Queue[dict[str, Any]] | None = None,
     ) -> None:
         self.files, self.env, self.cwd, self.stdin, self.emit = files, env, cwd, stdin, emit
+        self.inbox = inbox  # an interactive run's input, as the client sends it
 
     async def run(self, argv: list[str]) -> tuple[int, str | None]:
         """(exit code, spawn error) of ``argv``."""
@@ -123,6 +125,12 @@ class Shell:
     async def cat(self, args: list[str], stream: str) -> int:
         if not args:
             await self.emit(stream, self.stdin or b"")
+            while self.inbox is not None:  # live input until the client's end of file (or hangup)
+                msg = await self.inbox.get()
+                if "stdin" in msg:
+                    await self.emit(stream, msg["stdin"])
+                elif "eof" in msg or "hangup" in msg:
+                    self.inbox = None
             return 0
         code = 0
         for name in args:
@@ -217,7 +225,8 @@ class FakeProvider:
                 if on_output is not None:
                     await on_output(name, data)
 
-        shell = Shell(files, self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | env, cwd, stdin, emit)
+        inbox = interactive.inbox if interactive is not None else None
+        shell = Shell(files, self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | env, cwd, stdin, emit, inbox)
         job.task = asyncio.ensure_future(shell.run(argv))
         try:
             await self._supervise(job, timeout, idle_timeout)
