@@ -69,7 +69,7 @@ def stuck_copies(daemon: Daemon, sbx: Sandbox, forks: int) -> Iterator[list[subp
     join (named ``helper-<home>-<daemon pid>-<n>``, n counting from 1) are made and frozen
     first, so each helper stops as it joins its own, for as long as the test wants."""
     pid = int((daemon.home / "hutchd.pid").read_text())
-    tag, layout = helpers_of(daemon).tag, cgroups.detect()
+    tag, layout = helpers_of(daemon).tag, helpers_of(daemon).layout()
     assert "freezer" in layout.v1 or layout.v2 is not None, "freezing a helper needs a cgroup freezer"
     for n in range(1, forks + 1):
         group, _ = cgroups.create(layout, f"{tag}-{pid}-{n}", 1 << 30, 256, None)

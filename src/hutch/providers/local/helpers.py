@@ -243,17 +243,20 @@ class Helpers:
         return [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
 
     def make_cgroup(self) -> cgroups.SandboxCgroup | None:
-        layout = self._layout()
-        if layout.mode == "none":
+        if self._layout().mode == "none":
             return None
         if not self._swept:
             self._swept = True
             self.sweep(mine=False)
         name = f"{self.tag}-{os.getpid()}-{next(self._counter)}"
-        # not the v1 cpu controller: joining it costs a process ~4 ms here, and a copy has no cpu limit
-        v1 = {ctl: path for ctl, path in layout.v1.items() if ctl in V1_CONTROLLERS}
-        group, _ = cgroups.create(dataclasses.replace(layout, v1=v1), name, MEMORY, PIDS, None)
+        group, _ = cgroups.create(self.layout(), name, MEMORY, PIDS, None)
         return group
+
+    def layout(self) -> cgroups.Layout:
+        """Where helper cgroups go: not the v1 cpu controller (joining it costs a process
+        ~4 ms here, and a copy has no cpu limit)."""
+        layout = self._layout()
+        return dataclasses.replace(layout, v1={c: p for c, p in layout.v1.items() if c in V1_CONTROLLERS})
 
     def groups(self) -> list[cgroups.SandboxCgroup]:
         """The helper cgroups of this home (of any daemon of it, live or gone)."""
