@@ -251,7 +251,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         path: Annotated[str, Field(description="Path in the sandbox; relative paths are under its workdir.")],
         content: Annotated[str, Field(description="The file's content: text, or base64 when base64 is true.")],
         base64: Annotated[bool, Field(description="content is base64 (for binary files).")] = False,
-        mode: Annotated[str, Field(pattern="^[0-7]{3,4}$", description="File mode, octal (default 644).")] = "644",
+        mode: Annotated[str, Field(pattern="^0?[0-7]{3}$", description="File mode, octal 000-777 (default 644).")] = "644",
     ) -> CallToolResult:
         """Write a file into a sandbox (parent directories are created; an existing file is replaced)."""
 

@@ -140,3 +140,22 @@ def test_one_large_stdin_message_reaches_the_run_whole(daemon: Daemon) -> None:
         ws.send(json.dumps({"type": "eof"}))
         out = _read_until(ws, lambda text, ev: ev["type"] == "exit", seen)
         assert (out.strip(), seen[-1]["exit_code"]) == (str(len(data)), 0)
+
+
+def test_terminal_sizes_are_bounded_and_a_bad_resize_keeps_the_session(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    with _attach(daemon, sbx, {"command": ["true"], "tty": True, "rows": 1 << 20, "cols": 80}) as ws:
+        event = json.loads(ws.recv(timeout=30))
+        assert event["type"] == "error" and event["error"]["kind"] == "invalid", event
+        assert "65535" in event["error"]["message"]
+    script = "read line; stty size"
+    with _attach(daemon, sbx, {"command": ["sh", "-c", script], "tty": True, "rows": 24, "cols": 80}) as ws:
+        for bad in ({"rows": 70000, "cols": 80}, {"rows": -1, "cols": 80}, {"rows": "x", "cols": 80}, {"cols": 80}):
+            ws.send(json.dumps({"type": "resize"} | bad))
+        ws.send(json.dumps({"type": "resize", "rows": 30, "cols": 90}))
+        ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(b"go\r").decode()}))
+        seen: list[dict[str, Any]] = []
+        out = _read_until(ws, lambda text, ev: ev["type"] == "exit", seen)
+        assert "30 90" in out
+        assert seen[-1]["exit_code"] == 0
+    assert sbx.client.get(sbx.id)["state"] == "running"

@@ -161,3 +161,15 @@ def test_a_name_that_cannot_be_resolved_is_a_502_and_an_event(tmp_path: Path, mo
     out, events = run_with_proxy(tmp_path, client, policy)
     assert out.startswith(b"HTTP/1.1 502") and b"cannot resolve" in out
     assert [(e[0], e[3]["reason"]) for e in events] == [("egress_denied", "resolve_failed")]
+
+
+def test_run_id_from_proxy_auth_is_matched_whole() -> None:
+    import base64
+
+    from hutch.providers.local.egress import Egress
+
+    def header(user: str) -> list[str]:
+        return ["Proxy-Authorization: Basic " + base64.b64encode(f"{user}:x".encode()).decode()]
+
+    assert Egress._run_of(header("run_1a2333cc4e63056d4bd")) == "run_1a2333cc4e63056d4bd"
+    assert Egress._run_of(header("run_1a2333cc4e63056d4bd\n")) is None

@@ -140,9 +140,8 @@ def attach_route(r: APIRouter, service: Service) -> None:
         try:
             start = await ws.receive_json()
             req = ExecRequest.model_validate({k: v for k, v in start.items() if k not in ("type", "tty", "rows", "cols")})
-            interactive = Interactive(
-                asyncio.Queue(), tty=bool(start.get("tty")), rows=int(start.get("rows") or 24), cols=int(start.get("cols") or 80)
-            )
+            rows, cols = _term_size(start.get("rows"), 24), _term_size(start.get("cols"), 80)
+            interactive = Interactive(asyncio.Queue(), tty=bool(start.get("tty")), rows=rows, cols=cols)
             events = service.runs.stream(ref, req, interactive)
             first = await anext(events)
         except HutchError as exc:
@@ -175,6 +174,17 @@ def attach_route(r: APIRouter, service: Service) -> None:
                 await ws.close()
 
 
+def _term_size(value: Any, default: int) -> int:
+    """A terminal's rows or columns: 1-65535 (the kernel's window size is 16 bits); 0 or
+    none is ``default`` (a terminal that reports no size)."""
+    if not value and default:
+        return default
+    size = int(value)
+    if not 1 <= size <= 0xFFFF:
+        raise ValueError(f"a terminal size must be between 1 and 65535, got {size}")
+    return size
+
+
 async def _client_input(ws: WebSocket, inbox: asyncio.Queue[dict[str, Any]]) -> None:
     while True:
         try:
@@ -185,6 +195,7 @@ async def _client_input(ws: WebSocket, inbox: asyncio.Queue[dict[str, Any]]) -> 
         if kind == "stdin":
             await inbox.put({"stdin": base64.b64decode(msg.get("data", ""))})
         elif kind == "resize":
-            await inbox.put({"resize": (int(msg["rows"]), int(msg["cols"]))})
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # a bad size is dropped, not the session
+                await inbox.put({"resize": (_term_size(msg["rows"], 0), _term_size(msg["cols"], 0))})
         elif kind == "eof":
             await inbox.put({"eof": True})

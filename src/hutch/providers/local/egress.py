@@ -39,7 +39,7 @@ CONNECT_TIMEOUT = 10.0
 RESOLVE_TIMEOUT = 10.0
 CHUNK = 256 << 10
 MAX_CONNECTIONS = 256  # per sandbox: a sandbox cannot exhaust the daemon's descriptors
-RUN_RE = re.compile(r"^run_[0-9a-f]{8,40}$")
+RUN_RE = re.compile(r"run_[0-9a-f]{8,40}")
 log = logging.getLogger("hutch.egress")
 
 OnEvent = Callable[[str, str, str | None, dict[str, Any]], None]
@@ -323,7 +323,7 @@ class Egress:
                 if scheme.lower() == "basic":
                     with contextlib.suppress(ValueError):
                         user = base64.b64decode(token, validate=True).decode().partition(":")[0]
-                        return user if RUN_RE.match(user) else None
+                        return user if RUN_RE.fullmatch(user) else None
         return None
 
     async def _reply(self, writer: asyncio.StreamWriter, status: int, text: str, extra: str = "") -> None:
@@ -365,7 +365,7 @@ class Egress:
             plen = (await reader.readexactly(1))[0]
             await reader.readexactly(plen)
             writer.write(b"\x01\x00")
-            run_id = user if RUN_RE.match(user) else None
+            run_id = user if RUN_RE.fullmatch(user) else None
         elif 0 in methods:
             writer.write(b"\x05\x00")
         else:
