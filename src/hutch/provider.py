@@ -20,6 +20,7 @@ from hutch.errors import InvalidError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
 
 OnOutput = Callable[[str, bytes], Awaitable[None]]
+OnStart = Callable[[], None]
 
 
 @dataclass
@@ -97,10 +98,16 @@ class Provider(Protocol):
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
         redact: dict[str, str] | None = None,
+        on_start: OnStart | None = None,
     ) -> RawOutput:
         """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
         per stream; ``on_output`` sees every chunk as it comes. The run's output is also
-        kept by the provider (see :meth:`read_output`), so it outlives this call."""
+        kept by the provider (see :meth:`read_output`), so it outlives this call.
+
+        ``on_start`` is called once the run exists in the sandbox on its own (its process
+        started, or it could not start and its final status is kept): from then on it
+        survives the daemon and :meth:`runs_alive` / :meth:`run_status` know it. A
+        background exec is acknowledged only then."""
         ...
 
     async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:

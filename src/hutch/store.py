@@ -339,10 +339,11 @@ class Store(LifecycleStore, ClaimsStore, RefsStore):
             )
 
     def finish_run(self, result: ExecResult, events: Sequence[tuple[str, dict[str, Any]]] = ()) -> None:
-        """Record the outcome and its events (``run_finished`` ...) in one transaction."""
+        """Record the outcome and its events (``run_finished`` ...) in one transaction, once:
+        a run already final (lost with its sandbox ...) keeps its outcome and gets no events."""
         now = time.time()
         with self.transaction() as conn:
-            conn.execute(
+            updated = conn.execute(
                 "UPDATE runs SET status = ?, exit_code = ?, finished_at = ?, duration_ms = ?, stdout_bytes = ?,"
                 " stderr_bytes = ?, truncated = ?, signal = ?, error = ? WHERE id = ? AND status = 'running'",
                 (
@@ -357,8 +358,8 @@ class Store(LifecycleStore, ClaimsStore, RefsStore):
                     result.error,
                     result.run_id,
                 ),
-            )
-            for type_, data in events:
+            ).rowcount
+            for type_, data in events if updated else ():
                 conn.execute(
                     "INSERT INTO events (time, sandbox_id, run_id, type, data) VALUES (?, ?, ?, ?, ?)",
                     (now, result.sandbox_id, result.run_id, type_, json.dumps(data)),

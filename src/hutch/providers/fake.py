@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, CopyReport, Interactive, OnOutput
+from hutch.provider import Capabilities, CheckResult, CopyReport, Interactive, OnOutput, OnStart
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -208,6 +208,7 @@ class FakeProvider:
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
         redact: dict[str, str] | None = None,
+        on_start: OnStart | None = None,
     ) -> RawOutput:
         files = self._files(rec)
         self.calls.append(("exec", rec.id))
@@ -228,6 +229,8 @@ class FakeProvider:
         inbox = interactive.inbox if interactive is not None else None
         shell = Shell(files, self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | env, cwd, stdin, emit, inbox)
         job.task = asyncio.ensure_future(shell.run(argv))
+        if on_start is not None:  # the run exists on its own now
+            on_start()
         try:
             await self._supervise(job, timeout, idle_timeout)
         finally:

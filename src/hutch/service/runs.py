@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
-from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
+from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, SandboxState, new_id
 from hutch.provider import Interactive
 from hutch.service.approvals import command_text
 from hutch.service.hints import no_terminal
@@ -72,6 +72,11 @@ def outcome(raw: RawOutput) -> tuple[RunStatus, int]:
     if raw.killed or raw.signal:
         return RunStatus.killed, raw.exit_code
     return (RunStatus.completed if raw.exit_code == 0 else RunStatus.failed), raw.exit_code
+
+
+def _resolve(started: asyncio.Future[None]) -> None:
+    if not started.done():
+        started.set_result(None)
 
 
 class Feed(asyncio.Queue[tuple[str, bytes]]):
@@ -156,8 +161,12 @@ class Runs:
         stream: bool,
         queue: Feed | None = None,
         interactive: Interactive | None = None,
+        started: asyncio.Future[None] | None = None,
     ) -> ExecResult:
-        """Run to the end and record the outcome; never leaves the run 'running'."""
+        """Run to the end and record the outcome; never leaves the run 'running'.
+
+        ``started`` is resolved once the run lives in the sandbox on its own (it then
+        outlives this daemon)."""
         t0 = time.perf_counter()
 
         async def on_output(name: str, chunk: bytes) -> None:
@@ -179,6 +188,7 @@ class Runs:
                 on_output=on_output if queue is not None else None,
                 interactive=interactive,
                 redact=req.secrets if req.redact else None,
+                on_start=None if started is None else (lambda: _resolve(started)),
             )
         except asyncio.CancelledError:
             raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it
@@ -333,10 +343,20 @@ class Runs:
                 yield name, data
 
     async def start(self, ref: str, req: ExecRequest) -> dict[str, Any]:
-        """Background: record and start the run, return at once."""
+        """Background: record and start the run; return once it lives in the sandbox.
+
+        The acknowledgement waits for the provider to say the run started (for the local
+        provider, the supervisor's pid): an acknowledged run survives a daemon killed the
+        next instant. A run that cannot start is an error here, not a later 'lost'."""
         rec = self.svc.live(ref)
         run_id, argv, stdin = self._prepare(rec, req, background=True)
-        self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=False), run_id)
+        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=False, started=started), run_id)
+        waits: set[asyncio.Future[Any]] = {started, task}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)  # the run goes on if our caller leaves
+        failed = task.exception() if task.done() and not task.cancelled() and not started.done() else None
+        if failed is not None:
+            raise failed
         return self.store.get_run(run_id)
 
     # -- after a daemon restart ------------------------------------------------------
@@ -348,16 +368,17 @@ class Runs:
         running = self.store.list_runs(rec.id, "running")
         if not running:
             return counts
+        alive: set[str] | None
         try:
             alive = await provider.runs_alive(rec)
         except HutchError:
-            alive = set()
+            alive = None  # not answering just now: follow every run until it is known
         for run in running:
             status = await provider.run_status(rec, run["id"])
             if status is not None:
                 self._settle(rec, run, status)
                 counts["finished"] += 1
-            elif run["id"] in alive:
+            elif alive is None or run["id"] in alive:
                 self._spawn(self._watch(rec, run), run["id"])
                 counts["running"] += 1
             else:
@@ -394,9 +415,14 @@ class Runs:
             status = await provider.run_status(rec, run["id"])
             if status is not None:
                 return self._settle(rec, run, status)
+            now = self.store.get_sandbox(rec.id)
+            if now.state == SandboxState.paused:
+                continue  # frozen: its runs are neither alive nor dead until it is resumed
             try:
                 alive = await provider.runs_alive(rec)
             except HutchError:
+                if now.state == SandboxState.running and await provider.alive(now):
+                    continue  # the sandbox is there but did not answer this time: ask again
                 alive = set()
             if run["id"] not in alive:
                 status = await provider.run_status(rec, run["id"])  # it may have just finished

@@ -25,7 +25,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
-from hutch.provider import Capabilities, CheckResult, Interactive
+from hutch.provider import Capabilities, CheckResult, Interactive, OnStart
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, freeze, mounts, seccomp
 from hutch.providers.local.agentops import AgentOpsMixin
@@ -427,6 +427,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
         redact: dict[str, str] | None = None,
+        on_start: OnStart | None = None,
     ) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
@@ -449,7 +450,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         if interactive is not None:
             header |= {"interactive": True, "tty": interactive.tty, "rows": interactive.rows, "cols": interactive.cols}
             inbox = interactive.inbox
-        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output, inbox)
+        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output, inbox, on_start)
         return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), cg.oom_kills() > ooms_before)
 
     @staticmethod

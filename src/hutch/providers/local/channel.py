@@ -192,11 +192,15 @@ async def run_exec(
     max_output: int,
     on_output: OnOutput | None = None,
     inbox: asyncio.Queue[dict[str, Any]] | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], Collected]:
     """Run a command through the agent's supervisor and wait for its final status.
 
     Output arrives as frames (also written to disk inside the sandbox); at most
-    ``max_output`` bytes per stream are kept here. Returns the status and the output.
+    ``max_output`` bytes per stream are kept here. ``on_start`` is called with the
+    supervisor's first word (the run's pid, or its final status when it could not
+    start): from then on the run lives in the sandbox whatever happens to the daemon.
+    Returns the status and the output.
     """
     if stdin is not None:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -218,6 +222,8 @@ async def run_exec(
             if inbox is not None:
                 pump = asyncio.create_task(_pump(ch, inbox))
             first = await asyncio.wait_for(_next_message(ch, collected, on_output), 30.0)
+            if on_start is not None:
+                on_start()
             if "exit" in first:
                 return first, collected
             try:

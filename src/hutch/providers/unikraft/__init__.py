@@ -26,7 +26,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput
+from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput, OnStart
 from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_token
 from hutch.providers.unikraft.files import FilesMixin
 from hutch.providers.unikraft.ssh import SshTransferMixin
@@ -240,6 +240,7 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
         on_output: OnOutput | None = None,
         interactive: Interactive | None = None,
         redact: dict[str, str] | None = None,
+        on_start: OnStart | None = None,
     ) -> RawOutput:
         scrub = scrubber(redact)
         if redact and on_output is not None:
@@ -264,6 +265,8 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
         if stdin is not None:
             data = base64.b64encode(stdin).decode()
             await self._plugin(rec, "POST", f"/commands/{cmd}/stdin", "feeding stdin", body={"data": data, "eof": True})
+        if on_start is not None:  # the command runs in the instance and its record is on disk
+            on_start()
         sent = {"stdout": 0, "stderr": 0}
         deadline = time.monotonic() + timeout if timeout else None
         last_output = time.monotonic()

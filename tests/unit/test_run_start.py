@@ -1,0 +1,69 @@
+"""Starting background runs: acknowledged once they live in the sandbox, recorded once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from hutch.errors import NotFoundError
+from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxSpec
+from hutch.providers.fake import FakeProvider
+from hutch.service import Service
+
+
+def fake(service: Service) -> FakeProvider:
+    provider = service.provider("fake")
+    assert isinstance(provider, FakeProvider)
+    return provider
+
+
+def test_background_start_waits_until_the_provider_started_the_run(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = asyncio.Event()
+    real_exec = FakeProvider.exec
+
+    async def slow_to_start(self: FakeProvider, *args: Any, **kw: Any) -> RawOutput:
+        await gate.wait()  # the run has not reached the sandbox yet
+        return await real_exec(self, *args, **kw)
+
+    monkeypatch.setattr(FakeProvider, "exec", slow_to_start)
+
+    async def go() -> None:
+        rec = await service.create(SandboxSpec(provider="fake"))
+        start = asyncio.ensure_future(service.runs.start(rec.id, ExecRequest(command=["sleep", "0.05"], background=True)))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not start.done(), "acknowledged before the run reached the sandbox"
+        gate.set()
+        run = await start
+        assert run["status"] in ("running", "completed")
+        assert (await service.runs.wait(run["id"], timeout=30))["status"] == "completed"
+
+    asyncio.run(go())
+
+
+def test_background_run_that_cannot_start_is_an_error_at_once(service: Service) -> None:
+    async def go() -> None:
+        rec = await service.create(SandboxSpec(provider="fake"))
+        fake(service).sandboxes.clear()  # the provider lost the sandbox
+        with pytest.raises(NotFoundError):
+            await service.runs.start(rec.id, ExecRequest(command=["true"], background=True))
+        (run,) = service.store.list_runs(rec.id)
+        assert (run["status"], run["exit_code"]) == ("lost", 125)
+
+    asyncio.run(go())
+
+
+def test_a_run_is_finalized_once(service: Service) -> None:
+    rec = asyncio.run(service.create(SandboxSpec(provider="fake")))
+    service.store.insert_run("run_once", rec.id, ["true"], 0.0)
+    first = ExecResult(
+        run_id="run_once", sandbox_id=rec.id, exit_code=125, status=RunStatus.lost, stdout="", stderr="", duration_ms=1.0
+    )
+    later = first.model_copy(update={"exit_code": 0, "status": RunStatus.completed})
+    service.store.finish_run(first, [("run_finished", {"status": "lost"})])
+    service.store.finish_run(later, [("run_finished", {"status": "completed"})])
+    assert service.store.get_run("run_once")["status"] == "lost"
+    finished = [e for e in service.store.list_events(rec.id) if e["type"] == "run_finished"]
+    assert [e["data"]["status"] for e in finished] == ["lost"]
