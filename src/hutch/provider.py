@@ -52,6 +52,7 @@ class Capabilities:
     shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
     images: bool = False  # boots an OCI image (--image)
     interactive: bool = False  # live stdin and a terminal while a run runs (exec -i/-t, shell)
+    watch: bool = False  # notices on its own when a sandbox dies (WatchingProvider)
 
 
 @dataclass
@@ -181,6 +182,44 @@ class WorkspaceProvider(Protocol):
     async def delete_tenant(self, name: str) -> bool:
         """Remove a tenant's kept workspace; True when there was one."""
         ...
+
+
+@dataclass(frozen=True)
+class Death:
+    """What a provider knows of how a sandbox died on its own (none of it is guessed)."""
+
+    exit_code: int | None = None  # its init's exit code, when known
+    signal: int | None = None  # the signal that ended it, when known
+    oom_kills: int = 0  # out-of-memory kills the kernel counted in the sandbox since it was watched
+    detail: str | None = None  # anything else the provider can say
+
+    @property
+    def reason(self) -> str:
+        if self.oom_kills:
+            return "oom"
+        return "signal" if self.signal else "exit" if self.exit_code is not None else "unknown"
+
+
+OnGone = Callable[[str, Death], Awaitable[None]]
+
+
+@runtime_checkable
+class WatchingProvider(Protocol):
+    """Optional capability (``capabilities.watch``): a provider that notices on its own, at
+    once, when a sandbox dies (its init killed from outside, the OOM killer, a crash)."""
+
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+        """Follow ``rec`` (just created, or adopted after a daemon restart). When it dies on
+        its own, release what only the kernel held for it (cgroups ...; its files stay until
+        destroy), then call ``on_gone(sandbox id, what is known)`` once. A destroy stops the
+        following first: a sandbox ended on purpose is not reported."""
+        ...
+
+
+def watching_provider(provider: Provider) -> WatchingProvider | None:
+    if provider.capabilities.watch and isinstance(provider, WatchingProvider):
+        return provider
+    return None
 
 
 def transfer_provider(provider: Provider) -> WorkspaceProvider:

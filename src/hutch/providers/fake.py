@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, CopyReport, Interactive, OnOutput, OnStart
+from hutch.provider import Capabilities, CheckResult, CopyReport, Death, Interactive, OnGone, OnOutput, OnStart
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -154,6 +154,7 @@ class FakeProvider:
         pause=True,
         shared_workspace=True,
         interactive=True,
+        watch=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -168,6 +169,7 @@ class FakeProvider:
         self.modes: dict[str, int] = {}  # "sandbox id:path" -> mode of a file written, pushed or forked
         self.paused: set[str] = set()
         self.readonly: set[str] = set()  # sub-agents with a read-only view of the parent's files
+        self.watched: dict[str, OnGone] = {}
 
     async def check(self) -> list[CheckResult]:
         return [CheckResult("fake", True, "in-memory provider")]
@@ -186,6 +188,19 @@ class FakeProvider:
 
     async def alive(self, rec: SandboxRecord) -> bool:
         return rec.id in self.sandboxes
+
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+        self.watched[rec.id] = on_gone
+
+    async def die(self, sandbox_id: str, death: Death) -> None:
+        """Test hook: the sandbox dies on its own, and its watcher says so."""
+        self.sandboxes.pop(sandbox_id, None)
+        for job in self.jobs.values():  # its runs die with it
+            if job.sandbox_id == sandbox_id and job.task is not None:
+                job.task.cancel()
+        on_gone = self.watched.pop(sandbox_id, None)
+        if on_gone is not None:
+            await on_gone(sandbox_id, death)
 
     def _files(self, rec: SandboxRecord) -> dict[str, bytes]:
         if rec.id not in self.sandboxes:
@@ -305,6 +320,7 @@ class FakeProvider:
         for job in self.jobs.values():
             if job.sandbox_id == rec.id and job.task is not None:
                 job.task.cancel()
+        self.watched.pop(rec.id, None)
         return self.sandboxes.pop(rec.id, None) is not None
 
     async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:

@@ -89,6 +89,7 @@ class Service:
                 report["cleaned"].append(rec.id)
                 continue
             if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
+                self.lifecycle.watch(rec)  # not our child any more: followed all the same
                 if rec.state == SandboxState.running:  # a paused one's runs are settled once resumed
                     await self.runs.adopt(rec)
                 if rec.spec.network.mode != "none":
@@ -173,6 +174,7 @@ class Service:
             raise ConflictError(f"sandbox {rec.id} was destroyed while it was being created", hint="create it again")
         rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
         self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
+        self.lifecycle.watch(rec)
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
@@ -261,6 +263,7 @@ class Service:
             children.append(child.id)
         previous = rec.state
         self.store.update_sandbox(rec.id, state=SandboxState.destroying)
+        self.lifecycle.unwatch(rec.id)
         provider = self.provider(rec.provider)
         existed, message = True, "destroyed"
         if self.claimed(provider):  # through its claim: delete by UUID, then prove it absent
@@ -344,6 +347,8 @@ class Service:
         if self.store.get_sandbox(rec.id).state != SandboxState.running:
             return  # being destroyed: that is why it went away
         if not await self.provider(rec.provider).alive(rec):
+            if await self.lifecycle.death_noticed(rec.id):
+                return  # its watcher recorded how it died
             self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
             self.store.append_event("sandbox_lost", rec.id, run_id)
 

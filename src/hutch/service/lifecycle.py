@@ -12,12 +12,15 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
 from hutch.checks import MAX_LABELS, check_count, check_labels
 from hutch.errors import ConflictError, HutchError, InvalidError, PolicyError
 from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
+from hutch.provider import Death, watching_provider
+from hutch.units import format_size
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -27,6 +30,28 @@ TOUCH_EVERY = 1.0  # activity is written to the store at most once a second per 
 
 
 MODES = {"none": 0, "allowlist": 1, "open": 2}
+NOTICE_GRACE = 15.0  # how long a failed call waits for the watcher to say how a sandbox died
+
+
+def death_message(death: Death, memory: int) -> str:
+    """What is known of a death, in words (the event carries the same facts as fields)."""
+    sig = ""
+    if death.signal:
+        try:
+            sig = f"signal {death.signal} ({signal.Signals(death.signal).name})"
+        except ValueError:
+            sig = f"signal {death.signal}"
+    if death.oom_kills:
+        kills = f"{death.oom_kills} kill{'s' if death.oom_kills > 1 else ''}"
+        text = f"out of memory: the kernel's OOM killer ended it ({kills} in its cgroup, memory limit {format_size(memory)})"
+        text += f", {sig}" if sig else ""
+    elif sig:
+        text = f"its processes were killed by {sig}"
+    elif death.exit_code is not None:
+        text = f"its init exited with code {death.exit_code}"
+    else:
+        text = "its init process ended (how is not known)"
+    return text + (f"; {death.detail}" if death.detail else "")
 
 
 def _host_covered(host: str, allowed: list[str]) -> bool:
@@ -111,6 +136,58 @@ class Lifecycle:
         self.store = service.store
         self._touched: dict[str, float] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._watched: dict[str, asyncio.Future[None]] = {}  # resolved once a death was recorded
+
+    # -- deaths ----------------------------------------------------------------------
+
+    def watch(self, rec: SandboxRecord) -> None:
+        """Have the provider say at once when the sandbox dies on its own (if it can)."""
+        provider = watching_provider(self.svc.provider(rec.provider))
+        if provider is None:
+            return
+        self._watched[rec.id] = asyncio.get_running_loop().create_future()
+        provider.watch(rec, self.gone)
+
+    def unwatch(self, sandbox_id: str) -> None:
+        notice = self._watched.pop(sandbox_id, None)
+        if notice is not None and not notice.done():
+            notice.cancel()
+
+    async def gone(self, sandbox_id: str, death: Death) -> None:
+        """A watched sandbox died on its own: ``lost``, with an event saying what is known,
+        and its runs settled (from their status files) or ``lost``."""
+        try:
+            rec = self.store.get_sandbox(sandbox_id)
+            if rec.state not in (SandboxState.running, SandboxState.paused):
+                return  # ended on purpose (destroyed), or already found dead
+            message = death_message(death, rec.spec.limits.memory)
+            why = f"the sandbox died: {message}"
+            self.store.update_sandbox(rec.id, state=SandboxState.lost, error=why)
+            facts: dict[str, Any] = {"exit_code": death.exit_code, "signal": death.signal, "oom_kills": death.oom_kills}
+            self.store.append_event("sandbox_lost", rec.id, reason=death.reason, message=message, **facts)
+            log.warning("sandbox %s died: %s", rec.id, message)
+            provider = self.svc.provider(rec.provider)
+            for run in self.store.list_runs(rec.id, "running"):
+                try:
+                    status = await provider.run_status(rec, run["id"])
+                except HutchError:
+                    status = None
+                if status is not None:
+                    self.svc.runs.settle(rec, run, status)  # it ended just before its sandbox
+                else:
+                    self.svc.runs.lose(rec, run, why)
+        finally:
+            notice = self._watched.pop(sandbox_id, None)
+            if notice is not None and not notice.done():
+                notice.set_result(None)
+
+    async def death_noticed(self, sandbox_id: str) -> bool:
+        """For a sandbox found unreachable: wait (a little) for its watcher's report."""
+        notice = self._watched.get(sandbox_id)
+        if notice is None:
+            return False
+        await asyncio.wait({notice}, timeout=NOTICE_GRACE)
+        return notice.done() and not notice.cancelled()
 
     # -- activity --------------------------------------------------------------------
 

@@ -376,24 +376,24 @@ class Runs:
         for run in running:
             status = await provider.run_status(rec, run["id"])
             if status is not None:
-                self._settle(rec, run, status)
+                self.settle(rec, run, status)
                 counts["finished"] += 1
             elif alive is None or run["id"] in alive:
                 self._spawn(self._watch(rec, run), run["id"])
                 counts["running"] += 1
             else:
-                self._lose(rec, run, "its processes died while the daemon was down")
+                self.lose(rec, run, "its processes died while the daemon was down")
                 counts["lost"] += 1
         return counts
 
-    def _settle(self, rec: SandboxRecord, run: dict[str, Any], raw: RawOutput) -> ExecResult:
+    def settle(self, rec: SandboxRecord, run: dict[str, Any], raw: RawOutput) -> ExecResult:
         duration = ((raw.finished_at or time.time()) - run["started_at"]) * 1000
         result = self.result(rec.id, run["id"], raw, duration, 0)
         result.truncated = raw.truncated_on_disk
         self._record(result, oom=False)
         return result
 
-    def _lose(self, rec: SandboxRecord, run: dict[str, Any], why: str) -> ExecResult:
+    def lose(self, rec: SandboxRecord, run: dict[str, Any], why: str) -> ExecResult:
         lost = ExecResult(
             run_id=run["id"],
             sandbox_id=rec.id,
@@ -414,7 +414,7 @@ class Runs:
             await asyncio.sleep(WATCH_INTERVAL)
             status = await provider.run_status(rec, run["id"])
             if status is not None:
-                return self._settle(rec, run, status)
+                return self.settle(rec, run, status)
             now = self.store.get_sandbox(rec.id)
             if now.state == SandboxState.paused:
                 continue  # frozen: its runs are neither alive nor dead until it is resumed
@@ -426,7 +426,7 @@ class Runs:
                 alive = set()
             if run["id"] not in alive:
                 status = await provider.run_status(rec, run["id"])  # it may have just finished
-                return self._settle(rec, run, status) if status else self._lose(rec, run, "its processes died")
+                return self.settle(rec, run, status) if status else self.lose(rec, run, "its processes died")
 
     # -- following and controlling ---------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
-from hutch.provider import Capabilities, CheckResult, Interactive, OnStart
+from hutch.provider import Capabilities, CheckResult, Interactive, OnGone, OnStart
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, freeze, mounts, seccomp
 from hutch.providers.local.agentops import AgentOpsMixin
@@ -34,6 +34,7 @@ from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
 from hutch.providers.local.uids import SandboxUids
+from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
 AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
@@ -53,6 +54,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         pause=True,
         shared_workspace=True,
         interactive=True,
+        watch=True,
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -64,6 +66,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         self.egress = Egress(settings.egress_hosts)
         self.helpers = Helpers(settings.home, lambda: self.layout, self._drop)
         self.uids = SandboxUids(settings, self.root)
+        self.watcher = Watcher()
 
     def bind_events(self, on_event: OnEvent) -> None:
         """Where egress decisions go (the Service records them as events)."""
@@ -263,8 +266,10 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
             info_r, info_w = os.pipe()
             ready_r, ready_w = os.pipe()
-            fds += [info_w, ready_w]
+            status_fd = os.open(sdir / STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            fds += [info_w, ready_w, status_fd]
             args += ["--remount-ro", "/", "--remount-ro", "/dev", "--info-fd", str(info_w), "--chdir", "/workspace"]
+            args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
             args += ["--", python, "-I", "-S", "/.hutch/agent.py", "/.hutch/ctl/agent.sock", str(ready_w)]
@@ -300,6 +305,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 "init_pid": info["child-pid"],
                 "init_start": start_time(info["child-pid"]),
                 "bwrap_pid": proc.pid,
+                "bwrap_start": start_time(proc.pid),
                 "socket": str(ctl / "agent.sock"),
             }
             return data, enforcement
@@ -363,6 +369,21 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             data["cgroups"] = [str(p / rec.id) for p in parents if (p / rec.id).exists()]
         return data
 
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+        """Follow the sandbox's init; when it ends on its own, say how, free its cgroups."""
+        data = dict(rec.data)
+        if not data.get("init_pid"):
+            return
+        ooms = self._cgroup(rec).oom_kills()
+
+        async def ended() -> None:
+            death = await asyncio.to_thread(cause, data, ooms, self._children.pop(rec.id, None))
+            await self.egress.close(rec.id)
+            await asyncio.to_thread(release, data)
+            await on_gone(rec.id, death)
+
+        self.watcher.follow(rec.id, int(data["init_pid"]), data.get("init_start"), ended)
+
     async def destroy(self, rec: SandboxRecord) -> bool:
         data = self._planned(rec)
         existed = Path(data["dir"]).exists() or bool(data["cgroups"])
@@ -373,6 +394,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         return existed
 
     async def _teardown(self, data: dict[str, Any], sandbox_id: str) -> None:
+        self.watcher.forget(sandbox_id)  # ended on purpose: not a death to report
+
         def work() -> None:
             pid, start = data.get("init_pid"), data.get("init_start")
             if pid and start_time(int(pid)) == start:
@@ -396,6 +419,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         await asyncio.to_thread(work)
 
     async def close(self) -> None:
+        await self.watcher.close()
         await self.helpers.close(UnavailableError("the daemon is stopping", hint="retry once it runs again"))
         await self.egress.close_all()
         self._children.clear()
