@@ -109,7 +109,7 @@ class Limits(BaseModel):
         size = parse_size(v)
         if not MIN_MEMORY <= size <= MAX_MEMORY:
             raise InvalidError(
-                f"--memory must be between {format_size(MIN_MEMORY)} and {format_size(MAX_MEMORY)}, got {v!r}",
+                f"--memory must be between {format_size(MIN_MEMORY)} and {format_size(MAX_MEMORY)}, got {format_size(size)}",
                 hint=f"a sandbox needs at least {format_size(MIN_MEMORY)} to start, e.g. --memory 512M",
             )
         return size
