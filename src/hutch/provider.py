@@ -208,11 +208,12 @@ class WatchingProvider(Protocol):
     """Optional capability (``capabilities.watch``): a provider that notices on its own, at
     once, when a sandbox dies (its init killed from outside, the OOM killer, a crash)."""
 
-    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
         """Follow ``rec`` (just created, or adopted after a daemon restart). When it dies on
         its own, release what only the kernel held for it (cgroups ...; its files stay until
         destroy), then call ``on_gone(sandbox id, what is known)`` once. A destroy stops the
-        following first: a sandbox ended on purpose is not reported."""
+        following first: a sandbox ended on purpose is not reported. False when this
+        sandbox cannot be followed (the Service then judges its death by ``alive``)."""
         ...
 
 

@@ -12,7 +12,7 @@ from hutch.errors import NotFoundError
 from hutch.models import ExecRequest, RawOutput, SandboxSpec, SandboxState
 from hutch.provider import Death
 from hutch.providers.fake import FakeProvider
-from hutch.service import Service
+from hutch.service import Service, lifecycle
 from hutch.service.lifecycle import death_message
 
 
@@ -85,6 +85,22 @@ def test_a_failed_call_waits_for_the_watchers_report(service: Service) -> None:
         await report
         assert service.get(rec.id).error == "the sandbox died: its processes were killed by signal 9 (SIGKILL)"
         assert len(service.store.list_events(rec.id, types=["sandbox_lost"])) == 1
+
+    asyncio.run(go())
+
+
+def test_an_unanswering_sandbox_whose_watcher_saw_no_death_stays_running(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "NOTICE_GRACE", 0.05)
+
+    async def go() -> None:
+        rec = await service.create(SandboxSpec(provider="fake"))
+        files = fake(service).sandboxes.pop(rec.id)  # does not answer (a busy machine), but lives
+        await service._check_lost(rec, "the sandbox is not answering")
+        assert service.get(rec.id).state == SandboxState.running
+        fake(service).sandboxes[rec.id] = files
+        assert (await service.exec(rec.id, ExecRequest(command=["true"]))).exit_code == 0
 
     asyncio.run(go())
 

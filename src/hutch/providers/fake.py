@@ -189,8 +189,9 @@ class FakeProvider:
     async def alive(self, rec: SandboxRecord) -> bool:
         return rec.id in self.sandboxes
 
-    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
         self.watched[rec.id] = on_gone
+        return True
 
     async def die(self, sandbox_id: str, death: Death) -> None:
         """Test hook: the sandbox dies on its own, and its watcher says so."""

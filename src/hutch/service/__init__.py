@@ -347,8 +347,8 @@ class Service:
         if self.store.get_sandbox(rec.id).state != SandboxState.running:
             return  # being destroyed: that is why it went away
         if not await self.provider(rec.provider).alive(rec):
-            if await self.lifecycle.death_noticed(rec.id):
-                return  # its watcher recorded how it died
+            if await self.lifecycle.watched(rec.id):
+                return  # its watcher says whether and how it died
             self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
             self.store.append_event("sandbox_lost", rec.id, run_id)
 

@@ -146,7 +146,13 @@ class Lifecycle:
         if provider is None:
             return
         self._watched[rec.id] = asyncio.get_running_loop().create_future()
-        provider.watch(rec, self.gone)
+        try:
+            following = provider.watch(rec, self.gone)
+        except Exception:  # the sandbox runs all the same: its death is then found by alive()
+            log.exception("cannot watch sandbox %s", rec.id)
+            following = False
+        if not following:
+            self.unwatch(rec.id)
 
     def unwatch(self, sandbox_id: str) -> None:
         notice = self._watched.pop(sandbox_id, None)
@@ -181,13 +187,18 @@ class Lifecycle:
             if notice is not None and not notice.done():
                 notice.set_result(None)
 
-    async def death_noticed(self, sandbox_id: str) -> bool:
-        """For a sandbox found unreachable: wait (a little) for its watcher's report."""
+    async def watched(self, sandbox_id: str) -> bool:
+        """For a sandbox found unreachable: True when its watcher is in charge of its death.
+
+        Waits (a little) for the watcher's report; without one, the sandbox's init still
+        lives and the sandbox only failed to answer (a busy machine): it is not lost."""
         notice = self._watched.get(sandbox_id)
         if notice is None:
             return False
         await asyncio.wait({notice}, timeout=NOTICE_GRACE)
-        return notice.done() and not notice.cancelled()
+        if not notice.done():
+            log.warning("sandbox %s does not answer, but it lives: left running", sandbox_id)
+        return True
 
     # -- activity --------------------------------------------------------------------
 

@@ -369,11 +369,11 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             data["cgroups"] = [str(p / rec.id) for p in parents if (p / rec.id).exists()]
         return data
 
-    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> None:
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
         """Follow the sandbox's init; when it ends on its own, say how, free its cgroups."""
         data = dict(rec.data)
         if not data.get("init_pid"):
-            return
+            return False
         ooms = self._cgroup(rec).oom_kills()
 
         async def ended() -> None:
@@ -383,6 +383,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             await on_gone(rec.id, death)
 
         self.watcher.follow(rec.id, int(data["init_pid"]), data.get("init_start"), ended)
+        return True
 
     async def destroy(self, rec: SandboxRecord) -> bool:
         data = self._planned(rec)
