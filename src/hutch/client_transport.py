@@ -10,6 +10,7 @@ error or a repr.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import http.client
 import os
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from hutch import credentials
 from hutch.config import Settings
 from hutch.errors import InvalidError, UnauthorizedError, UnavailableError
 
@@ -97,6 +99,7 @@ class Endpoint:
     token: str | None = field(default=None, repr=False)
     ca_file: str = ""
     remote: bool = False  # HUTCH_HOST given: the client never starts a daemon
+    credentials: str = field(default="", repr=False)  # the caller's provider credentials (header value)
 
     @property
     def label(self) -> str:
@@ -112,6 +115,14 @@ class Endpoint:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Endpoint:
+        ep = cls._from_settings(settings)
+        if not credentials.sendable(ep.scheme, ep.address, ep.remote):
+            return ep  # never over plain TCP, nor to a socket of another user
+        creds = credentials.gather(os.environ, settings.home)
+        return dataclasses.replace(ep, credentials=credentials.encode(creds)) if creds else ep
+
+    @classmethod
+    def _from_settings(cls, settings: Settings) -> Endpoint:
         host = settings.host.strip()
         if not host:
             return cls("unix", str(settings.socket_path))
@@ -145,7 +156,10 @@ class Endpoint:
         return cls(url.scheme, url.hostname, port, token, os.path.expanduser(settings.ca_file), remote=True)
 
     def headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.token}"} if self.token else {}
+        out = {"authorization": f"Bearer {self.token}"} if self.token else {}
+        if self.credentials:
+            out[credentials.HEADER] = self.credentials
+        return out
 
     def ssl_context(self) -> ssl.SSLContext:
         return self._ssl_context
@@ -173,10 +187,9 @@ class Endpoint:
 
     # -- the attach WebSocket ----------------------------------------------------------
     def _ws(self, path: str) -> tuple[str, dict[str, Any]]:
-        kw: dict[str, Any] = {"max_size": None}
+        kw: dict[str, Any] = {"max_size": None, "additional_headers": self.headers()}
         if self.scheme == "unix":
             return "ws://hutch" + path, kw
-        kw["additional_headers"] = self.headers()
         if self.scheme == "https":
             kw["ssl"] = self.ssl_context()
         return ("wss:" if self.scheme == "https" else "ws:") + self.label.partition(":")[2] + path, kw

@@ -54,6 +54,8 @@ class Settings:
     unikraft_timeout: float = 30.0
     unikraft_ca_file: str = ""  # a CA bundle for the TLS of `hutch ssh` only (tests: the test server's CA)
     unikraft_ssh_connect: str = ""  # HOST:PORT to dial for `hutch ssh` instead of the fqdn (SNI stays the fqdn)
+    # hutch serve --credentials-file: an owner-only TOML file of provider tokens for an unattended daemon
+    credentials_file: str = ""
     # the client's daemon: "" is the local unix socket; unix:///path, http://127.0.0.1:PORT, https://host:port
     host: str = ""
     token_file: str = ""  # the client's bearer token (or HUTCH_TOKEN, env only)
@@ -198,6 +200,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "tls_key",
             "unikraft_ca_file",
             "unikraft_ssh_connect",
+            "credentials_file",
         ),
         (_text, "text"),
     ),

@@ -265,6 +265,9 @@ class SandboxRecord(BaseModel):
     last_active_at: float | None = None  # the last run or API activity (for --idle-timeout)
     data: dict[str, Any] = Field(default_factory=dict, exclude=True)
     ssh: dict[str, Any] | None = None  # where `hutch ssh` connects (unikraft --ssh): fqdn, port, user; from data
+    # which credential its account has in the daemon's memory (providers whose resources
+    # need one: state in_memory with origin, source and fingerprint, or missing); never stored
+    credential: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _ssh(self) -> SandboxRecord:

@@ -46,7 +46,8 @@ def js(proc: subprocess.CompletedProcess[str]) -> Any:
 
 @pytest.fixture
 def ukd(hutch_home: Path, ukc: TestServer) -> Iterator[Daemon]:
-    d = Daemon(hutch_home, HUTCH_UNIKRAFT_TOKEN=TOKEN, UKC_METRO=ukc.url, HUTCH_UNIKRAFT_READY_TIMEOUT="3").start()
+    # the daemon has neither token nor metro: every command brings its caller's (issue 11, item 13)
+    d = Daemon(hutch_home, HUTCH_UNIKRAFT_READY_TIMEOUT="3").start()
     try:
         yield d
     finally:
@@ -247,7 +248,10 @@ def test_tokens_missing_or_of_another_account(hutch_home: Path, ukc: TestServer)
         p = hutch(hutch_home, ukc, "destroy", rec["id"], "--json", HUTCH_UNIKRAFT_TOKEN="", UKC_TOKEN=OTHER_TOKEN)
         assert js(p)["error"]["kind"] == "unauthorized" and "another" in js(p)["error"]["message"]
         assert OTHER_TOKEN not in p.stdout + p.stderr
-        assert js(hutch(hutch_home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []  # not in scope
+        other = {"HUTCH_UNIKRAFT_TOKEN": "", "UKC_TOKEN": OTHER_TOKEN}
+        assert js(hutch(hutch_home, ukc, "list", "--provider", "unikraft", "--json", **other))["items"] == []  # not in scope
+        # the caller's own token counts, whatever the daemon was started with
+        assert len(js(hutch(hutch_home, ukc, "list", "--provider", "unikraft", "--json"))["items"]) == 1
     finally:
         d.stop()
     d = Daemon(hutch_home, HUTCH_UNIKRAFT_TOKEN=TOKEN, UKC_METRO=ukc.url).start()
@@ -333,8 +337,10 @@ def test_forget_missing_drops_claims_the_provider_deleted(ukd: Daemon, ukc: Test
     assert js(hutch(ukd.home, ukc, "get", rec["id"], "--json"))["state"] == "lost"
 
 
-def test_the_sdk_drives_unikraft_sandboxes(ukd: Daemon, ukc: TestServer) -> None:
+def test_the_sdk_drives_unikraft_sandboxes(ukd: Daemon, ukc: TestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     from hutch import Sandbox
+
+    monkeypatch.setenv("UKC_TOKEN", TOKEN)  # the SDK's process: its token travels with its requests
 
     with Sandbox.create(provider="unikraft", image="hutch/sandbox:latest", unikraft_metro=ukc.url, settings=ukd.settings) as sbx:
         assert sbx.exec("echo from-sdk; exit 2").exit_code == 2

@@ -60,7 +60,8 @@ def js(proc: subprocess.CompletedProcess[str]) -> Any:
 
 @pytest.fixture
 def ukd(hutch_home: Path, ukc: TestServer) -> Iterator[Daemon]:
-    d = Daemon(hutch_home, **settings(ukc)).start()
+    own = {k: v for k, v in settings(ukc).items() if k not in ("HUTCH_UNIKRAFT_TOKEN", "UKC_METRO")}
+    d = Daemon(hutch_home, **own).start()  # the token and metro come with each command
     try:
         yield d
     finally:

@@ -250,5 +250,5 @@ def test_concurrent_destroys_of_one_claim_send_one_delete(tmp_path: Path, ts: An
     assert len(deletes) == 1 and ts.state.instances == {}
 
 
-async def _ready(endpoint: str, uuid: str, workdir: str | None = None) -> None:
+async def _ready(endpoint: str, uuid: str, workdir: str | None = None, *, account: str) -> None:
     return None

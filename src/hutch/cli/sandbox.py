@@ -227,7 +227,7 @@ def list_(
             r["id"],
             r.get("name") or "-",
             r["provider"],
-            r["state"],
+            r["state"] + (", credential missing" if (r.get("credential") or {}).get("state") == "missing" else ""),
             format_size(r["spec"]["limits"]["memory"]),
             _age(r["created_at"]),
         ]
@@ -272,6 +272,10 @@ def get(obj: Ctx, sandbox: str) -> None:
         lines.append(("mount", f"{m['source']} -> {m['target']}{' (ro)' if m['readonly'] else ''}"))
     for k, v in r["spec"].get("labels", {}).items():
         lines.append(("label", f"{k}={v}"))
+    if r.get("credential"):
+        from hutch.credentials import describe
+
+        lines.append(("credential", describe(r["credential"])))
     if r.get("error"):
         lines.append(("error", r["error"]))
     for k, v in lines:

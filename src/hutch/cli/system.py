@@ -14,7 +14,7 @@ import click
 from hutch.cli.common import DURATION, Ctx, count, emit, json_option
 from hutch.client import Client
 from hutch.config import Settings
-from hutch.errors import HutchError, UnavailableError
+from hutch.errors import HutchError, NotFoundError, UnavailableError
 from hutch.server.launcher import daemon_pid, ensure_daemon, socket_answers
 
 
@@ -55,6 +55,9 @@ def doctor(obj: Ctx, provider: str | None) -> None:
         status = _daemon_status(settings)
         detail = f"running (pid {status['pid']})" if status["running"] else "not running (started on demand)"
         report["checks"].append({"name": "daemon", "ok": True, "detail": f"{detail}; socket {status['socket']}", "fix": None})
+        if status["running"]:
+            report["checks"] += _credential_checks(obj)
+        report["ok"] = all(c["ok"] for c in report["checks"])
     if obj.json:
         emit(report)
     else:
@@ -79,6 +82,17 @@ def _remote_doctor(obj: Ctx, settings: Settings, provider: str | None) -> dict[s
     return report
 
 
+def _credential_checks(obj: Ctx) -> list[dict[str, Any]]:
+    """Which credential each account the daemon works for has in its memory (the request
+    brings this shell's own, which counts)."""
+    try:
+        return list(obj.client.json("GET", "/v1/credentials")["checks"])
+    except NotFoundError:
+        return [{"name": "credentials", "ok": True, "detail": "this daemon predates credential reports", "fix": None}]
+    except HutchError as exc:
+        return [{"name": "credentials", "ok": False, "detail": f"the daemon did not say: {exc.message}", "fix": exc.hint}]
+
+
 async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
     try:
         return dict(await svc.doctor(provider))
@@ -91,19 +105,30 @@ async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
 @click.option("--token-file", metavar="PATH", help="The bearer token TCP clients must send (env HUTCH_API_TOKEN_FILE).")
 @click.option("--tls-cert", metavar="PEM", help="TLS certificate for --listen (required off loopback).")
 @click.option("--tls-key", metavar="PEM", help="TLS private key for --listen.")
+@click.option(
+    "--credentials-file",
+    metavar="PATH",
+    help="Owner-only TOML file of provider tokens for an unattended daemon (env HUTCH_CREDENTIALS_FILE).",
+)
 @json_option
 @click.pass_obj
-def serve(obj: Ctx, listen: str | None, token_file: str | None, tls_cert: str | None, tls_key: str | None) -> None:
+def serve(
+    obj: Ctx, listen: str | None, token_file: str | None, tls_cert: str | None, tls_key: str | None, credentials_file: str | None
+) -> None:
     """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
 
     The owner-only unix socket is always served; --listen adds a TCP listener that wants
     the token of --token-file on every request (never pass a token on the command line),
     and TLS (--tls-cert/--tls-key) on any address but loopback.
+    Provider tokens come with each command from the caller's environment and are kept in
+    memory only; --credentials-file (mode 0600, refused otherwise) lets the daemon expire
+    and clean up after a restart before any caller brings them again.
     With --json, one line {"serving": true, ...} is printed once it accepts connections.
     """
     from hutch.server.daemon import serve as run_server
 
     flags = {"listen": listen, "api_token_file": token_file, "tls_cert": tls_cert, "tls_key": tls_key}
+    flags["credentials_file"] = credentials_file
     settings = Settings.load(**obj.settings_flags, **flags)
 
     def announce(lst: Any) -> None:

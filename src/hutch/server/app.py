@@ -18,6 +18,8 @@ from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server import idempotency
+from hutch.server.credentials import CallerCredentials
+from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, ClientGone, too_large, unless_gone
 from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.runs import router as runs_router
@@ -125,7 +127,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/v1/doctor")
     async def doctor(provider: str | None = None) -> dict[str, Any]:
-        return await service.doctor(provider)
+        return await service.doctor(provider, credentials=True)
 
     @app.post("/v1/sandboxes", status_code=201)
     async def create(spec: SandboxSpec, key: idempotency.Key = None) -> SandboxRecord:
@@ -143,10 +145,12 @@ def create_app(service: Service) -> FastAPI:
             if not key or not sep:
                 raise InvalidError(f"invalid label filter {item!r}", hint="use --label K=V")
             labels[key] = value
+        await service.keyring.settle()  # a credential this caller brought shows at once
         return service.list(all, labels, state)
 
     @app.get("/v1/sandboxes/{ref}")
     async def get(ref: str) -> SandboxRecord:
+        await service.keyring.settle()
         return service.get(ref)
 
     @app.delete("/v1/sandboxes/{ref}")
@@ -201,4 +205,6 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(runs_router(service, once))
     app.include_router(workspaces_router(service))
     app.include_router(lifecycle_router(service))
+    app.include_router(credentials_router(service))
+    app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     return app

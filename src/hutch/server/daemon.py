@@ -17,6 +17,7 @@ from typing import Any
 import uvicorn
 
 from hutch.config import Settings
+from hutch.credentials import Credential, load_file
 from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
 from hutch.server.launcher import prepare_home, socket_answers
@@ -49,14 +50,20 @@ def _bind(path: str) -> socket.socket:
 
 
 async def _serve(
-    settings: Settings, lock_fd: int, announce: Callable[[], None] | None, tcp: tuple[Listener, socket.socket] | None
+    settings: Settings,
+    lock_fd: int,
+    announce: Callable[[], None] | None,
+    tcp: tuple[Listener, socket.socket] | None,
+    own: list[Credential],
 ) -> None:
     service = Service(settings)
+    service.keyring.use_file(own)
     report = await service.start()
     log.info(
         "adopted %d sandboxes, marked %d lost, cleaned %d", len(report["adopted"]), len(report["lost"]), len(report["cleaned"])
     )
     service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
+    service.keyring.start()  # callers' credentials are absorbed; the daemon's own are tried for waiting accounts
     app = create_app(service)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))
@@ -107,6 +114,7 @@ def serve(settings: Settings, announce: Callable[[Listener | None], None] | None
     """Serve until stopped; ``announce`` is called once the sockets accept connections
     (with the TCP listener, its port resolved, when ``--listen`` asked for one)."""
     lst = listener(settings)  # bad --listen/--token-file/TLS options fail before anything starts
+    own = load_file(settings.credentials_file) if settings.credentials_file else []  # refused unless owner-only
     os.umask(0o077)  # the store, the log and the socket are the owner's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     prepare_home(settings.home)
@@ -133,7 +141,7 @@ def serve(settings: Settings, announce: Callable[[Listener | None], None] | None
             raise
         lst = dataclasses.replace(lst, port=tcp_sock.getsockname()[1])
         tcp = (lst, tcp_sock)
-    main = _serve(settings, lock_fd, (lambda: announce(lst)) if announce else None, tcp)
+    main = _serve(settings, lock_fd, (lambda: announce(lst)) if announce else None, tcp, own)
     try:  # uvloop when installed (the default on Linux): a third less event-loop overhead per proxied request
         import uvloop
     except ImportError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import logging
 import os
 import shutil
@@ -33,6 +34,7 @@ from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, crashpoint
 from hutch.service.hints import no_egress
+from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
@@ -55,6 +57,8 @@ class Service:
         self.lifecycle = Lifecycle(self)
         self.approvals = Approvals(self)
         self.claims = Claims(self)
+        self.keyring = Keyring(self)  # provider credentials: in memory only
+        self._deferred: set[str] = set()  # sandboxes whose runs are adopted once their credential is back
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -64,6 +68,7 @@ class Service:
                 bind(self._provider_event)
             if getattr(provider, "claims", False):
                 provider.crash_hook = crashpoint  # type: ignore[attr-defined]
+                provider.tokens = functools.partial(self.keyring.token, name)  # type: ignore[attr-defined]
             self._providers[name] = provider
         return self._providers[name]
 
@@ -91,7 +96,7 @@ class Service:
             if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
                 self.lifecycle.watch(rec)  # not our child any more: followed all the same
                 if rec.state == SandboxState.running:  # a paused one's runs are settled once resumed
-                    await self.runs.adopt(rec)
+                    await self._adopt_runs(rec, provider)
                 if rec.spec.network.mode != "none":
                     try:  # the proxy listener lived in the previous daemon: take it up again
                         await self._set_network(provider, rec)
@@ -111,7 +116,31 @@ class Service:
                 report["cleaned"].append(rec.id)
         return report
 
+    async def _adopt_runs(self, rec: SandboxRecord, provider: Provider) -> None:
+        try:
+            await self.runs.adopt(rec)
+        except HutchError as exc:  # no credential for its account yet: adopted once one is back
+            if not self.claimed(provider):
+                raise
+            log.warning("sandbox %s: its runs are adopted later: %s", rec.id, exc.message)
+            self._deferred.add(rec.id)
+
+    async def rearm(self, scope: Scope) -> None:
+        """The daemon holds ``scope``'s credential again: adopt the runs that waited for it and
+        settle the account's leftover claims (the reaper expires what is due on its own)."""
+        provider = self.provider(scope[0])
+        for sandbox_id in sorted(self._deferred):
+            rec = self.store.get_sandbox(sandbox_id)
+            if self.keyring.scope_of(rec) == scope:
+                self._deferred.discard(sandbox_id)
+                if rec.state == SandboxState.running:
+                    await self._adopt_runs(rec, provider)
+        settled = await self.claims.reconcile(provider, scope[1], scope[2])
+        if settled:
+            log.info("settled %d claims of account %s at %s", len(settled), scope[2], scope[1])
+
     async def close(self) -> None:
+        await self.keyring.close()
         await self.lifecycle.stop_reaper()
         await self.workspaces.settle()  # a fork cancelled by the stop removes its children first
         for provider in self._providers.values():
@@ -175,6 +204,7 @@ class Service:
         rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
         self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
         self.lifecycle.watch(rec)
+        rec.credential = self.keyring.describe(rec)
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
@@ -182,6 +212,7 @@ class Service:
         if rec.spec.network.mode != "none" or rec.spec.network.deny_hosts:
             counts = self.store.count_events(rec.id, ["egress_allowed", "egress_denied"])
             rec.egress = {"allowed": counts["egress_allowed"], "denied": counts["egress_denied"]}
+        rec.credential = self.keyring.describe(rec)
         return rec
 
     # -- network policy ----------------------------------------------------------------
@@ -241,7 +272,10 @@ class Service:
             states = None if include_all else (*LIVE_STATES, SandboxState.lost)
         recs = self.store.list_sandboxes(states)
         want = labels or {}
-        return [r for r in recs if all(r.spec.labels.get(k) == v for k, v in want.items())]
+        recs = [r for r in recs if all(r.spec.labels.get(k) == v for k, v in want.items())]
+        for rec in recs:
+            rec.credential = self.keyring.describe(rec)
+        return recs
 
     async def destroy(
         self, ref: str, approval: str | None = None, *, cause: str | None = None, checked: bool = False
@@ -297,7 +331,8 @@ class Service:
         """Claim-first: claimed instances (pending intents and missing ones too); ``include_all``
         adds the account's unclaimed instances (read-only)."""
         prov = self._claimed_provider(provider)
-        return await self.claims.inventory(prov, prov.endpoint_for_metro(metro), include_all)  # type: ignore[attr-defined]
+        endpoint = prov.endpoint_for_metro(self.keyring.metro(provider, metro))  # type: ignore[attr-defined]
+        return await self.claims.inventory(prov, endpoint, include_all)
 
     async def cleanup(
         self,
@@ -311,7 +346,7 @@ class Service:
         reports = []
         for name in names:
             prov = self._claimed_provider(name)
-            endpoint = prov.endpoint_for_metro(metro)  # type: ignore[attr-defined]
+            endpoint = prov.endpoint_for_metro(self.keyring.metro(name, metro))  # type: ignore[attr-defined]
             report = await self.claims.cleanup(prov, endpoint, dry_run=dry_run, keep=keep or [], forget_missing=forget_missing)
             reports.append({"provider": name} | report)
         return {"ok": all(r["ok"] for r in reports), "dry_run": dry_run, "providers": reports}
@@ -413,7 +448,9 @@ class Service:
 
     # -- health ----------------------------------------------------------------------
 
-    async def doctor(self, provider: str | None = None) -> dict[str, Any]:
+    async def doctor(self, provider: str | None = None, credentials: bool = False) -> dict[str, Any]:
+        """The checks; with ``credentials`` (the daemon's own doctor), which credential each
+        account that needs one has in memory."""
         checks: list[CheckResult] = []
         home = self.settings.home
         writable = os.access(home, os.W_OK)
@@ -422,4 +459,6 @@ class Service:
             checks += await self.provider(provider or self.settings.provider).check()
         except HutchError as exc:
             checks.append(CheckResult("provider", False, exc.message, exc.hint))
+        if credentials:
+            checks += credential_checks(self.keyring.report())
         return {"ok": all(c.ok for c in checks), "version": __version__, "checks": [c.to_dict() for c in checks]}

@@ -25,6 +25,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import signal
 import time
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from hutch.service import Service
 
 CRASH_ENV = "HUTCH_CRASH_AT"
+LIVE = (SandboxState.creating, SandboxState.running, SandboxState.paused)
+log = logging.getLogger("hutch.service")
 LOCK_WAIT = 60.0
 PROOF_DEADLINE = 60.0
 
@@ -85,19 +88,13 @@ class Claims:
             os.close(fd)
 
     async def _scope(self, provider: Any, endpoint: str) -> dict[str, Any]:
-        return dict(await provider.account(endpoint))
-
-    def _check_account(self, claim: dict[str, Any], account: str) -> None:
-        if claim["account"] != account:
-            raise UnauthorizedError(
-                f"claim {claim['name']} belongs to another Unikraft Cloud account than the current token",
-                hint="use the token of the account that created it; hutch never touches another account's claims",
-            )
+        """The account of the credential new work uses (the caller's, else the daemon's own)."""
+        return await self.svc.keyring.scope(provider.name, endpoint)
 
     # -- create ------------------------------------------------------------------------
 
     async def create(self, rec: SandboxRecord, provider: Any) -> tuple[dict[str, Any], dict[str, str]]:
-        endpoint = provider.endpoint_for(rec)
+        endpoint = provider.endpoint_for_metro(self.svc.keyring.metro(provider.name, rec.spec.provider_options.get("metro")))
         scope = await self._scope(provider, endpoint)
         if scope.get("hard") is not None and scope.get("used") is not None and scope["used"] >= scope["hard"]:
             raise CapacityError(
@@ -128,8 +125,8 @@ class Claims:
         data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
         try:
             if rec.spec.provider_options.get("ssh"):
-                data["ssh"] = await provider.ssh_endpoint(endpoint, inst)
-            await provider.wait_ready(endpoint, inst["uuid"], rec.spec.workdir)
+                data["ssh"] = await provider.ssh_endpoint(endpoint, inst, account=scope["account"])
+            await provider.wait_ready(endpoint, inst["uuid"], rec.spec.workdir, account=scope["account"])
         except HutchError as exc:
             result = await self.destroy_claim(claim["id"], provider)
             raise UnavailableError(
@@ -139,7 +136,7 @@ class Claims:
 
     async def _send_create(self, claim: dict[str, Any], provider: Any, body: dict[str, Any]) -> dict[str, Any]:
         try:
-            return dict(await provider.create_instance(claim["endpoint"], body))
+            return dict(await provider.create_instance(claim["endpoint"], body, account=claim["account"]))
         except (InvalidError, CapacityError, UnauthorizedError, NotFoundError, ConflictError):
             # a definite rejection: the intent goes only once the name is proven absent
             matches = await self._matches(claim, provider)
@@ -164,7 +161,8 @@ class Claims:
             ) from exc
 
     async def _matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]]:
-        return [i for i in await provider.inventory(claim["endpoint"]) if i.get("name") == claim["name"]]
+        listing = await provider.inventory(claim["endpoint"], account=claim["account"])
+        return [i for i in listing if i.get("name") == claim["name"]]
 
     async def _safe_matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]] | None:
         try:
@@ -180,8 +178,8 @@ class Claims:
             claim = self.store.get_claim(claim_id)
         except NotFoundError:
             return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
-        scope = await self._scope(provider, claim["endpoint"])
-        self._check_account(claim, scope["account"])
+        # the account's credential (the caller's, or the one the daemon holds), or a clear refusal
+        await self.svc.keyring.token(provider.name, claim["endpoint"], claim["account"])
         async with self.lock(claim["id"]):
             try:
                 claim = self.store.get_claim(claim["id"])  # what another process may have done meanwhile
@@ -206,7 +204,7 @@ class Claims:
                 if claim["state"] == "ready":
                     claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_attempt")
                     crashpoint("delete_attempt")
-                outcome = await provider.delete_instance(claim["endpoint"], claim["resource_id"])
+                outcome = await provider.delete_instance(claim["endpoint"], claim["resource_id"], account=claim["account"])
                 existed = outcome == "accepted"
                 claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_accepted")
                 self.store.append_event("claim_delete_accepted", claim["sandbox_id"], claim=claim["id"], outcome=outcome)
@@ -217,24 +215,24 @@ class Claims:
         return {"claim": claim["id"], "existed": existed, "message": "deleted, absence proven" if existed else "already gone"}
 
     async def _prove_absent(self, claim: dict[str, Any], provider: Any) -> None:
-        uuid, name = claim["resource_id"], claim["name"]
+        uuid, name, account = claim["resource_id"], claim["name"], claim["account"]
         deadline = time.monotonic() + PROOF_DEADLINE
-        while await provider.lookup(claim["endpoint"], uuid) is not None:
+        while await provider.lookup(claim["endpoint"], uuid, account=account) is not None:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"instance {uuid} is still there after its delete was accepted", hint="retry later")
             await asyncio.sleep(0.5)
         crashpoint("mid_proof")
-        listing = await provider.inventory(claim["endpoint"])
+        listing = await provider.inventory(claim["endpoint"], account=account)
         if any(i.get("uuid") == uuid or i.get("name") == name for i in listing):
             raise UnavailableError(f"instance {uuid} is still listed after its delete", hint="retry hutch destroy / cleanup")
-        if await provider.lookup(claim["endpoint"], uuid) is not None:
+        if await provider.lookup(claim["endpoint"], uuid, account=account) is not None:
             raise UnavailableError(f"instance {uuid} reappeared during the absence proof", hint="retry")
 
     # -- inventory and cleanup ---------------------------------------------------------
 
     async def inventory(self, provider: Any, endpoint: str, include_all: bool) -> dict[str, Any]:
         scope = await self._scope(provider, endpoint)
-        listing = await provider.inventory(endpoint)
+        listing = await provider.inventory(endpoint, account=scope["account"])
         by_uuid = {i.get("uuid"): i for i in listing}
         by_name = {i.get("name"): i for i in listing}
         claims = [c for c in self.store.list_claims(provider.name, endpoint) if c["account"] == scope["account"]]
@@ -277,7 +275,10 @@ class Claims:
         view = await self.inventory(provider, endpoint, include_all=False)
         actions = []
         for item in view["items"]:
-            claim = self.store.get_claim(item["claim"])
+            try:
+                claim = self.store.get_claim(item["claim"])
+            except NotFoundError:
+                continue  # settled meanwhile (the daemon settles an account's claims once it holds its credential)
             rec = self._sandbox(claim["sandbox_id"])
             kept = bool(keep) and any(k in (claim["id"], claim["name"], claim["sandbox_id"], rec and rec.name) for k in keep)
             started = claim["state"] in ("delete_attempt", "delete_accepted")
@@ -313,6 +314,24 @@ class Claims:
             actions.append(entry)
         ok = all("error" not in a for a in actions)
         return {"endpoint": endpoint, "account": view["account"], "dry_run": dry_run, "ok": ok, "actions": actions}
+
+    async def reconcile(self, provider: Any, endpoint: str, account: str) -> list[dict[str, Any]]:
+        """Once the daemon holds the account's credential again: settle the claims no live
+        sandbox owns (deletes that were started, creates or destroys a restart interrupted).
+        Live sandboxes are left to their owner and the reaper; nothing unclaimed is touched."""
+        done = []
+        for claim in self.store.list_claims(provider.name, endpoint):
+            rec = self._sandbox(claim["sandbox_id"])
+            if claim["account"] != account or (rec is not None and rec.state in LIVE):
+                continue
+            try:
+                result = await self.destroy_claim(claim["id"], provider)
+            except HutchError as exc:
+                log.warning("could not settle claim %s: %s", claim["id"], exc.message)
+                continue
+            self._settle(rec, SandboxState.destroyed)
+            done.append({"claim": claim["id"], "sandbox": claim["sandbox_id"], "result": result["message"]})
+        return done
 
     def _sandbox(self, sandbox_id: str | None) -> SandboxRecord | None:
         if not sandbox_id:

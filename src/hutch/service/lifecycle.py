@@ -20,6 +20,7 @@ from hutch.checks import MAX_LABELS, check_count, check_labels
 from hutch.errors import ConflictError, HutchError, InvalidError, PolicyError
 from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
 from hutch.provider import Death, watching_provider
+from hutch.service.keyring import HINT
 from hutch.units import format_size
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hutch.service")
 TOUCH_EVERY = 1.0  # activity is written to the store at most once a second per sandbox
+RETRY_MAX = 300.0  # at most this long between tries of an expiry whose destroy failed
 
 
 MODES = {"none": 0, "allowlist": 1, "open": 2}
@@ -137,6 +139,8 @@ class Lifecycle:
         self._touched: dict[str, float] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._watched: dict[str, asyncio.Future[None]] = {}  # resolved once a death was recorded
+        self._expired: set[str] = set()  # sandboxes whose expiry was recorded (by this daemon)
+        self._waiting: dict[str, tuple[int, float]] = {}  # pending expiries: tries, next try (monotonic)
 
     # -- deaths ----------------------------------------------------------------------
 
@@ -280,20 +284,46 @@ class Lifecycle:
             "on_expire": rec.spec.on_expire,
         }
 
-    async def expire(self, rec: SandboxRecord, reason: str) -> None:
-        """The deadline passed: record why, then destroy or pause as the sandbox asked."""
+    async def expire(self, rec: SandboxRecord, reason: str) -> bool:
+        """The deadline passed: record why, then destroy or pause as the sandbox asked.
+
+        A destroy that cannot happen yet (no credential for the sandbox's account in the
+        daemon's memory after a restart, or a failed delete) keeps the deadline: an event says
+        the expiry is pending, and the reaper tries again (at once when a credential is back,
+        else after a growing pause). Returns whether the sandbox was expired."""
         action = rec.spec.on_expire
         if action == "pause" and not self.svc.provider(rec.provider).capabilities.pause:
             action = "destroy"
-        # the deadline is spent either way: a paused sandbox is not expired again
-        self.store.update_sandbox(rec.id, expires_at=None)
-        self.store.append_event("sandbox_expired", rec.id, reason=reason, action=action)
-        log.info("sandbox %s expired (%s): %s", rec.id, reason, action)
+        scope = self.svc.keyring.scope_of(rec)
+        if action == "destroy" and scope is not None and not await self.svc.keyring.available(scope):
+            self._postpone(rec, reason, "no credential for its account in the daemon's memory", credential=True)
+            return False
+        if rec.id not in self._expired:  # once per sandbox, also when a failed destroy is retried
+            self._expired.add(rec.id)
+            self.store.append_event("sandbox_expired", rec.id, reason=reason, action=action)
+            log.info("sandbox %s expired (%s): %s", rec.id, reason, action)
         if action == "pause":
+            self.store.update_sandbox(rec.id, expires_at=None)  # spent: a paused sandbox is not expired again
             if rec.state == SandboxState.running:
                 await self.pause(rec.id, reason=f"expired ({reason})")
-        else:
+            return True
+        try:
             await self.svc.destroy(rec.id, cause=f"expired ({reason})", checked=True)
+        except HutchError as exc:
+            self._postpone(rec, reason, exc.message)
+            raise
+        self._waiting.pop(rec.id, None)
+        return True
+
+    def _postpone(self, rec: SandboxRecord, reason: str, why: str, credential: bool = False) -> None:
+        """An expiry that cannot happen now: said once (event and log), retried later."""
+        tries = self._waiting.get(rec.id, (0, 0.0))[0] + 1
+        retry = 0.0 if credential else time.monotonic() + min(RETRY_MAX, 2.0**tries)
+        self._waiting[rec.id] = (tries, retry)
+        if tries == 1:
+            hint = HINT if credential else "the reaper retries; hutch destroy or hutch cleanup settle it by hand"
+            self.store.append_event("sandbox_expiry_pending", rec.id, reason=reason, why=why, hint=hint)
+            log.warning("sandbox %s is past its deadline (%s) but cannot be expired yet: %s", rec.id, reason, why)
 
     async def reap_once(self, now: float | None = None) -> list[tuple[str, str]]:
         """Expire every sandbox whose deadline has passed; returns (id, reason) pairs."""
@@ -309,11 +339,11 @@ class Lifecycle:
                     continue
                 if (rec.last_active_at or rec.created_at) + rec.spec.idle_timeout <= now:
                     reason = "idle"
-            if reason is None:
+            if reason is None or self._waiting.get(rec.id, (0, 0.0))[1] > time.monotonic():
                 continue
             try:
-                await self.expire(rec, reason)
-                fired.append((rec.id, reason))
+                if await self.expire(rec, reason):
+                    fired.append((rec.id, reason))
             except HutchError as exc:
                 log.warning("could not expire %s: %s", rec.id, exc.message)
         self.svc.approvals.expire_due(now)

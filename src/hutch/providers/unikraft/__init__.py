@@ -27,7 +27,8 @@ from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput, OnStart
-from hutch.providers.unikraft.api import Api, Reply, resolve_endpoint, resolve_token
+from hutch.providers.unikraft.api import Reply
+from hutch.providers.unikraft.connection import ConnectionMixin
 from hutch.providers.unikraft.files import FilesMixin
 from hutch.providers.unikraft.ssh import SshTransferMixin
 from hutch.providers.unikraft.wire import HOLD, marker, scrubber, split_marker, wrap
@@ -40,7 +41,7 @@ NO_TERMINAL = (
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
 
 
-class UnikraftProvider(SshTransferMixin, FilesMixin):
+class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
     name = "unikraft"
     capabilities = Capabilities(
         mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True, transfer=True
@@ -49,40 +50,7 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._apis: dict[str, Api] = {}
-        self.crash_hook: Any = None  # set by the Service: called as hook(point) on the wire
-
-    # -- connection ----------------------------------------------------------------------
-
-    def api(self, endpoint: str) -> Api:
-        if endpoint not in self._apis:
-            token, _ = resolve_token()
-
-            async def on_response(method: str, path: str) -> None:
-                if self.crash_hook is not None and method == "POST" and path == "/v1/instances":
-                    self.crash_hook("create_sent")
-
-            self._apis[endpoint] = Api(endpoint, token, timeout=self.settings.unikraft_timeout, on_response=on_response)
-        return self._apis[endpoint]
-
-    def endpoint_for(self, rec: SandboxRecord) -> str:
-        return str(rec.data.get("endpoint") or resolve_endpoint(rec.spec.provider_options.get("metro")))
-
-    def endpoint_for_metro(self, metro: str | None) -> str:
-        return resolve_endpoint(metro)
-
-    async def account(self, endpoint: str) -> dict[str, Any]:
-        """The token's account, from ``/v1/users/quotas`` (read-only; validates the token)."""
-        reply = await self.api(endpoint).call("GET", "/v1/users/quotas", "reading the account's quotas")
-        quotas = reply.data.get("quotas") or []
-        uuids = {q.get("uuid") for q in quotas if isinstance(q, dict) and q.get("uuid")}
-        if len(uuids) != 1:
-            raise UnavailableError(
-                f"the quotas endpoint named {len(uuids)} accounts (expected exactly one)", hint="check the token"
-            )
-        q = quotas[0]
-        used, hard = q.get("used") or {}, q.get("hard") or {}
-        return {"account": uuids.pop(), "used": used.get("instances"), "hard": hard.get("instances"), "limits": q.get("limits")}
+        ConnectionMixin.__init__(self, settings.unikraft_timeout)
 
     # -- the calls the claim workflow makes -------------------------------------------------
 
@@ -107,41 +75,44 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
             "tags": ["hutch", f"hutch-sandbox={rec.id}"],
         }
 
-    async def create_instance(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
-        reply = await self.api(endpoint).request("POST", "/v1/instances", body=body)
+    async def create_instance(self, endpoint: str, body: dict[str, Any], *, account: str) -> dict[str, Any]:
+        api = await self.api(endpoint, account)
+        reply = await api.request("POST", "/v1/instances", body=body)
         if reply.status >= 400 or not isinstance(reply.body, dict):
-            raise self.api(endpoint).fail(reply, f"creating instance {body['name']}")
+            raise api.fail(reply, f"creating instance {body['name']}")
         items = reply.data.get("instances") or []
         if len(items) != 1 or items[0].get("status", "success") != "success" or not items[0].get("uuid"):
-            raise self.api(endpoint).fail(reply, f"creating instance {body['name']}")
+            raise api.fail(reply, f"creating instance {body['name']}")
         return dict(items[0])
 
-    async def ssh_endpoint(self, endpoint: str, inst: dict[str, Any]) -> dict[str, Any]:
+    async def ssh_endpoint(self, endpoint: str, inst: dict[str, Any], *, account: str) -> dict[str, Any]:
         from hutch.providers.unikraft.ssh import ssh_endpoint
 
-        return await ssh_endpoint(inst, lambda: self.lookup(endpoint, str(inst["uuid"])))
+        return await ssh_endpoint(inst, lambda: self.lookup(endpoint, str(inst["uuid"]), account=account))
 
-    async def lookup(self, endpoint: str, uuid: str) -> dict[str, Any] | None:
-        reply = await self.api(endpoint).request("GET", f"/v1/instances/{uuid}")
+    async def lookup(self, endpoint: str, uuid: str, *, account: str) -> dict[str, Any] | None:
+        api = await self.api(endpoint, account)
+        reply = await api.request("GET", f"/v1/instances/{uuid}")
         if reply.status == 404:
             return None
         if reply.status >= 400:
-            raise self.api(endpoint).fail(reply, f"looking up instance {uuid}")
+            raise api.fail(reply, f"looking up instance {uuid}")
         items = reply.data.get("instances") or []
         if items and isinstance(items[0], dict) and items[0].get("status", "success") != "success":
             if items[0].get("error") == 404 or "not found" in str(items[0].get("message", "")).lower():
                 return None
-            raise self.api(endpoint).fail(reply, f"looking up instance {uuid}")
+            raise api.fail(reply, f"looking up instance {uuid}")
         return dict(items[0]) if items else None
 
-    async def inventory(self, endpoint: str) -> list[dict[str, Any]]:
+    async def inventory(self, endpoint: str, *, account: str) -> list[dict[str, Any]]:
         """The account's complete instance listing."""
-        reply = await self.api(endpoint).call("GET", "/v1/instances", "listing instances", params={"details": "false"})
+        api = await self.api(endpoint, account)
+        reply = await api.call("GET", "/v1/instances", "listing instances", params={"details": "false"})
         return [dict(i) for i in reply.data.get("instances") or [] if isinstance(i, dict)]
 
-    async def delete_instance(self, endpoint: str, uuid: str) -> str:
+    async def delete_instance(self, endpoint: str, uuid: str, *, account: str) -> str:
         """One-item, UUID-only batch delete: 'accepted', or 'absent' when it was already gone."""
-        api = self.api(endpoint)
+        api = await self.api(endpoint, account)
         reply = await api.request("DELETE", "/v1/instances", body=[{"uuid": uuid}])
         items = reply.data.get("instances") or []
         mine = [i for i in items if isinstance(i, dict) and i.get("uuid") == uuid]
@@ -157,11 +128,11 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
             hint="the claim is kept; retry with hutch destroy or hutch cleanup",
         )
 
-    async def wait_ready(self, endpoint: str, uuid: str, workdir: str | None = None) -> None:
+    async def wait_ready(self, endpoint: str, uuid: str, workdir: str | None = None, *, account: str) -> None:
         """Until the plugin answers its readiness probe (``GET /commands``), at most
         ``unikraft_ready_timeout`` seconds (HUTCH_UNIKRAFT_READY_TIMEOUT); then make sure the
         sandbox's workdir exists (images need not have ``/workspace``)."""
-        api = self.api(endpoint)
+        api = await self.api(endpoint, account)
         end = time.monotonic() + self.settings.unikraft_ready_timeout
         last = "no answer"
         while time.monotonic() < end:
@@ -196,17 +167,13 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
 
     async def alive(self, rec: SandboxRecord) -> bool:
         try:
-            inst = await self.lookup(self.endpoint_for(rec), str(rec.data["uuid"]))
+            inst = await self.lookup(self.endpoint_for(rec), str(rec.data["uuid"]), account=self.account_of(rec))
         except HutchError:
             return True  # cannot tell: keep it (it survives us; cleanup settles it)
         return inst is not None and inst.get("state") not in ("stopped", "stopping")
 
     async def destroy(self, rec: SandboxRecord) -> bool:
         raise InternalError("unikraft sandboxes are destroyed through claims (Service.destroy)")
-
-    async def close(self) -> None:
-        for api in self._apis.values():
-            await api.close()
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -218,7 +185,7 @@ class UnikraftProvider(SshTransferMixin, FilesMixin):
     async def _plugin(
         self, rec: SandboxRecord, method: str, path: str, what: str, *, ok: tuple[int, ...] = (200,), **kw: Any
     ) -> Reply:
-        api = self.api(self.endpoint_for(rec))
+        api = await self.api(self.endpoint_for(rec), self.account_of(rec))
         reply = await api.plugin(str(rec.data["uuid"]), method, path, what, idempotent=method == "GET", **kw)
         if reply.status not in ok:
             raise api.fail(reply, what)

@@ -1,7 +1,9 @@
 """The Unikraft Cloud connection: endpoint and token resolution, and one careful HTTP client.
 
-Rules (issue 6): the token comes from ``HUTCH_UNIKRAFT_TOKEN``, ``UKC_TOKEN``,
-``UKC_API_KEY`` or the config file's ``unikraft_token``, in that order, never from a flag.
+Rules (issue 6): a token comes from ``HUTCH_UNIKRAFT_TOKEN``, ``UKC_TOKEN``,
+``UKC_API_KEY`` or the config file's ``unikraft_token``, in that order, never from a flag:
+the caller's, sent with each request (``hutch.credentials``), or the daemon's own; which
+one an operation uses is the Service's (``hutch.service.keyring``).
 A metro name becomes ``https://api.<metro>.unikraft.cloud``; a URL override must be an
 endpoint root (no path beyond ``/v1``, no userinfo, query or fragment) and HTTPS unless its
 host is loopback. Redirects are followed only to the same origin under ``/v1/``, and never
@@ -16,14 +18,13 @@ import ipaddress
 import json
 import os
 import time
-import tomllib
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
 
+from hutch.credentials import CONFIG_SOURCE, TOKEN_HINT, UNIKRAFT_TOKEN_VARS, config_file
 from hutch.errors import (
     CapacityError,
     HutchError,
@@ -34,7 +35,7 @@ from hutch.errors import (
 )
 
 METROS = ("fra", "dal", "sin", "was", "sfo")
-TOKEN_VARS = ("HUTCH_UNIKRAFT_TOKEN", "UKC_TOKEN", "UKC_API_KEY")
+TOKEN_VARS = UNIKRAFT_TOKEN_VARS
 MAX_BODY = 16 << 20
 MAX_REDIRECTS = 3
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -48,32 +49,21 @@ class NotSentError(UnavailableError):
 
 def config_value(key: str) -> str | None:
     """One key of hutch's config file (``HUTCH_CONFIG`` or ``$HUTCH_HOME/config.toml``)."""
-    from hutch.config import default_home
-
-    home = Path(os.environ.get("HUTCH_HOME") or default_home())
-    path = Path(os.environ.get("HUTCH_CONFIG") or home / "config.toml")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
-    value = data.get(key)
+    value = config_file(os.environ).get(key)
     return str(value) if value not in (None, "") else None
 
 
 def resolve_token() -> tuple[str, str]:
-    """(token, where it came from). The source is safe to show; the token is not."""
+    """(token, where it came from) in this process's environment or config file. The
+    source is safe to show; the token is not."""
     for var in TOKEN_VARS:
         value = os.environ.get(var, "").strip()
         if value:
             return value, var
     stored = config_value("unikraft_token")
     if stored:
-        return stored.strip(), "config file (unikraft_token)"
-    raise UnauthorizedError(
-        "no Unikraft Cloud token",
-        hint=f"export one of {', '.join(TOKEN_VARS)} (or set unikraft_token in config.toml); "
-        "the daemon reads it when it starts, so restart it after: hutch daemon stop",
-    )
+        return stored.strip(), CONFIG_SOURCE
+    raise UnauthorizedError("no Unikraft Cloud token", hint=TOKEN_HINT)
 
 
 def _loopback(host: str) -> bool:
@@ -114,6 +104,16 @@ def resolve_endpoint(value: str | None) -> str:
     return f"{parts.scheme}://{host}" + (f":{port}" if port else "")
 
 
+def client(timeout: float) -> httpx.AsyncClient:
+    """A connection pool for one endpoint (shared by the Apis of its tokens)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"user-agent": "hutch", "accept": "application/json"},
+    )
+
+
 class Reply:
     """A platform or plugin answer: HTTP status and the parsed JSON envelope (or raw bytes)."""
 
@@ -145,6 +145,7 @@ class Api:
         timeout: float = 30.0,
         wake_deadline: float = 60.0,
         on_response: Callable[[str, str], Awaitable[None]] | None = None,
+        http: httpx.AsyncClient | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._token = token
@@ -152,18 +153,15 @@ class Api:
         self.wake_deadline = wake_deadline
         self.requests = 0  # how many HTTP requests this connection sent (tests count them)
         self.on_response = on_response  # crash-injection hook: (method, path) once headers arrived
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
-            follow_redirects=False,
-            trust_env=False,
-            headers={"user-agent": "hutch", "accept": "application/json"},
-        )
+        self._owned = http is None  # a shared connection pool is closed by its owner
+        self._http = http or client(timeout)
 
     def redact(self, text: str) -> str:
         return text.replace(self._token, "***") if self._token else text
 
     async def close(self) -> None:
-        await self._http.aclose()
+        if self._owned:
+            await self._http.aclose()
 
     async def request(
         self,

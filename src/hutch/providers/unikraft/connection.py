@@ -1,0 +1,82 @@
+"""The provider's connections to Unikraft Cloud: one pool per endpoint, one :class:`Api` per
+endpoint and token. Which token an operation uses is not decided here: the Service binds
+``tokens`` (``hutch.service.keyring``: the caller's, then what the daemon holds for the
+account, then the daemon's own); unbound (direct use), this process's own is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from hutch.credentials import fingerprint
+from hutch.errors import UnavailableError
+from hutch.models import SandboxRecord
+from hutch.providers.unikraft.api import Api, client, resolve_endpoint, resolve_token
+
+MAX_APIS = 64
+
+
+class ConnectionMixin:
+    def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+        self._pools: dict[str, httpx.AsyncClient] = {}  # one connection pool per endpoint
+        self._apis: dict[tuple[str, str], Api] = {}  # per endpoint and token fingerprint
+        self.crash_hook: Any = None  # set by the Service: called as hook(point) on the wire
+        self.tokens: Callable[[str, str], Awaitable[str]] | None = None  # set by the Service
+
+    def api_with(self, endpoint: str, token: str) -> Api:
+        key = (endpoint, fingerprint(token))
+        api = self._apis.get(key)
+        if api is None:
+            if len(self._apis) >= MAX_APIS:  # cheap objects over a shared pool: just forget the oldest
+                self._apis.pop(next(iter(self._apis)))
+            pool = self._pools.get(endpoint)
+            if pool is None:
+                pool = self._pools[endpoint] = client(self._timeout)
+
+            async def on_response(method: str, path: str) -> None:
+                if self.crash_hook is not None and method == "POST" and path == "/v1/instances":
+                    self.crash_hook("create_sent")
+
+            api = Api(endpoint, token, timeout=self._timeout, on_response=on_response, http=pool)
+            self._apis[key] = api
+        return api
+
+    async def api(self, endpoint: str, account: str) -> Api:
+        """The connection for ``account``'s resources at ``endpoint``, with its credential."""
+        token = resolve_token()[0] if self.tokens is None else await self.tokens(endpoint, account)
+        return self.api_with(endpoint, token)
+
+    def endpoint_for(self, rec: SandboxRecord) -> str:
+        return str(rec.data.get("endpoint") or resolve_endpoint(rec.spec.provider_options.get("metro")))
+
+    def endpoint_for_metro(self, metro: str | None) -> str:
+        return resolve_endpoint(metro)
+
+    async def account(self, endpoint: str, token: str | None = None) -> dict[str, Any]:
+        """The account of ``token`` (default: this process's own), from ``/v1/users/quotas``
+        (read-only; validates the token)."""
+        api = self.api_with(endpoint, resolve_token()[0] if token is None else token)
+        reply = await api.call("GET", "/v1/users/quotas", "reading the account's quotas")
+        quotas = reply.data.get("quotas") or []
+        uuids = {q.get("uuid") for q in quotas if isinstance(q, dict) and q.get("uuid")}
+        if len(uuids) != 1:
+            raise UnavailableError(
+                f"the quotas endpoint named {len(uuids)} accounts (expected exactly one)", hint="check the token"
+            )
+        q = quotas[0]
+        used, hard = q.get("used") or {}, q.get("hard") or {}
+        return {"account": uuids.pop(), "used": used.get("instances"), "hard": hard.get("instances"), "limits": q.get("limits")}
+
+    async def close(self) -> None:
+        self._apis.clear()
+        for pool in self._pools.values():
+            await pool.aclose()
+        self._pools.clear()
+
+    @staticmethod
+    def account_of(rec: SandboxRecord) -> str:
+        return str(rec.data.get("account") or "")
