@@ -322,7 +322,7 @@ class Claims:
         done = []
         for claim in self.store.list_claims(provider.name, endpoint):
             rec = self._sandbox(claim["sandbox_id"])
-            if claim["account"] != account or (rec is not None and rec.state in LIVE):
+            if claim["account"] != account or claim["keep"] or (rec is not None and rec.state in LIVE):
                 continue
             try:
                 result = await self.destroy_claim(claim["id"], provider)

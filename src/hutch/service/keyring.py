@@ -239,7 +239,9 @@ class Keyring:
 
     async def _arm_own(self) -> None:
         for scope in sorted(self.wanted()):
-            if self.own(scope[0]):
+            if scope in self._held:  # taken while the daemon started (before it was armed)
+                await self.svc.rearm(scope)
+            elif self.own(scope[0]):
                 await self.available(scope)
 
     # -- what needs a credential, and what to show -------------------------------------

@@ -139,7 +139,7 @@ class Lifecycle:
         self._touched: dict[str, float] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._watched: dict[str, asyncio.Future[None]] = {}  # resolved once a death was recorded
-        self._expired: set[str] = set()  # sandboxes whose expiry was recorded (by this daemon)
+        self._expired: dict[str, tuple[Any, ...]] = {}  # the deadline whose expiry was recorded, per sandbox
         self._waiting: dict[str, tuple[int, float]] = {}  # pending expiries: tries, next try (monotonic)
 
     # -- deaths ----------------------------------------------------------------------
@@ -298,8 +298,9 @@ class Lifecycle:
         if action == "destroy" and scope is not None and not await self.svc.keyring.available(scope):
             self._postpone(rec, reason, "no credential for its account in the daemon's memory", credential=True)
             return False
-        if rec.id not in self._expired:  # once per sandbox, also when a failed destroy is retried
-            self._expired.add(rec.id)
+        deadline = (reason, rec.expires_at, rec.last_active_at)
+        if self._expired.get(rec.id) != deadline:  # once per deadline, also when a failed destroy is retried
+            self._expired[rec.id] = deadline
             self.store.append_event("sandbox_expired", rec.id, reason=reason, action=action)
             log.info("sandbox %s expired (%s): %s", rec.id, reason, action)
         if action == "pause":
@@ -312,7 +313,6 @@ class Lifecycle:
         except HutchError as exc:
             self._postpone(rec, reason, exc.message)
             raise
-        self._waiting.pop(rec.id, None)
         return True
 
     def _postpone(self, rec: SandboxRecord, reason: str, why: str, credential: bool = False) -> None:
@@ -329,7 +329,11 @@ class Lifecycle:
         """Expire every sandbox whose deadline has passed; returns (id, reason) pairs."""
         now = time.time() if now is None else now
         fired: list[tuple[str, str]] = []
-        for rec in self.store.list_sandboxes((SandboxState.running, SandboxState.paused)):
+        recs = self.store.list_sandboxes((SandboxState.running, SandboxState.paused))
+        live = {rec.id for rec in recs}
+        self._expired = {k: v for k, v in self._expired.items() if k in live}  # forget the sandboxes that are gone
+        self._waiting = {k: v for k, v in self._waiting.items() if k in live}
+        for rec in recs:
             reason = None
             if rec.expires_at is not None and rec.expires_at <= now:
                 reason = "ttl"

@@ -10,6 +10,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from hutch.credentials import CALLER
 from hutch.errors import HutchError
 from hutch.provider import CheckResult
 from hutch.providers.unikraft.api import TOKEN_VARS, resolve_endpoint, resolve_token
@@ -22,20 +23,24 @@ async def checks(provider: UnikraftProvider) -> list[CheckResult]:
     from hutch.providers.unikraft import DEFAULT_IMAGE
 
     out: list[CheckResult] = []
+    caller = CALLER.get().get("unikraft")  # a remote daemon's doctor: the caller's token and metro count
     try:
-        _, source = resolve_token()
+        if caller is not None and caller.token:
+            token, source = caller.token, f"the caller's {caller.source}"
+        else:
+            token, source = resolve_token()
         out.append(CheckResult("unikraft token", True, f"from {source}"))
     except HutchError as exc:
         out.append(CheckResult("unikraft token", False, exc.message, f"export one of {', '.join(TOKEN_VARS)}"))
         return out
     try:
-        endpoint = resolve_endpoint(None)
+        endpoint = resolve_endpoint(caller.metro if caller is not None and caller.metro else None)
     except HutchError as exc:
         out.append(CheckResult("unikraft metro", False, exc.message, exc.hint))
         return out
     t0 = time.monotonic()
     try:
-        scope = await provider.account(endpoint)
+        scope = await provider.account(endpoint, token)
     except HutchError as exc:
         out.append(CheckResult("unikraft metro", False, f"{endpoint}: {exc.message}", exc.hint))
         return out
