@@ -68,9 +68,16 @@ def router(service: Service) -> APIRouter:
 
     @r.get("/v1/credentials")
     async def credentials() -> dict[str, Any]:
-        """Per account that needs one (or is held): which credential the daemon has in memory
-        (origin, source, fingerprint; never the value), or ``missing``. The caller's own
-        credentials are checked first, so a caller that brings one sees it held."""
+        """Which provider credential the daemon holds, per account.
+
+        One entry per account that needs a credential (its sandboxes or claims) or has one
+        in memory: ``state`` (``in_memory`` or ``missing``), ``origin`` (``caller``,
+        ``credentials file``, ``daemon environment``), ``source``, ``fingerprint`` (never the
+        value), ``sandboxes``; and the matching ``doctor`` checks. Any request may carry the
+        caller's provider credentials in the ``x-hutch-credentials`` header (base64url JSON,
+        ``{"unikraft": {"token", "source", "metro"}}``, at most 8 KiB; a malformed one is
+        ``invalid``); this one waits until they have been checked, so a caller that brings
+        one sees it held."""
         await service.keyring.settle()
         report = service.keyring.report()
         return {"accounts": report, "checks": [c.to_dict() for c in credential_checks(report)]}
