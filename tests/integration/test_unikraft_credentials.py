@@ -218,3 +218,42 @@ def test_a_credentials_file_arms_an_unattended_daemon_after_a_kill_9(hutch_home:
         d.stop()
     os.unlink(path)
     assert_token_nowhere(hutch_home)
+
+
+def test_once_a_caller_brings_the_credential_leftover_claims_and_runs_are_settled(hutch_home: Path, ukc: TestServer) -> None:
+    d = daemon(hutch_home)
+    try:
+        keep = js(hutch(hutch_home, "create", "--provider", "unikraft", "--json", **caller(ukc)))
+        run = js(hutch(hutch_home, "exec", keep["id"], "--background", "--json", "--", "sh", "-c", "sleep 3; echo late"))
+        assert run["status"] == "running", run
+    finally:
+        d.kill9()
+    d = daemon(hutch_home, HUTCH_CRASH_AT="create_answered")  # a create that dies once its instance exists
+    try:
+        p = hutch(hutch_home, "create", "--provider", "unikraft", "--json", **caller(ukc))
+        assert p.returncode != 0
+        d.proc.wait(60)  # type: ignore[union-attr]
+    finally:
+        d.stop()
+    assert len(mine(ukc)) == 2  # the kept sandbox and the interrupted create's instance
+    d = daemon(hutch_home)
+    try:
+        with d.client() as c:  # no caller token: the run waits, neither lost nor settled
+            assert c.run(run["id"])["status"] == "running"
+            [failed] = [r for r in c.list(include_all=True) if r["state"] == "failed"]
+        assert len(mine(ukc)) == 2
+        js(hutch(hutch_home, "list", "--json", **caller(ukc)))  # any command brings it
+        wait_for("the leftover instance to go", lambda: len(mine(ukc)) == 1)
+        wait_for("the run to be settled", lambda: d.client().run(run["id"])["status"] != "running")
+        with d.client() as c:
+            done = c.wait(run["id"], timeout=60)
+            assert (done["status"], done["exit_code"]) == ("completed", 0), done
+            assert c.output(run["id"])["stdout"]["data"] == "late\n"
+            assert "claim_dropped" in [e["type"] for e in c.events(failed["id"])]
+        [claim] = js(hutch(hutch_home, "list", "--provider", "unikraft", "--json", **caller(ukc)))["items"]
+        assert claim["sandbox"] == keep["id"]
+        assert js(hutch(hutch_home, "destroy", keep["id"], "--json"))[0]["existed"]
+    finally:
+        d.stop()
+    assert mine(ukc) == []
+    assert_token_nowhere(hutch_home)
