@@ -408,3 +408,28 @@ class ApprovalDecision(BaseModel):
     approve: bool = True
     reason: str | None = Field(default=None, max_length=2000)
     by: str | None = Field(default=None, max_length=200)
+
+
+class RunRecord(BaseModel):
+    """A run as the store keeps it (``GET /v1/runs/ID``, a background exec's answer)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    sandbox_id: str
+    command: list[str]
+    status: RunStatus
+    exit_code: int | None = None
+    started_at: float
+    finished_at: float | None = None
+    duration_ms: float | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    truncated: bool = False
+    background: bool = False
+    cwd: str | None = None
+    env_keys: list[str] = Field(default_factory=list)  # the names only: values are never stored
+    timeout: float | None = None
+    idle_timeout: float | None = None
+    signal: int | None = None
+    error: str | None = None

@@ -276,3 +276,33 @@ def test_nul_paths_are_invalid_and_internal_errors_reach_the_daemon_log(daemon: 
     after = log[log.index("internal error on POST") :]
     assert "FileExistsError" in after
     assert after.count("Traceback (most recent call last)") == 1  # once: not again by the HTTP server
+
+
+# -- item: statuses: a call racing a destroy ---------------------------------------------
+
+
+def test_exec_racing_destroy_is_a_conflict(daemon: Daemon) -> None:
+    import threading
+
+    from hutch.errors import ConflictError, HutchError
+
+    c = daemon.client()
+    sid = c.create({"provider": "local"})["id"]
+    failed: list[HutchError] = []
+
+    def run() -> None:
+        try:
+            c.exec(sid, {"command": ["sleep", "300"]})
+        except HutchError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    _until(lambda: bool(c.runs(sid, "running")), "the run to start")
+    c.destroy(sid)
+    thread.join(120)
+    [err] = failed
+    assert isinstance(err, ConflictError), err  # was: unavailable, "the sandbox went away during the run"
+    assert "destroyed" in err.message
+    [record] = c.runs(sid)
+    assert record["status"] == "lost" and "destroyed" in record["error"]

@@ -267,3 +267,48 @@ def test_sync_client_reads_the_answer_to_a_body_the_daemon_refused(home: Path, s
     finally:
         thread.join(30)
         sock.close()
+
+
+# -- statuses and the document --------------------------------------------------------
+
+
+def test_status_wait_on_a_sandbox_that_will_never_run(app_client: TestClient, service: Service) -> None:
+    gone = app_client.post(SANDBOXES, json={"provider": "fake"}).json()["id"]
+    app_client.delete(f"{SANDBOXES}/{gone}")
+    error(app_client.get(f"{SANDBOXES}/{gone}/status", params={"wait": "true", "timeout": 5}), 404, "not_found")
+    lost = app_client.post(SANDBOXES, json={"provider": "fake"}).json()["id"]
+    from hutch.models import SandboxState
+
+    service.store.update_sandbox(lost, state=SandboxState.lost, error="its init died")
+    err = error(app_client.get(f"{SANDBOXES}/{lost}/status", params={"wait": "true", "timeout": 5}), 409, "conflict")
+    assert "lost" in err["message"]
+
+
+def test_the_document_says_400_for_bad_input_and_names_the_errors(app_client: TestClient) -> None:
+    doc = app_client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas and "Error" in schemas
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            codes = set(op["responses"])
+            assert "422" not in codes, (method, path)
+            assert {"401", "500", "503"} <= codes, (method, path)
+            if op.get("parameters") or op.get("requestBody"):
+                assert "400" in codes, (method, path)
+            if "{ref}" in path:
+                assert {"403", "404", "409"} <= codes, (method, path)
+            for code, resp in op["responses"].items():
+                if code.startswith(("4", "5")):
+                    assert resp["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+    exec_ok = doc["paths"]["/v1/sandboxes/{ref}/exec"]["post"]["responses"]["200"]["content"]
+    refs = {s["$ref"].rsplit("/", 1)[1] for s in exec_ok["application/json"]["schema"]["anyOf"]}
+    assert refs == {"ExecResult", "RunRecord"}  # a background exec answers its run record
+    assert "application/x-ndjson" in exec_ok
+    assert "requestBody" in doc["paths"]["/v1/sandboxes/{ref}/files"]["put"]
+
+
+def test_a_background_exec_answers_a_run_record(app_client: TestClient, sbx: dict[str, Any]) -> None:
+    from hutch.models import RunRecord
+
+    run = app_client.post(f"{SANDBOXES}/{sbx['id']}/exec", json={"command": ["echo", "x"], "background": True}).json()
+    assert RunRecord.model_validate(run).background is True

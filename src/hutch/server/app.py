@@ -17,7 +17,7 @@ from hutch import __version__
 from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
-from hutch.server import idempotency
+from hutch.server import idempotency, openapi
 from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, ClientGone, too_large, unless_gone
@@ -207,4 +207,5 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(lifecycle_router(service))
     app.include_router(credentials_router(service))
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
+    openapi.install(app)
     return app

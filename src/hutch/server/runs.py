@@ -16,13 +16,19 @@ from pydantic import BaseModel, ValidationError
 
 from hutch.checks import MAX_INT64
 from hutch.errors import HutchError, InvalidError
-from hutch.models import ExecRequest, ExecResult
+from hutch.models import ExecRequest, ExecResult, RunRecord
 from hutch.provider import Interactive
 from hutch.server import idempotency
 from hutch.server.edge import unless_gone
 from hutch.service import Service
 
 NDJSON = "application/x-ndjson"
+EXEC_RESPONSE: dict[str, Any] = {
+    "model": ExecResult | RunRecord,
+    "description": "The run's result (foreground), its record (``background``: it goes on), "
+    "or with ``?stream=true`` NDJSON events as output arrives, the result last",
+    "content": {NDJSON: {"schema": {"type": "string", "description": "one JSON event per line"}}},
+}
 
 
 class KillRequest(BaseModel):
@@ -38,7 +44,7 @@ def router(service: Service, once: idempotency.Idempotency) -> APIRouter:
     r = APIRouter()
     runs = service.runs
 
-    @r.post("/v1/sandboxes/{ref}/exec", response_model=None, responses={200: {"model": ExecResult}})
+    @r.post("/v1/sandboxes/{ref}/exec", response_model=None, responses={200: EXEC_RESPONSE})
     async def exec_(
         ref: str,
         req: ExecRequest,
@@ -59,15 +65,15 @@ def router(service: Service, once: idempotency.Idempotency) -> APIRouter:
             return StreamingResponse(_ndjson(_prepend(first, items)), media_type=NDJSON)
         return await runs.exec(ref, req)
 
-    @r.get("/v1/sandboxes/{ref}/runs")
+    @r.get("/v1/sandboxes/{ref}/runs", response_model=None, responses={200: {"model": list[RunRecord]}})
     async def list_runs(ref: str, status: str | None = None) -> list[dict[str, Any]]:
         return runs.list(ref, status)
 
-    @r.get("/v1/runs/{run_id}")
+    @r.get("/v1/runs/{run_id}", response_model=None, responses={200: {"model": RunRecord}})
     async def get_run(run_id: str) -> dict[str, Any]:
         return runs.get(run_id)
 
-    @r.post("/v1/runs/{run_id}/wait")
+    @r.post("/v1/runs/{run_id}/wait", response_model=None, responses={200: {"model": RunRecord}})
     async def wait(run_id: str, request: Request, timeout: float | None = Query(None, gt=0, le=7 * 86400)) -> dict[str, Any]:
         return await unless_gone(request, runs.wait(run_id, timeout))
 

@@ -366,8 +366,11 @@ class Service:
                 out["instance"] = "running" if alive else "gone"
             if not wait or rec.state == SandboxState.running:
                 return out
-            if rec.state in (SandboxState.failed, SandboxState.destroyed, SandboxState.lost):
-                raise UnavailableError(f"sandbox {ref} is {rec.state.value}" + (f": {rec.error}" if rec.error else ""))
+            if rec.state in (SandboxState.failed, SandboxState.destroyed, SandboxState.lost):  # it will never run
+                why = f"sandbox {ref} is {rec.state.value}" + (f": {rec.error}" if rec.error else "")
+                if rec.state == SandboxState.destroyed:
+                    raise NotFoundError(why, hint="create a new one with hutch create")
+                raise ConflictError(why, hint="destroy it (hutch destroy) and create a new one")
             if time.monotonic() > deadline:
                 raise TimeoutError_(f"sandbox {ref} is still {rec.state.value}", hint="retry with a longer --timeout")
             await asyncio.sleep(0.2)
@@ -387,12 +390,25 @@ class Service:
             self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
             self.store.append_event("sandbox_lost", rec.id, run_id)
 
+    def _gone(self, rec: SandboxRecord, exc: HutchError) -> HutchError:
+        """What to report for a call that lost its sandbox: one destroyed under it is a
+        ``conflict`` (the call raced a destroy), not ``unavailable``."""
+        if self.store.get_sandbox(rec.id).state in (SandboxState.destroying, SandboxState.destroyed):
+            return ConflictError(
+                f"sandbox {rec.id} was destroyed while the call was in progress",
+                hint="create a new one with hutch create",
+            )
+        return exc
+
     async def _guarded(self, rec: SandboxRecord, call: Awaitable[T]) -> T:
         try:
             return await call
         except UnavailableError as exc:
             await self._check_lost(rec, exc.message)
-            raise
+            gone = self._gone(rec, exc)
+            if gone is exc:
+                raise
+            raise gone from exc
 
     # -- files -----------------------------------------------------------------------
 

@@ -194,8 +194,10 @@ class Runs(Adoption):
             raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
+            gone: HutchError | None = None
             if isinstance(exc, UnavailableError):
                 await self.svc._check_lost(rec, message, run_id)
+                gone = self.svc._gone(rec, exc)  # destroyed under the run: a conflict
             lost = ExecResult(
                 run_id=run_id,
                 sandbox_id=rec.id,
@@ -204,9 +206,11 @@ class Runs(Adoption):
                 stdout="",
                 stderr="",
                 duration_ms=(time.perf_counter() - t0) * 1000,
-                error=message,
+                error=gone.message if gone is not None else message,
             )
             self._record(lost, oom=False)
+            if gone is not None and gone is not exc:
+                raise gone from exc
             raise
         result = self.result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
         self._record(result, oom=raw.oom_killed)

@@ -1,0 +1,135 @@
+"""The published OpenAPI document says what the API does: errors are ``{"error": {...}}`` with
+the status of their kind (400 for bad input, never FastAPI's 422), each operation lists the
+error statuses it can answer, and bodies that are not JSON are declared as what they are.
+
+tests/unit/test_openapi_conformance.py runs schemathesis over this document against the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from hutch.errors import KINDS
+
+ERROR = "Error"
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Every failure: a stable kind, a message, and a hint saying what to do next.",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["kind", "message"],
+            "properties": {
+                "kind": {"type": "string", "enum": sorted(KINDS)},
+                "message": {"type": "string"},
+                "hint": {"type": "string"},
+                "approval_id": {"type": "string", "description": "with kind approval_required: the request to approve"},
+            },
+        }
+    },
+}
+STATUSES = {
+    400: "`invalid`: bad input (a parameter or body out of its bounds, or not what the operation takes)",
+    401: "`unauthorized`: no or a wrong bearer token (a TCP listener; the unix socket needs none)",
+    403: "`policy`, `approval_required` (the sandbox's policy wants a human's approval: `approval_id`) "
+    "or `permission_denied` (inside the sandbox)",
+    404: "`not_found`: no such sandbox, run, approval, snapshot or tenant, or one no longer live",
+    409: "`conflict`: the state does not allow it (a name taken, a paused or destroyed sandbox, "
+    "an ambiguous id prefix, a request racing a destroy)",
+    413: "`invalid`: the request body is over the operation's limit (refused while it is read)",
+    429: "`capacity`: a limit reached (background runs per sandbox, a provider's quota, disk space)",
+    500: "`internal`: a bug (logged with its traceback in the daemon's log)",
+    503: "`unavailable`: the sandbox or its provider cannot be reached or has failed",
+    504: "`timeout`: a wait ran out of time",
+}
+CAPACITY = {
+    ("post", "/v1/sandboxes"),
+    ("post", "/v1/sandboxes/{ref}/exec"),
+    ("post", "/v1/sandboxes/{ref}/subagents"),
+    ("post", "/v1/sandboxes/{ref}/fork"),
+    ("post", "/v1/sessions"),
+    ("post", "/v1/snapshots/{name}/restore"),
+    ("post", "/v1/sandboxes/{ref}/snapshots"),
+    ("post", "/v1/sandboxes/{ref}/push"),
+    ("put", "/v1/sandboxes/{ref}/files"),
+}
+RAW_BODIES = {  # routes that read their body themselves
+    ("put", "/v1/sandboxes/{ref}/files"): ("application/octet-stream", "the file's bytes (at most 64 MiB)"),
+    ("post", "/v1/sandboxes/{ref}/push"): (
+        "application/x-hutch-push",
+        "the manifest's length in decimal, a newline, the manifest (JSON), then a tar of the files sent",
+    ),
+}
+
+BINARY = {"type": "string", "format": "binary"}
+RAW_ANSWERS = {  # routes that answer bytes, not JSON
+    ("get", "/v1/sandboxes/{ref}/files"): {
+        "description": "the file's bytes (a page of them with ``offset``)",
+        "headers": {
+            "x-hutch-truncated": {"description": "1 when more of the file follows", "schema": {"type": "string"}},
+            "x-hutch-size": {"description": "the file's size, when known (a page)", "schema": {"type": "string"}},
+        },
+        "content": {"application/octet-stream": {"schema": BINARY}},
+    },
+    ("get", "/v1/sandboxes/{ref}/pull"): {
+        "description": "the workspace as a tar stream",
+        "content": {"application/x-tar": {"schema": BINARY}},
+    },
+}
+
+
+def _errors(method: str, path: str, op: dict[str, Any]) -> list[int]:
+    params = {p["name"] for p in op.get("parameters", [])}
+    body = "requestBody" in op
+    codes = [401, 500, 503]
+    if params or body:
+        codes.append(400)
+    if "{" in path or body or params & {"sandbox", "run"}:  # names something that may be missing or busy
+        codes += [404, 409]
+    if "{ref}" in path:  # a sandbox's policy (approvals), or a permission inside it
+        codes.append(403)
+    if body:
+        codes.append(413)
+    if (method, path) in CAPACITY:
+        codes.append(429)
+    if "timeout" in params:  # the waits
+        codes.append(504)
+    return sorted(codes)
+
+
+def fix(schema: dict[str, Any]) -> dict[str, Any]:
+    """FastAPI's document, made to say what the app answers."""
+    schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+    schemas[ERROR] = ERROR_SCHEMA
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    ref = {"$ref": f"#/components/schemas/{ERROR}"}
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            raw = RAW_BODIES.get((method, path))
+            if raw is not None:
+                media, what = raw
+                op["requestBody"] = {
+                    "required": True,
+                    "description": what,
+                    "content": {media: {"schema": BINARY}},
+                }
+            responses = op.setdefault("responses", {})
+            if (method, path) in RAW_ANSWERS:
+                responses["200"] = RAW_ANSWERS[(method, path)]
+            responses.pop("422", None)
+            for code in _errors(method, path, op):
+                responses.setdefault(str(code), {"description": STATUSES[code], "content": {"application/json": {"schema": ref}}})
+    return schema
+
+
+def install(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = fix(FastAPI.openapi(app))
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
