@@ -89,7 +89,7 @@ class Target:
         return self.call(self.svc.lifecycle.resume(ref))
 
     def events(self, sandbox_id: str) -> list[dict[str, Any]]:
-        return self.svc.store.list_events(sandbox_id)
+        return self.svc.store.events.all(sandbox_id)
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -200,7 +200,7 @@ class Target:
             names = {i["name"] for i in self.server.state()["instances"]}
             if rec.data.get("instance") in names:
                 found.append(f"instance {rec.data['instance']}")
-            if self.svc.store.find_claim(rec.id) is not None:
+            if self.svc.store.claims.of_sandbox(rec.id) is not None:
                 found.append("its claim")
         return found
 

@@ -192,7 +192,7 @@ def test_create_cut_short_by_a_crash_is_cleaned_on_restart(hutch_home: Path) -> 
         updated_at=time.time(),
         data={"slot": 0},
     )
-    store.insert_sandbox(rec)
+    store.sandboxes.insert(rec)
     half = hutch_home / "sandboxes" / rec.id / "workspace"
     half.mkdir(parents=True)
     layout = cgroups.detect()

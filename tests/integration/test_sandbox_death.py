@@ -20,7 +20,7 @@ DEADLINE = 60.0  # generous: the machine may be loaded
 
 def _record(d: Daemon, sandbox_id: str) -> dict[str, Any]:
     """The local provider's record of the sandbox (its init's host pid, its cgroups)."""
-    return Store(d.settings.db_path).get_sandbox(sandbox_id).data
+    return Store(d.settings.db_path).sandboxes.get(sandbox_id).data
 
 
 def _until_lost(c: Client, sandbox_id: str) -> dict[str, Any]:

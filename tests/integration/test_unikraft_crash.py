@@ -78,4 +78,4 @@ def test_sigkill_at_every_step_then_cleanup_leaves_nothing(hutch_home: Path, ukc
 def hutch_claims(home: Path) -> list[dict[str, object]]:
     from hutch.store import Store
 
-    return Store(home / "hutch.db").list_claims()
+    return Store(home / "hutch.db").claims.all()

@@ -49,7 +49,7 @@ def test_background_run_that_cannot_start_is_an_error_at_once(service: Service) 
         fake(service).sandboxes.clear()  # the provider lost the sandbox
         with pytest.raises(NotFoundError):
             await service.runs.start(rec.id, ExecRequest(command=["true"], background=True))
-        (run,) = service.store.list_runs(rec.id)
+        (run,) = service.store.runs.all(rec.id)
         assert (run["status"], run["exit_code"]) == ("lost", 125)
 
     asyncio.run(go())
@@ -57,13 +57,13 @@ def test_background_run_that_cannot_start_is_an_error_at_once(service: Service) 
 
 def test_a_run_is_finalized_once(service: Service) -> None:
     rec = asyncio.run(service.create(SandboxSpec(provider="fake")))
-    service.store.insert_run("run_once", rec.id, ["true"], 0.0)
+    service.store.runs.insert("run_once", rec.id, ["true"], 0.0)
     first = ExecResult(
         run_id="run_once", sandbox_id=rec.id, exit_code=125, status=RunStatus.lost, stdout="", stderr="", duration_ms=1.0
     )
     later = first.model_copy(update={"exit_code": 0, "status": RunStatus.completed})
-    service.store.finish_run(first, [("run_finished", {"status": "lost"})])
-    service.store.finish_run(later, [("run_finished", {"status": "completed"})])
-    assert service.store.get_run("run_once")["status"] == "lost"
-    finished = [e for e in service.store.list_events(rec.id) if e["type"] == "run_finished"]
+    service.store.runs.finish(first, [("run_finished", {"status": "lost"})])
+    service.store.runs.finish(later, [("run_finished", {"status": "completed"})])
+    assert service.store.runs.get("run_once")["status"] == "lost"
+    finished = [e for e in service.store.events.all(rec.id) if e["type"] == "run_finished"]
     assert [e["data"]["status"] for e in finished] == ["lost"]

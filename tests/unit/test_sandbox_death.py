@@ -25,14 +25,14 @@ def fake(service: Service) -> FakeProvider:
 def test_a_reported_death_makes_the_sandbox_lost_with_its_cause(service: Service) -> None:
     async def go() -> None:
         rec = await service.create(SandboxSpec(provider="fake", limits={"memory": "64M"}))
-        service.store.insert_run("run_going", rec.id, ["sleep", "600"], 1.0)
-        service.store.insert_run("run_ended", rec.id, ["true"], 1.0)
+        service.store.runs.insert("run_going", rec.id, ["sleep", "600"], 1.0)
+        service.store.runs.insert("run_ended", rec.id, ["true"], 1.0)
         fake(service).status["run_ended"] = RawOutput(exit_code=0, finished_at=2.0)  # its status file
         await fake(service).die(rec.id, Death(exit_code=137, signal=9, oom_kills=1))
         lost = service.get(rec.id)
         assert lost.state == SandboxState.lost
         assert lost.error and "out of memory" in lost.error and "SIGKILL" in lost.error
-        (event,) = service.store.list_events(rec.id, types=["sandbox_lost"])
+        (event,) = service.store.events.all(rec.id, types=["sandbox_lost"])
         assert event["data"] | {"message": ""} == {
             "reason": "oom",
             "message": "",
@@ -40,10 +40,10 @@ def test_a_reported_death_makes_the_sandbox_lost_with_its_cause(service: Service
             "signal": 9,
             "oom_kills": 1,
         }
-        runs = {r["id"]: r for r in service.store.list_runs(rec.id)}
+        runs = {r["id"]: r for r in service.store.runs.all(rec.id)}
         assert runs["run_going"]["status"] == "lost" and "out of memory" in runs["run_going"]["error"]
         assert runs["run_ended"]["status"] == "completed"  # it ended just before: its outcome is kept
-        finished = [e["run_id"] for e in service.store.list_events(rec.id) if e["type"] == "run_finished"]
+        finished = [e["run_id"] for e in service.store.events.all(rec.id) if e["type"] == "run_finished"]
         assert sorted(finished) == ["run_ended", "run_going"]
 
     asyncio.run(go())
@@ -57,7 +57,7 @@ def test_a_destroyed_sandbox_is_not_reported_dead(service: Service) -> None:
         assert rec.id not in fake(service).watched
         await on_gone(rec.id, Death(signal=9))  # a late report of the kill the destroy made
         assert service.get(rec.id).state == SandboxState.destroyed
-        assert service.store.list_events(rec.id, types=["sandbox_lost"]) == []
+        assert service.store.events.all(rec.id, types=["sandbox_lost"]) == []
 
     asyncio.run(go())
 
@@ -84,7 +84,7 @@ def test_a_failed_call_waits_for_the_watchers_report(service: Service) -> None:
         await service._check_lost(rec, "the sandbox is not answering")
         await report
         assert service.get(rec.id).error == "the sandbox died: its processes were killed by signal 9 (SIGKILL)"
-        assert len(service.store.list_events(rec.id, types=["sandbox_lost"])) == 1
+        assert len(service.store.events.all(rec.id, types=["sandbox_lost"])) == 1
 
     asyncio.run(go())
 

@@ -32,7 +32,7 @@ def fake(service: Service) -> FakeProvider:
 
 
 def event_types(service: Service, sandbox_id: str) -> list[str]:
-    return [e["type"] for e in service.store.list_events(sandbox_id)]
+    return [e["type"] for e in service.store.events.all(sandbox_id)]
 
 
 # -- lifecycle ------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_unsupported_mounts_rejected_before_any_record(service: Service) -> None
         run(service.create(spec))
     assert "mount" in info.value.message
     assert service.list(include_all=True) == []
-    assert service.store.list_events() == []
+    assert service.store.events.all() == []
     assert fake(service).calls == []
 
 
@@ -163,7 +163,7 @@ def test_exec_timeout(service: Service) -> None:
     assert result.status == RunStatus.timed_out
     assert result.exit_code == 124
     assert result.duration_ms < 5000
-    (r,) = service.store.list_runs(rec.id)
+    (r,) = service.store.runs.all(rec.id)
     assert (r["status"], r["exit_code"]) == ("timed_out", 124)
 
 
@@ -195,13 +195,13 @@ def test_exec_empty_command_is_invalid_and_records_no_run(service: Service) -> N
     with pytest.raises(InvalidError) as info:
         execute(service, rec.id, [])
     assert info.value.hint
-    assert service.store.list_runs(rec.id) == []
+    assert service.store.runs.all(rec.id) == []
 
 
 def test_runs_are_recorded(service: Service) -> None:
     rec = create(service)
     results = [execute(service, rec.id, c) for c in (["true"], ["false"], ["exit", "7"])]
-    runs = service.store.list_runs(rec.id)
+    runs = service.store.runs.all(rec.id)
     assert [r["id"] for r in runs] == [r.run_id for r in results]
     assert [r["command"] for r in runs] == [["true"], ["false"], ["exit", "7"]]
     assert [(r["status"], r["exit_code"]) for r in runs] == [("completed", 0), ("failed", 1), ("failed", 7)]
@@ -212,7 +212,7 @@ def test_events_in_order(service: Service) -> None:
     rec = create(service)
     result = execute(service, rec.id, ["echo", "x"], env={"SECRET_KEY": "s3cr3t"})
     run(service.destroy(rec.id))
-    events = service.store.list_events(rec.id)
+    events = service.store.events.all(rec.id)
     assert [e["type"] for e in events] == ["sandbox_created", "run_started", "run_finished", "sandbox_destroyed"]
     assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
     started, finished = events[1], events[2]
@@ -243,7 +243,7 @@ def test_exec_when_provider_lost_the_sandbox_records_a_lost_run(service: Service
     fake(service).sandboxes.clear()
     with pytest.raises(NotFoundError):
         execute(service, rec.id, ["true"])
-    (r,) = service.store.list_runs(rec.id)
+    (r,) = service.store.runs.all(rec.id)
     assert (r["status"], r["exit_code"]) == ("lost", 125)
     assert event_types(service, rec.id)[-1] == "run_finished"
 
@@ -281,7 +281,7 @@ def test_start_adopts_sandboxes_the_provider_still_has(service: Service) -> None
 
 def test_start_marks_sandboxes_the_provider_forgot_as_lost(service: Service, settings: Settings) -> None:
     rec = create(service, name="ghost")
-    service.store.insert_run("run_inflight", rec.id, ["sleep", "100"], 0.0)
+    service.store.runs.insert("run_inflight", rec.id, ["sleep", "100"], 0.0)
     reborn = Service(Settings.load(home=settings.home, provider="fake"))  # a fresh fake: it knows no sandboxes
     report = run(reborn.start())
     assert report["lost"] == [rec.id]
@@ -290,7 +290,7 @@ def test_start_marks_sandboxes_the_provider_forgot_as_lost(service: Service, set
     assert lost.state == SandboxState.lost
     assert lost.error
     assert [r.id for r in reborn.list()] == [rec.id]  # lost sandboxes are still listed
-    assert reborn.store.list_runs(rec.id)[0]["status"] == "lost"
+    assert reborn.store.runs.all(rec.id)[0]["status"] == "lost"
     assert event_types(reborn, rec.id)[-1] == "sandbox_lost"
     with pytest.raises(NotFoundError) as info:
         run(reborn.exec("ghost", ExecRequest(command=["true"])))
@@ -306,7 +306,7 @@ def test_start_cleans_interrupted_transitions(
     service: Service, settings: Settings, interrupted: SandboxState, final: SandboxState
 ) -> None:
     rec = create(service)
-    service.store.update_sandbox(rec.id, state=interrupted)
+    service.store.sandboxes.update(rec.id, state=interrupted)
     reborn = Service(Settings.load(home=settings.home, provider="fake"))
     report = run(reborn.start())
     assert report["cleaned"] == [rec.id]

@@ -23,7 +23,7 @@ def create(service: Service, **kw: Any) -> SandboxRecord:
 
 
 def events(service: Service, sandbox_id: str | None = None) -> list[dict[str, Any]]:
-    return service.store.list_events(sandbox_id)
+    return service.store.events.all(sandbox_id)
 
 
 def test_durations() -> None:
@@ -80,7 +80,7 @@ def test_ttl_destroys_and_idle_pauses(service: Service) -> None:
 def test_activity_and_keepalive_push_the_idle_deadline(service: Service) -> None:
     rec = create(service, idle_timeout="10s")
     now = time.time()
-    service.store.touch(rec.id, now + 8)  # activity 8 s in
+    service.store.sandboxes.touch(rec.id, now + 8)  # activity 8 s in
     assert run(service.lifecycle.reap_once(now + 15)) == []
     out = service.lifecycle.keepalive(rec.id, ttl=parse_duration("1h"))
     assert out["expires_at"] == pytest.approx(time.time() + 3600, abs=5)
@@ -90,7 +90,7 @@ def test_activity_and_keepalive_push_the_idle_deadline(service: Service) -> None
 
 def test_a_running_background_run_is_activity(service: Service) -> None:
     rec = create(service, idle_timeout="1s")
-    service.store.insert_run("run_x", rec.id, ["sleep", "100"], time.time(), background=True)
+    service.store.runs.insert("run_x", rec.id, ["sleep", "100"], time.time(), background=True)
     assert run(service.lifecycle.reap_once(time.time() + 50)) == []
     assert service.get(rec.id).state == SandboxState.running
 
@@ -139,7 +139,7 @@ def test_approval_required_then_performed_once(service: Service) -> None:
     with pytest.raises(ApprovalRequiredError) as again:  # asking again gives the same pending request
         run(service.exec(rec.id, ExecRequest(command=["rm", "-rf", "x"])))
     assert again.value.approval_id == apr_id
-    assert len(service.store.list_runs(rec.id)) == 1  # the refused command never ran
+    assert len(service.store.runs.all(rec.id)) == 1  # the refused command never ran
     service.approvals.decide(apr_id, True, by="alice")
     with pytest.raises(InvalidError):  # an approval is for exactly that command
         run(service.exec(rec.id, ExecRequest(command=["rm", "-rf", "y"], approval=apr_id)))
@@ -180,7 +180,7 @@ def test_decide_bad_input_and_expiry(service: Service) -> None:
 def test_approvals_survive_a_new_store(service: Service) -> None:
     apr = service.approvals.request("deploy")
     again = Store(service.settings.db_path)
-    assert again.get_approval(apr.id).status == "pending"
+    assert again.approvals.get(apr.id).status == "pending"
 
 
 def test_labels_set_remove_and_filter(service: Service) -> None:
@@ -246,7 +246,7 @@ def test_approvals_of_a_destroyed_sandbox_are_closed(service: Service) -> None:
     rec = create(service)
     pending = service.approvals.request("deploy", rec.id)
     run(service.destroy(rec.id))
-    closed = service.store.get_approval(pending.id)
+    closed = service.store.approvals.get(pending.id)
     assert closed.status == "expired" and closed.decided_by == "hutch (sandbox destroyed)"
     with pytest.raises(ConflictError, match="destroyed"):
         service.approvals.request("deploy", rec.id)

@@ -77,7 +77,7 @@ def test_an_exact_name_wins_over_a_prefix(service: Service) -> None:
     named = create(service, name="box")
     # a sandbox whose *name* is the start of the first one's id: new names may not start with
     # sbx_, but a record from before that rule may have one
-    with service.store.transaction() as conn:
+    with service.store.db.transaction() as conn:
         conn.execute("UPDATE sandboxes SET name = ? WHERE id = ?", (first.id[:9], named.id))
     assert service.get(first.id[:9]).id == named.id
     assert service.get(first.id).id == first.id  # the whole id is still the first one

@@ -41,25 +41,25 @@ def record(name: str | None = None, state: SandboxState = SandboxState.running, 
 
 
 def test_migrations_are_recorded(store: Store) -> None:
-    assert store.migrations() == [name for name, _ in MIGRATIONS]
-    assert store.migrations()[0] == "0001_initial"
+    assert store.db.migrations() == [name for name, _ in MIGRATIONS]
+    assert store.db.migrations()[0] == "0001_initial"
 
 
 def test_migrations_are_idempotent(db: Path) -> None:
     first = Store(db)
-    first.insert_sandbox(record("keep"))
+    first.sandboxes.insert(record("keep"))
     second = Store(db)
-    assert second.migrations() == first.migrations()
+    assert second.db.migrations() == first.db.migrations()
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("SELECT count(*) FROM migrations").fetchone()[0] == len(MIGRATIONS)
     finally:
         raw.close()
-    assert second.get_sandbox("keep").name == "keep"
+    assert second.sandboxes.get("keep").name == "keep"
 
 
 def test_wal_mode(store: Store, db: Path) -> None:
-    assert store._conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.db.conn().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     raw = sqlite3.connect(db)
     try:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent in the file
@@ -68,7 +68,7 @@ def test_wal_mode(store: Store, db: Path) -> None:
 
 
 def test_busy_timeout_and_foreign_keys(store: Store) -> None:
-    conn = store._conn()
+    conn = store.db.conn()
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 1000
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
@@ -79,9 +79,9 @@ def test_busy_timeout_and_foreign_keys(store: Store) -> None:
 def test_insert_and_get_by_id_and_name(store: Store) -> None:
     rec = record("web", slot=3)
     rec.enforcement = {"memory": "cgroup"}
-    store.insert_sandbox(rec)
-    by_id = store.get_sandbox(rec.id)
-    by_name = store.get_sandbox("web")
+    store.sandboxes.insert(rec)
+    by_id = store.sandboxes.get(rec.id)
+    by_name = store.sandboxes.get("web")
     assert by_id == by_name
     assert by_id.id == rec.id
     assert by_id.state == SandboxState.running
@@ -92,67 +92,67 @@ def test_insert_and_get_by_id_and_name(store: Store) -> None:
 
 def test_get_unknown_is_not_found_with_hint(store: Store) -> None:
     with pytest.raises(NotFoundError) as info:
-        store.get_sandbox("nope")
+        store.sandboxes.get("nope")
     assert "nope" in info.value.message
     assert "hutch list" in (info.value.hint or "")
 
 
 def test_live_name_is_unique(store: Store) -> None:
-    store.insert_sandbox(record("dup"))
+    store.sandboxes.insert(record("dup"))
     with pytest.raises(ConflictError) as info:
-        store.insert_sandbox(record("dup"))
+        store.sandboxes.insert(record("dup"))
     assert "dup" in info.value.message
     assert info.value.hint and "hutch destroy dup" in info.value.hint
-    assert len(store.list_sandboxes()) == 1
+    assert len(store.sandboxes.all()) == 1
 
 
 @pytest.mark.parametrize("state", [SandboxState.creating, SandboxState.destroying])
 def test_every_live_state_holds_the_name(store: Store, state: SandboxState) -> None:
-    store.insert_sandbox(record("held", state=state))
+    store.sandboxes.insert(record("held", state=state))
     with pytest.raises(ConflictError):
-        store.insert_sandbox(record("held"))
+        store.sandboxes.insert(record("held"))
 
 
 def test_unnamed_sandboxes_do_not_conflict(store: Store) -> None:
     for _ in range(3):
-        store.insert_sandbox(record(None))
-    assert len(store.list_sandboxes()) == 3
+        store.sandboxes.insert(record(None))
+    assert len(store.sandboxes.all()) == 3
 
 
 @pytest.mark.parametrize("final", [SandboxState.destroyed, SandboxState.failed, SandboxState.lost])
 def test_dead_sandbox_name_can_be_reused(store: Store, final: SandboxState) -> None:
     old = record("again")
-    store.insert_sandbox(old)
-    store.update_sandbox(old.id, state=final)
+    store.sandboxes.insert(old)
+    store.sandboxes.update(old.id, state=final)
     new = record("again")
-    store.insert_sandbox(new)
-    assert store.get_sandbox("again").id == new.id  # the live one wins
-    assert store.get_sandbox(old.id).state == final
+    store.sandboxes.insert(new)
+    assert store.sandboxes.get("again").id == new.id  # the live one wins
+    assert store.sandboxes.get(old.id).state == final
 
 
 def test_name_lookup_falls_back_to_newest_dead(store: Store) -> None:
     a = record("gone")
-    store.insert_sandbox(a)
-    store.update_sandbox(a.id, state=SandboxState.destroyed)
+    store.sandboxes.insert(a)
+    store.sandboxes.update(a.id, state=SandboxState.destroyed)
     b = record("gone")
     b.created_at += 1
-    store.insert_sandbox(b)
-    store.update_sandbox(b.id, state=SandboxState.destroyed)
-    assert store.get_sandbox("gone").id == b.id
+    store.sandboxes.insert(b)
+    store.sandboxes.update(b.id, state=SandboxState.destroyed)
+    assert store.sandboxes.get("gone").id == b.id
 
 
 def test_update_sandbox(store: Store) -> None:
     rec = record("u")
-    store.insert_sandbox(rec)
+    store.sandboxes.insert(rec)
     time.sleep(0.002)
-    out = store.update_sandbox(rec.id, state=SandboxState.failed, data={"k": 1}, enforcement={"pids": "rlimit"}, error="boom")
+    out = store.sandboxes.update(rec.id, state=SandboxState.failed, data={"k": 1}, enforcement={"pids": "rlimit"}, error="boom")
     assert out.state == SandboxState.failed
     assert out.data == {"k": 1}
     assert out.enforcement == {"pids": "rlimit"}
     assert out.error == "boom"
     assert out.updated_at > rec.updated_at
     # fields not given stay as they are
-    again = store.update_sandbox(rec.id, state=SandboxState.destroyed)
+    again = store.sandboxes.update(rec.id, state=SandboxState.destroyed)
     assert again.data == {"k": 1} and again.error == "boom"
 
 
@@ -161,12 +161,12 @@ def test_list_sandboxes_filters_by_state_in_creation_order(store: Store) -> None
     for i, state in enumerate([SandboxState.running, SandboxState.destroyed, SandboxState.running, SandboxState.lost]):
         r = record(f"s{i}", state=state)
         r.created_at += i
-        store.insert_sandbox(r)
+        store.sandboxes.insert(r)
         recs.append(r)
-    assert [r.id for r in store.list_sandboxes()] == [r.id for r in recs]
-    running = store.list_sandboxes((SandboxState.running,))
+    assert [r.id for r in store.sandboxes.all()] == [r.id for r in recs]
+    running = store.sandboxes.all((SandboxState.running,))
     assert [r.id for r in running] == [recs[0].id, recs[2].id]
-    assert [r.id for r in store.list_sandboxes((SandboxState.lost, SandboxState.destroyed))] == [recs[1].id, recs[3].id]
+    assert [r.id for r in store.sandboxes.all((SandboxState.lost, SandboxState.destroyed))] == [recs[1].id, recs[3].id]
 
 
 # -- runs -----------------------------------------------------------------------------
@@ -189,44 +189,44 @@ def _result(run_id: str, sandbox_id: str, code: int, status: RunStatus) -> ExecR
 
 def test_runs_insert_finish_list(store: Store) -> None:
     rec = record("r")
-    store.insert_sandbox(rec)
+    store.sandboxes.insert(rec)
     r1, r2 = new_id("run"), new_id("run")
     t = time.time()
-    store.insert_run(r1, rec.id, ["echo", "hi"], t)
-    store.insert_run(r2, rec.id, ["/bin/sh", "-c", "exit 3"], t + 1)
-    runs = store.list_runs(rec.id)
+    store.runs.insert(r1, rec.id, ["echo", "hi"], t)
+    store.runs.insert(r2, rec.id, ["/bin/sh", "-c", "exit 3"], t + 1)
+    runs = store.runs.all(rec.id)
     assert [r["id"] for r in runs] == [r1, r2]
     assert runs[0]["command"] == ["echo", "hi"]
     assert all(r["status"] == "running" and r["exit_code"] is None for r in runs)
 
-    store.finish_run(_result(r2, rec.id, 3, RunStatus.failed))
-    done = {r["id"]: r for r in store.list_runs(rec.id)}
+    store.runs.finish(_result(r2, rec.id, 3, RunStatus.failed))
+    done = {r["id"]: r for r in store.runs.all(rec.id)}
     assert done[r2]["status"] == "failed"
     assert done[r2]["exit_code"] == 3
     assert done[r2]["duration_ms"] == 12.5
     assert (done[r2]["stdout_bytes"], done[r2]["stderr_bytes"], done[r2]["truncated"]) == (5, 7, 1)
     assert done[r2]["finished_at"] is not None
 
-    assert store.mark_running_runs_lost(rec.id) == 1
-    done = {r["id"]: r for r in store.list_runs(rec.id)}
+    assert store.runs.mark_lost(rec.id) == 1
+    done = {r["id"]: r for r in store.runs.all(rec.id)}
     assert done[r1]["status"] == "lost"
     assert done[r2]["status"] == "failed"
 
 
 def test_mark_lost_is_scoped_to_the_sandbox(store: Store) -> None:
     a, b = record("a"), record("b")
-    store.insert_sandbox(a)
-    store.insert_sandbox(b)
-    store.insert_run(new_id("run"), a.id, ["true"], time.time())
-    store.insert_run(new_id("run"), b.id, ["true"], time.time())
-    assert store.mark_running_runs_lost(a.id) == 1
-    assert store.list_runs(b.id)[0]["status"] == "running"
-    assert store.mark_running_runs_lost() == 1
+    store.sandboxes.insert(a)
+    store.sandboxes.insert(b)
+    store.runs.insert(new_id("run"), a.id, ["true"], time.time())
+    store.runs.insert(new_id("run"), b.id, ["true"], time.time())
+    assert store.runs.mark_lost(a.id) == 1
+    assert store.runs.all(b.id)[0]["status"] == "running"
+    assert store.runs.mark_lost() == 1
 
 
 def test_run_needs_an_existing_sandbox(store: Store) -> None:
     with pytest.raises(ConflictError):
-        store.insert_run(new_id("run"), "sbx_missing", ["true"], time.time())
+        store.runs.insert(new_id("run"), "sbx_missing", ["true"], time.time())
 
 
 # -- events ---------------------------------------------------------------------------
@@ -234,22 +234,22 @@ def test_run_needs_an_existing_sandbox(store: Store) -> None:
 
 def test_events_have_increasing_seq(store: Store) -> None:
     a, b = record("a"), record("b")
-    store.insert_sandbox(a)
-    store.insert_sandbox(b)
+    store.sandboxes.insert(a)
+    store.sandboxes.insert(b)
     seqs = [
-        store.append_event("sandbox_created", a.id, provider="fake"),
-        store.append_event("sandbox_created", b.id),
-        store.append_event("run_started", a.id, "run_1", command=["ls"]),
-        store.append_event("sandbox_destroyed", a.id),
+        store.events.append("sandbox_created", a.id, provider="fake"),
+        store.events.append("sandbox_created", b.id),
+        store.events.append("run_started", a.id, "run_1", command=["ls"]),
+        store.events.append("sandbox_destroyed", a.id),
     ]
     assert seqs == sorted(seqs) and len(set(seqs)) == 4
-    events = store.list_events(a.id)
+    events = store.events.all(a.id)
     assert [e["type"] for e in events] == ["sandbox_created", "run_started", "sandbox_destroyed"]
     assert [e["seq"] for e in events] == [seqs[0], seqs[2], seqs[3]]
     assert events[0]["data"] == {"provider": "fake"}
     assert events[1]["run_id"] == "run_1" and events[1]["data"] == {"command": ["ls"]}
-    assert len(store.list_events()) == 4
-    assert [e["seq"] for e in store.list_events(limit=2)] == seqs[:2]
+    assert len(store.events.all()) == 4
+    assert [e["seq"] for e in store.events.all(limit=2)] == seqs[:2]
 
 
 # -- several processes ----------------------------------------------------------------
@@ -258,22 +258,22 @@ def test_events_have_increasing_seq(store: Store) -> None:
 def test_two_stores_see_each_others_writes(db: Path) -> None:
     one, two = Store(db), Store(db)
     rec = record("shared")
-    one.insert_sandbox(rec)
-    assert two.get_sandbox("shared").id == rec.id
-    two.update_sandbox(rec.id, state=SandboxState.destroyed)
-    assert one.get_sandbox(rec.id).state == SandboxState.destroyed
-    two.append_event("sandbox_destroyed", rec.id)
-    assert [e["type"] for e in one.list_events(rec.id)] == ["sandbox_destroyed"]
+    one.sandboxes.insert(rec)
+    assert two.sandboxes.get("shared").id == rec.id
+    two.sandboxes.update(rec.id, state=SandboxState.destroyed)
+    assert one.sandboxes.get(rec.id).state == SandboxState.destroyed
+    two.events.append("sandbox_destroyed", rec.id)
+    assert [e["type"] for e in one.events.all(rec.id)] == ["sandbox_destroyed"]
     with pytest.raises(ConflictError):
-        one.insert_sandbox(record("x"))
-        two.insert_sandbox(record("x"))
+        one.sandboxes.insert(record("x"))
+        two.sandboxes.insert(record("x"))
 
 
 def test_failed_transaction_rolls_back(store: Store) -> None:
     rec = record("tx")
-    store.insert_sandbox(rec)
-    with pytest.raises(RuntimeError), store.transaction() as conn:
+    store.sandboxes.insert(rec)
+    with pytest.raises(RuntimeError), store.db.transaction() as conn:
         conn.execute("UPDATE sandboxes SET state = 'failed' WHERE id = ?", (rec.id,))
         raise RuntimeError("boom")
-    assert store.get_sandbox("tx").state == SandboxState.running
-    assert not store._conn().in_transaction
+    assert store.sandboxes.get("tx").state == SandboxState.running
+    assert not store.db.conn().in_transaction

@@ -196,7 +196,7 @@ def test_claim_updates_check_the_revision(tmp_path: Path) -> None:
     from hutch.store import Store
 
     store = Store(tmp_path / "db")
-    claim = store.insert_claim(
+    claim = store.claims.insert(
         {
             "id": "clm_1",
             "provider": "unikraft",
@@ -207,14 +207,14 @@ def test_claim_updates_check_the_revision(tmp_path: Path) -> None:
             "state": "intent",
         }
     )
-    moved = store.update_claim("clm_1", claim["revision"], state="ready", resource_id="u")
+    moved = store.claims.update("clm_1", claim["revision"], state="ready", resource_id="u")
     assert moved["revision"] == claim["revision"] + 1
     with pytest.raises(ConflictError):
-        store.update_claim("clm_1", claim["revision"], state="delete_attempt")  # a stale writer loses
+        store.claims.update("clm_1", claim["revision"], state="delete_attempt")  # a stale writer loses
     with pytest.raises(ConflictError):
-        store.delete_claim("clm_1", claim["revision"])
-    store.delete_claim("clm_1", moved["revision"])
-    assert store.list_claims() == []
+        store.claims.delete("clm_1", claim["revision"])
+    store.claims.delete("clm_1", moved["revision"])
+    assert store.claims.all() == []
 
 
 def test_concurrent_destroys_of_one_claim_send_one_delete(tmp_path: Path, ts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,10 +234,10 @@ def test_concurrent_destroys_of_one_claim_send_one_delete(tmp_path: Path, ts: An
         rec = SandboxRecord(
             id="sbx_test1", provider="unikraft", state=SandboxState.creating, spec=spec, created_at=0, updated_at=0
         )
-        a.store.insert_sandbox(rec)
+        a.store.sandboxes.insert(rec)
         prov_a.wait_ready = _ready  # type: ignore[attr-defined]
         await a.claims.create(rec, prov_a)
-        claim = a.store.find_claim(rec.id)
+        claim = a.store.claims.of_sandbox(rec.id)
         assert claim is not None
         results = await asyncio.gather(a.claims.destroy_claim(claim["id"], prov_a), b.claims.destroy_claim(claim["id"], prov_b))
         await a.close()

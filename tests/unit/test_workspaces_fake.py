@@ -62,7 +62,7 @@ def test_push_sends_changes_only_and_keeps_modes(service: Service, tmp_path: Pat
     third = push(service, ref, root)
     assert (third["files_sent"], third["skipped"]) == (1, 1)
     assert files["/workspace/a.txt"] == b"changed"
-    assert [e["type"] for e in service.store.list_events(ref)].count("workspace_pushed") == 3
+    assert [e["type"] for e in service.store.events.all(ref)].count("workspace_pushed") == 3
 
 
 def test_push_delete_guard_and_dry_run(service: Service, tmp_path: Path) -> None:

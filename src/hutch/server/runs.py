@@ -112,11 +112,11 @@ def router(service: Service, once: idempotency.Idempotency) -> APIRouter:
         if since is not None and since > time.time() + 86400:
             raise InvalidError("--since is in the future", hint="give a past time, e.g. 10m or 2026-11-29T10:00")
         run_id = service.runs.get(run)["id"] if run else None  # a short run id works too
-        return service.store.list_events(sandbox_id, limit, types=type, since=since, after_seq=after, run_id=run_id)
+        return service.store.events.all(sandbox_id, limit, types=type, since=since, after_seq=after, run_id=run_id)
 
     @r.get("/v1/sandboxes/{ref}/events")
     async def sandbox_events(ref: str, limit: int = Query(1000, ge=1, le=100000)) -> list[dict[str, Any]]:
-        return service.store.list_events(service.get(ref).id, limit)
+        return service.store.events.all(service.get(ref).id, limit)
 
     @r.get("/v1/sandboxes/{ref}/ps")
     async def ps(ref: str) -> list[dict[str, Any]]:

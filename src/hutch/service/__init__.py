@@ -74,7 +74,7 @@ class Service:
 
     def _provider_event(self, type_: str, sandbox_id: str, run_id: str | None, data: dict[str, Any]) -> None:
         """Events a provider observes on its own (egress decisions), recorded like any other."""
-        self.store.append_event(type_, sandbox_id, run_id, **data)
+        self.store.events.append(type_, sandbox_id, run_id, **data)
 
     @staticmethod
     def claimed(provider: Provider) -> bool:
@@ -86,11 +86,11 @@ class Service:
     async def start(self) -> dict[str, list[str]]:
         """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost."""
         report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
-        for rec in self.store.list_sandboxes(LIVE_STATES):
+        for rec in self.store.sandboxes.all(LIVE_STATES):
             provider = self.provider(rec.provider)
             if self.claimed(provider) and rec.state != SandboxState.running:
                 # its claim holds the truth; hutch cleanup settles the remote side
-                self.store.update_sandbox(rec.id, state=SandboxState.failed, error="interrupted by a daemon restart")
+                self.store.sandboxes.update(rec.id, state=SandboxState.failed, error="interrupted by a daemon restart")
                 report["cleaned"].append(rec.id)
                 continue
             if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
@@ -104,15 +104,15 @@ class Service:
                         log.warning("sandbox %s: cannot restore its network: %s", rec.id, exc.message)
                 report["adopted"].append(rec.id)
                 continue
-            self.store.mark_running_runs_lost(rec.id, "the sandbox died while the daemon was down")
+            self.store.runs.mark_lost(rec.id, "the sandbox died while the daemon was down")
             if rec.state in (SandboxState.running, SandboxState.paused):
-                self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
-                self.store.append_event("sandbox_lost", rec.id)
+                self.store.sandboxes.update(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
+                self.store.events.append("sandbox_lost", rec.id)
                 report["lost"].append(rec.id)
             else:
                 await provider.destroy(rec)
                 final = SandboxState.destroyed if rec.state == SandboxState.destroying else SandboxState.failed
-                self.store.update_sandbox(rec.id, state=final, error="interrupted by a daemon restart")
+                self.store.sandboxes.update(rec.id, state=final, error="interrupted by a daemon restart")
                 report["cleaned"].append(rec.id)
         return report
 
@@ -130,7 +130,7 @@ class Service:
         settle the account's leftover claims (the reaper expires what is due on its own)."""
         provider = self.provider(scope[0])
         for sandbox_id in sorted(self._deferred):
-            rec = self.store.get_sandbox(sandbox_id)
+            rec = self.store.sandboxes.get(sandbox_id)
             if self.keyring.scope_of(rec) == scope:
                 self._deferred.discard(sandbox_id)
                 if rec.state == SandboxState.running:
@@ -184,7 +184,7 @@ class Service:
             )
             if parent is not None:
                 rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
-            self.store.insert_sandbox(rec)
+            self.store.sandboxes.insert(rec)
         try:
             if self.claimed(provider):
                 data, enforcement = await self.claims.create(rec, provider)
@@ -194,23 +194,23 @@ class Service:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
             if spec.provider_options.get("ssh"):
                 shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
-            if self.store.get_sandbox(rec.id).state == SandboxState.creating:  # not when a destroy came first
-                self.store.update_sandbox(rec.id, state=SandboxState.failed, error=message)
+            if self.store.sandboxes.get(rec.id).state == SandboxState.creating:  # not when a destroy came first
+                self.store.sandboxes.update(rec.id, state=SandboxState.failed, error=message)
             raise
-        if not self.claimed(provider) and self.store.get_sandbox(rec.id).state != SandboxState.creating:
+        if not self.claimed(provider) and self.store.sandboxes.get(rec.id).state != SandboxState.creating:
             # destroyed while it was being made (hutch destroy --all): what the provider made goes too
             await provider.destroy(rec.model_copy(update={"data": data}))
             raise ConflictError(f"sandbox {rec.id} was destroyed while it was being created", hint="create it again")
-        rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
-        self.store.append_event("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
+        rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
+        self.store.events.append("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
         self.lifecycle.watch(rec)
         rec.credential = self.keyring.describe(rec)
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
-        rec = self.store.get_sandbox(ref)
+        rec = self.store.sandboxes.get(ref)
         if rec.spec.network.mode != "none" or rec.spec.network.deny_hosts:
-            counts = self.store.count_events(rec.id, ["egress_allowed", "egress_denied"])
+            counts = self.store.events.count(rec.id, ["egress_allowed", "egress_denied"])
             rec.egress = {"allowed": counts["egress_allowed"], "denied": counts["egress_denied"]}
         rec.credential = self.keyring.describe(rec)
         return rec
@@ -237,8 +237,8 @@ class Service:
             raise no_egress(provider, after)
         spec = rec.spec.model_copy(update={"network": after})
         await self._guarded(rec, self._set_network(provider, rec.model_copy(update={"spec": spec})))
-        self.store.update_sandbox(rec.id, spec=spec)
-        self.store.append_event(
+        self.store.sandboxes.update(rec.id, spec=spec)
+        self.store.events.append(
             "policy_changed", rec.id, before=before.model_dump(mode="json"), after=after.model_dump(mode="json")
         )
         return self.get(rec.id)
@@ -270,7 +270,7 @@ class Service:
                 ) from None
         else:
             states = None if include_all else (*LIVE_STATES, SandboxState.lost)
-        recs = self.store.list_sandboxes(states)
+        recs = self.store.sandboxes.all(states)
         want = labels or {}
         recs = [r for r in recs if all(r.spec.labels.get(k) == v for k, v in want.items())]
         for rec in recs:
@@ -286,17 +286,17 @@ class Service:
             rec = self.get(ref)
         except NotFoundError:
             return {"sandbox": ref, "destroyed": True, "existed": False, "message": "no such sandbox (nothing to do)"}
-        claim = self.store.find_claim(rec.id)
+        claim = self.store.claims.of_sandbox(rec.id)
         if rec.state in (SandboxState.destroyed, SandboxState.failed) and claim is None:
             return {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": False, "message": "already gone"}
         if not checked:
             self.approvals.require(rec, "destroy", approval)
         children = []
-        for child in self.store.list_sandboxes(LIVE_STATES, parent=rec.id):
+        for child in self.store.sandboxes.all(LIVE_STATES, parent=rec.id):
             await self.destroy(child.id, cause=f"parent {rec.id} destroyed", checked=True)
             children.append(child.id)
         previous = rec.state
-        self.store.update_sandbox(rec.id, state=SandboxState.destroying)
+        self.store.sandboxes.update(rec.id, state=SandboxState.destroying)
         self.lifecycle.unwatch(rec.id)
         provider = self.provider(rec.provider)
         existed, message = True, "destroyed"
@@ -304,17 +304,17 @@ class Service:
             try:
                 outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
             except HutchError as exc:  # the claim keeps the truth; the sandbox stays as it was
-                self.store.update_sandbox(rec.id, state=previous, error=f"destroy failed: {exc.message}")
+                self.store.sandboxes.update(rec.id, state=previous, error=f"destroy failed: {exc.message}")
                 raise
             existed = bool(outcome["existed"])
             message = "destroyed (absence proven)" if existed else "destroyed (the instance was already gone)"
         else:
             await provider.destroy(rec)
-        self.store.mark_running_runs_lost(rec.id)
-        self.store.update_sandbox(rec.id, state=SandboxState.destroyed)
+        self.store.runs.mark_lost(rec.id)
+        self.store.sandboxes.update(rec.id, state=SandboxState.destroyed)
         if rec.spec.provider_options.get("ssh"):
             shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
-        self.store.append_event("sandbox_destroyed", rec.id, cause=cause, children=children)
+        self.store.events.append("sandbox_destroyed", rec.id, cause=cause, children=children)
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}
         return out | ({"children": children} if children else {})
@@ -342,7 +342,7 @@ class Service:
         keep: builtins.list[str] | None = None,
         forget_missing: bool = False,
     ) -> dict[str, Any]:
-        names = [provider] if provider else sorted({c["provider"] for c in self.store.list_claims()})
+        names = [provider] if provider else sorted({c["provider"] for c in self.store.claims.all()})
         reports = []
         for name in names:
             prov = self._claimed_provider(name)
@@ -358,7 +358,7 @@ class Service:
         while True:
             rec = self.get(ref)
             out: dict[str, Any] = {"sandbox": rec.id, "name": rec.name, "provider": rec.provider, "state": rec.state.value}
-            claim = self.store.find_claim(rec.id)
+            claim = self.store.claims.of_sandbox(rec.id)
             if claim:
                 out["claim"] = {k: claim[k] for k in ("id", "name", "state", "resource_id", "error")}
             if rec.state == SandboxState.running and rec.provider != "local" and self.claimed(self.provider(rec.provider)):
@@ -382,13 +382,13 @@ class Service:
 
     async def _check_lost(self, rec: SandboxRecord, message: str, run_id: str | None = None) -> None:
         """After a failed call: a sandbox that is gone is marked lost, not left 'running'."""
-        if self.store.get_sandbox(rec.id).state != SandboxState.running:
+        if self.store.sandboxes.get(rec.id).state != SandboxState.running:
             return  # being destroyed: that is why it went away
         if not await self.provider(rec.provider).alive(rec):
             if await self.lifecycle.watched(rec.id):
                 return  # its watcher says whether and how it died
-            self.store.update_sandbox(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
-            self.store.append_event("sandbox_lost", rec.id, run_id)
+            self.store.sandboxes.update(rec.id, state=SandboxState.lost, error=f"the sandbox died: {message}")
+            self.store.events.append("sandbox_lost", rec.id, run_id)
 
     def _gone(self, rec: SandboxRecord, exc: HutchError) -> HutchError:
         """What to report for a call that lost its sandbox: one destroyed under it is a
@@ -423,7 +423,7 @@ class Service:
         rec = self.live(ref)
         full = self._path(rec, path)
         data, truncated = await self._guarded(rec, self.provider(rec.provider).read_file(rec, full, min(limit, MAX_FILE)))
-        self.store.append_event("file_read", rec.id, path=full, size=len(data))
+        self.store.events.append("file_read", rec.id, path=full, size=len(data))
         return data, truncated
 
     async def read_file_range(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
@@ -444,7 +444,7 @@ class Service:
             whole, cut = await self._guarded(rec, provider.read_file(rec, full, min(offset + limit, MAX_FILE)))
             data, more = whole[offset : offset + limit], cut
             size = None if cut else len(whole)
-        self.store.append_event("file_read", rec.id, path=full, size=len(data), offset=offset)
+        self.store.events.append("file_read", rec.id, path=full, size=len(data), offset=offset)
         return data, more, size
 
     async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
@@ -454,7 +454,7 @@ class Service:
             raise InvalidError(f"file is {len(data)} bytes; the limit is {MAX_FILE}", hint="split it, or use --mount")
         full = self._path(rec, path)
         await self._guarded(rec, self.provider(rec.provider).write_file(rec, full, data, mode))
-        self.store.append_event("file_written", rec.id, path=full, size=len(data))
+        self.store.events.append("file_written", rec.id, path=full, size=len(data))
         return {"sandbox": rec.id, "path": full, "size": len(data)}
 
     async def list_files(self, ref: str, path: str | None = None) -> builtins.list[FileEntry]:

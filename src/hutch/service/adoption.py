@@ -35,7 +35,7 @@ class Adoption:
         """Settle the runs a previous daemon left 'running' in a sandbox that is still alive."""
         counts = {"finished": 0, "running": 0, "lost": 0}
         provider = self.svc.provider(rec.provider)
-        running = self.store.list_runs(rec.id, "running")
+        running = self.store.runs.all(rec.id, "running")
         if not running:
             return counts
         alive: set[str] | None
@@ -85,7 +85,7 @@ class Adoption:
             status = await provider.run_status(rec, run["id"])
             if status is not None:
                 return self.settle(rec, run, status)
-            now = self.store.get_sandbox(rec.id)
+            now = self.store.sandboxes.get(rec.id)
             if now.state == SandboxState.paused:
                 continue  # frozen: its runs are neither alive nor dead until it is resumed
             try:

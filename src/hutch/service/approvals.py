@@ -91,20 +91,20 @@ class Approvals:
             created_at=now,
             expires_at=now + (timeout or self.svc.settings.approval_timeout),
         )
-        self.store.insert_approval(apr)
+        self.store.approvals.insert(apr)
         return apr
 
     def get(self, approval_id: str) -> ApprovalRecord:
-        apr = self.store.get_approval(approval_id)
+        apr = self.store.approvals.get(approval_id)
         if apr.status == ApprovalStatus.pending and apr.expires_at is not None and apr.expires_at <= time.time():
-            self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, time.time())
-            apr = self.store.get_approval(approval_id)
+            self.store.approvals.decide(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, time.time())
+            apr = self.store.approvals.get(approval_id)
         return apr
 
     def list(self, pending: bool = False, sandbox: str | None = None) -> builtins.list[ApprovalRecord]:
         self.expire_due(time.time())
         sandbox_id = self.svc.get(sandbox).id if sandbox else None
-        return self.store.list_approvals(ApprovalStatus.pending if pending else None, sandbox_id)
+        return self.store.approvals.all(ApprovalStatus.pending if pending else None, sandbox_id)
 
     async def wait(self, approval_id: str, timeout: float | None) -> ApprovalRecord:
         """Until decided or expired, or ``timeout`` seconds (then it is returned still pending).
@@ -137,27 +137,27 @@ class Approvals:
     def decide(self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None) -> ApprovalRecord:
         apr = self.get(approval_id)  # not_found for an unknown id; a request past its time is expired first
         status = ApprovalStatus.approved if approve else ApprovalStatus.rejected
-        if apr.status != ApprovalStatus.pending or not self.store.decide_approval(apr.id, status, by, reason, time.time()):
-            apr = self.store.get_approval(approval_id)
+        if apr.status != ApprovalStatus.pending or not self.store.approvals.decide(apr.id, status, by, reason, time.time()):
+            apr = self.store.approvals.get(approval_id)
             who = f" by {apr.decided_by}" if apr.decided_by else ""
             raise ConflictError(
                 f"approval request {approval_id} is already {apr.status.value}{who}",
                 hint="list pending requests with: hutch approvals --pending",
             )
         self._wake(apr.id)
-        return self.store.get_approval(approval_id)
+        return self.store.approvals.get(approval_id)
 
     def close_for(self, sandbox_id: str) -> None:
         """The sandbox is gone: what was pending about it can no longer be performed."""
-        for apr in self.store.list_approvals(ApprovalStatus.pending, sandbox_id):
-            self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (sandbox destroyed)", None, time.time())
+        for apr in self.store.approvals.all(ApprovalStatus.pending, sandbox_id):
+            self.store.approvals.decide(apr.id, ApprovalStatus.expired, "hutch (sandbox destroyed)", None, time.time())
             self._wake(apr.id)
 
     def expire_due(self, now: float) -> int:
         count = 0
-        for apr in self.store.list_approvals(ApprovalStatus.pending):
+        for apr in self.store.approvals.all(ApprovalStatus.pending):
             due = apr.expires_at is not None and apr.expires_at <= now
-            if due and self.store.decide_approval(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, now):
+            if due and self.store.approvals.decide(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, now):
                 count += 1
                 self._wake(apr.id)
         return count
@@ -182,15 +182,15 @@ class Approvals:
                 why = f": {apr.decision_reason}" if apr.decision_reason else ""
                 raise PolicyError(f"{what} on {rec.id} was rejected by {apr.decided_by or 'a human'}{why}")
             if apr.status == ApprovalStatus.approved:
-                if not self.store.use_approval(apr.id, time.time()):
+                if not self.store.approvals.use(apr.id, time.time()):
                     raise ConflictError(
                         f"approval {approval} was already used", hint="each approval is good for one action: ask again"
                     )
-                self.store.append_event("approval_used", rec.id, approval_id=apr.id, action=action, detail=detail)
+                self.store.events.append("approval_used", rec.id, approval_id=apr.id, action=action, detail=detail)
                 return
             if apr.status == ApprovalStatus.pending:
                 raise self._required(apr, what)
-        waiting = [a for a in self.store.list_approvals(ApprovalStatus.pending, rec.id, action) if a.detail == detail]
+        waiting = [a for a in self.store.approvals.all(ApprovalStatus.pending, rec.id, action) if a.detail == detail]
         apr = waiting[0] if waiting else self.request(action, rec.id, f"required by the sandbox's policy: {what}", None, detail)
         raise self._required(apr, what)
 

@@ -103,7 +103,7 @@ class Claims:
             )
         name = "hutch-" + rec.id.removeprefix("sbx_").replace("_", "-").lower()
         body = provider.plan(rec, name)
-        claim = self.store.insert_claim(
+        claim = self.store.claims.insert(
             {
                 "id": new_id("clm"),
                 "provider": provider.name,
@@ -115,13 +115,13 @@ class Claims:
                 "state": "intent",
             }
         )
-        self.store.append_event("claim_intent", rec.id, claim=claim["id"], name=name)
+        self.store.events.append("claim_intent", rec.id, claim=claim["id"], name=name)
         crashpoint("after_intent")
         async with self.lock(claim["id"]):
             inst = await self._send_create(claim, provider, body)
             crashpoint("create_answered")
-            claim = self.store.update_claim(claim["id"], claim["revision"], state="ready", resource_id=inst["uuid"])
-        self.store.append_event("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
+            claim = self.store.claims.update(claim["id"], claim["revision"], state="ready", resource_id=inst["uuid"])
+        self.store.events.append("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
         data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
         try:
             if rec.spec.provider_options.get("ssh"):
@@ -141,11 +141,11 @@ class Claims:
             # a definite rejection: the intent goes only once the name is proven absent
             matches = await self._matches(claim, provider)
             if not matches:
-                self.store.delete_claim(claim["id"], claim["revision"])
+                self.store.claims.delete(claim["id"], claim["revision"])
                 raise
             if len(matches) == 1:
                 return matches[0]
-            self.store.update_claim(claim["id"], claim["revision"], error=f"rejected, yet {len(matches)} instances named so")
+            self.store.claims.update(claim["id"], claim["revision"], error=f"rejected, yet {len(matches)} instances named so")
             raise
         except HutchError as exc:
             found = await self._safe_matches(claim, provider)
@@ -154,7 +154,7 @@ class Claims:
             why = "no instance by that name yet" if found == [] else f"{len(found or [])} matches"
             if found is None:
                 why = "the inventory could not be read"
-            self.store.update_claim(claim["id"], claim["revision"], error=f"ambiguous create ({exc.message}); {why}")
+            self.store.claims.update(claim["id"], claim["revision"], error=f"ambiguous create ({exc.message}); {why}")
             raise UnavailableError(
                 f"the create of {claim['name']} got no clear answer ({exc.message}); {why}. The claim is kept",
                 hint="hutch cleanup --provider unikraft settles it (adopts and deletes, or proves it absent)",
@@ -175,14 +175,14 @@ class Claims:
     async def destroy_claim(self, claim_id: str, provider: Any) -> dict[str, Any]:
         """Drive a claim to its end (resuming whatever step it is in); idempotent."""
         try:
-            claim = self.store.get_claim(claim_id)
+            claim = self.store.claims.get(claim_id)
         except NotFoundError:
             return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
         # the account's credential (the caller's, or the one the daemon holds), or a clear refusal
         await self.svc.keyring.token(provider.name, claim["endpoint"], claim["account"])
         async with self.lock(claim["id"]):
             try:
-                claim = self.store.get_claim(claim["id"])  # what another process may have done meanwhile
+                claim = self.store.claims.get(claim["id"])  # what another process may have done meanwhile
             except NotFoundError:
                 return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
             existed = True
@@ -196,22 +196,22 @@ class Claims:
                 if not matches:
                     if await self._matches(claim, provider):  # a second look before the intent goes
                         raise ConflictError(f"instance {claim['name']} appeared while checking", hint="retry")
-                    self.store.delete_claim(claim["id"], claim["revision"])
-                    self.store.append_event("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="never created")
+                    self.store.claims.delete(claim["id"], claim["revision"])
+                    self.store.events.append("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="never created")
                     return {"claim": claim["id"], "existed": False, "message": "the create never happened; intent dropped"}
-                claim = self.store.update_claim(claim["id"], claim["revision"], state="ready", resource_id=matches[0]["uuid"])
+                claim = self.store.claims.update(claim["id"], claim["revision"], state="ready", resource_id=matches[0]["uuid"])
             if claim["state"] in ("ready", "delete_attempt"):
                 if claim["state"] == "ready":
-                    claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_attempt")
+                    claim = self.store.claims.update(claim["id"], claim["revision"], state="delete_attempt")
                     crashpoint("delete_attempt")
                 outcome = await provider.delete_instance(claim["endpoint"], claim["resource_id"], account=claim["account"])
                 existed = outcome == "accepted"
-                claim = self.store.update_claim(claim["id"], claim["revision"], state="delete_accepted")
-                self.store.append_event("claim_delete_accepted", claim["sandbox_id"], claim=claim["id"], outcome=outcome)
+                claim = self.store.claims.update(claim["id"], claim["revision"], state="delete_accepted")
+                self.store.events.append("claim_delete_accepted", claim["sandbox_id"], claim=claim["id"], outcome=outcome)
                 crashpoint("delete_accepted")
             await self._prove_absent(claim, provider)
-            self.store.delete_claim(claim["id"], claim["revision"])
-        self.store.append_event("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="absence proven")
+            self.store.claims.delete(claim["id"], claim["revision"])
+        self.store.events.append("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="absence proven")
         return {"claim": claim["id"], "existed": existed, "message": "deleted, absence proven" if existed else "already gone"}
 
     async def _prove_absent(self, claim: dict[str, Any], provider: Any) -> None:
@@ -235,7 +235,7 @@ class Claims:
         listing = await provider.inventory(endpoint, account=scope["account"])
         by_uuid = {i.get("uuid"): i for i in listing}
         by_name = {i.get("name"): i for i in listing}
-        claims = [c for c in self.store.list_claims(provider.name, endpoint) if c["account"] == scope["account"]]
+        claims = [c for c in self.store.claims.all(provider.name, endpoint) if c["account"] == scope["account"]]
         items = []
         seen: set[str] = set()
         for c in claims:
@@ -276,7 +276,7 @@ class Claims:
         actions = []
         for item in view["items"]:
             try:
-                claim = self.store.get_claim(item["claim"])
+                claim = self.store.claims.get(item["claim"])
             except NotFoundError:
                 continue  # settled meanwhile (the daemon settles an account's claims once it holds its credential)
             rec = self._sandbox(claim["sandbox_id"])
@@ -306,7 +306,7 @@ class Claims:
                         entry["result"] = (await self.destroy_claim(claim["id"], provider))["message"]
                     else:
                         async with self.lock(claim["id"]):
-                            self.store.delete_claim(claim["id"], self.store.get_claim(claim["id"])["revision"])
+                            self.store.claims.delete(claim["id"], self.store.claims.get(claim["id"])["revision"])
                         entry["result"] = "claim dropped (the instance was already deleted by the provider)"
                     self._settle(rec, SandboxState.destroyed if action == "destroy" else SandboxState.lost)
                 except HutchError as exc:
@@ -320,7 +320,7 @@ class Claims:
         sandbox owns (deletes that were started, creates or destroys a restart interrupted).
         Live sandboxes are left to their owner and the reaper; nothing unclaimed is touched."""
         done = []
-        for claim in self.store.list_claims(provider.name, endpoint):
+        for claim in self.store.claims.all(provider.name, endpoint):
             rec = self._sandbox(claim["sandbox_id"])
             if claim["account"] != account or claim["keep"] or (rec is not None and rec.state in LIVE):
                 continue
@@ -337,14 +337,14 @@ class Claims:
         if not sandbox_id:
             return None
         try:
-            return self.store.get_sandbox(sandbox_id)
+            return self.store.sandboxes.get(sandbox_id)
         except NotFoundError:
             return None
 
     def _settle(self, rec: SandboxRecord | None, state: SandboxState) -> None:
         if rec is not None and rec.state not in (SandboxState.destroyed, SandboxState.failed):
-            self.store.mark_running_runs_lost(rec.id)
-            self.store.update_sandbox(
+            self.store.runs.mark_lost(rec.id)
+            self.store.sandboxes.update(
                 rec.id, state=state, error=None if state == SandboxState.destroyed else "deleted outside hutch"
             )
-            self.store.append_event("sandbox_destroyed" if state == SandboxState.destroyed else "sandbox_lost", rec.id)
+            self.store.events.append("sandbox_destroyed" if state == SandboxState.destroyed else "sandbox_lost", rec.id)

@@ -254,11 +254,11 @@ class Keyring:
     def wanted(self) -> dict[Scope, list[str]]:
         """The accounts whose sandboxes or claims may need a credential, with those sandboxes."""
         out: dict[Scope, list[str]] = {}
-        for rec in self.svc.store.list_sandboxes(NEEDS):
+        for rec in self.svc.store.sandboxes.all(NEEDS):
             scope = self.scope_of(rec)
             if scope is not None:
                 out.setdefault(scope, []).append(rec.id)
-        for claim in self.svc.store.list_claims():
+        for claim in self.svc.store.claims.all():
             ids = out.setdefault((claim["provider"], claim["endpoint"], claim["account"]), [])
             if claim["sandbox_id"] and claim["sandbox_id"] not in ids:
                 ids.append(claim["sandbox_id"])

@@ -167,17 +167,17 @@ class Lifecycle:
         """A watched sandbox died on its own: ``lost``, with an event saying what is known,
         and its runs settled (from their status files) or ``lost``."""
         try:
-            rec = self.store.get_sandbox(sandbox_id)
+            rec = self.store.sandboxes.get(sandbox_id)
             if rec.state not in (SandboxState.running, SandboxState.paused):
                 return  # ended on purpose (destroyed), or already found dead
             message = death_message(death, rec.spec.limits.memory)
             why = f"the sandbox died: {message}"
-            self.store.update_sandbox(rec.id, state=SandboxState.lost, error=why)
+            self.store.sandboxes.update(rec.id, state=SandboxState.lost, error=why)
             facts: dict[str, Any] = {"exit_code": death.exit_code, "signal": death.signal, "oom_kills": death.oom_kills}
-            self.store.append_event("sandbox_lost", rec.id, reason=death.reason, message=message, **facts)
+            self.store.events.append("sandbox_lost", rec.id, reason=death.reason, message=message, **facts)
             log.warning("sandbox %s died: %s", rec.id, message)
             provider = self.svc.provider(rec.provider)
-            for run in self.store.list_runs(rec.id, "running"):
+            for run in self.store.runs.all(rec.id, "running"):
                 try:
                     status = await provider.run_status(rec, run["id"])
                 except HutchError:
@@ -212,7 +212,7 @@ class Lifecycle:
             return
         self._touched[rec.id] = now
         try:
-            self.store.touch(rec.id, now)
+            self.store.sandboxes.touch(rec.id, now)
         except HutchError as exc:  # a full disk must not fail the call that was active
             log.warning("could not record activity of %s: %s", rec.id, exc.message)
 
@@ -231,8 +231,8 @@ class Lifecycle:
             raise ConflictError(f"sandbox {rec.id} is {rec.state.value}: only a running sandbox can be paused")
         self._pausable(rec)
         method = await self.svc._guarded(rec, self.svc.provider(rec.provider).pause(rec))
-        rec = self.store.update_sandbox(rec.id, state=SandboxState.paused, data=rec.data | {"paused_by": method})
-        self.store.append_event("sandbox_paused", rec.id, method=method, reason=reason)
+        rec = self.store.sandboxes.update(rec.id, state=SandboxState.paused, data=rec.data | {"paused_by": method})
+        self.store.events.append("sandbox_paused", rec.id, method=method, reason=reason)
         return self._state(rec, f"paused ({method})", changed=True)
 
     async def resume(self, ref: str) -> dict[str, Any]:
@@ -244,9 +244,9 @@ class Lifecycle:
         await self.svc.provider(rec.provider).resume(rec)
         now = time.time()
         data = {k: v for k, v in rec.data.items() if k != "paused_by"}
-        rec = self.store.update_sandbox(rec.id, state=SandboxState.running, data=data, last_active_at=now)
+        rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, last_active_at=now)
         self._touched[rec.id] = now
-        self.store.append_event("sandbox_resumed", rec.id)
+        self.store.events.append("sandbox_resumed", rec.id)
         return self._state(rec, "resumed", changed=True)
 
     @staticmethod
@@ -263,11 +263,11 @@ class Lifecycle:
         now = time.time()
         if ttl is not None:
             spec = SandboxSpec.model_validate(rec.spec.model_dump() | {"ttl": ttl})
-            rec = self.store.update_sandbox(rec.id, spec=spec, expires_at=now + (spec.ttl or 0), last_active_at=now)
+            rec = self.store.sandboxes.update(rec.id, spec=spec, expires_at=now + (spec.ttl or 0), last_active_at=now)
         else:
-            rec = self.store.update_sandbox(rec.id, last_active_at=now)
+            rec = self.store.sandboxes.update(rec.id, last_active_at=now)
         self._touched[rec.id] = now
-        self.store.append_event("sandbox_keepalive", rec.id, expires_at=rec.expires_at)
+        self.store.events.append("sandbox_keepalive", rec.id, expires_at=rec.expires_at)
         return self.deadlines(rec)
 
     @staticmethod
@@ -301,10 +301,10 @@ class Lifecycle:
         deadline = (reason, rec.expires_at, rec.last_active_at)
         if self._expired.get(rec.id) != deadline:  # once per deadline, also when a failed destroy is retried
             self._expired[rec.id] = deadline
-            self.store.append_event("sandbox_expired", rec.id, reason=reason, action=action)
+            self.store.events.append("sandbox_expired", rec.id, reason=reason, action=action)
             log.info("sandbox %s expired (%s): %s", rec.id, reason, action)
         if action == "pause":
-            self.store.update_sandbox(rec.id, expires_at=None)  # spent: a paused sandbox is not expired again
+            self.store.sandboxes.update(rec.id, expires_at=None)  # spent: a paused sandbox is not expired again
             if rec.state == SandboxState.running:
                 await self.pause(rec.id, reason=f"expired ({reason})")
             return True
@@ -322,14 +322,14 @@ class Lifecycle:
         self._waiting[rec.id] = (tries, retry)
         if tries == 1:
             hint = HINT if credential else "the reaper retries; hutch destroy or hutch cleanup settle it by hand"
-            self.store.append_event("sandbox_expiry_pending", rec.id, reason=reason, why=why, hint=hint)
+            self.store.events.append("sandbox_expiry_pending", rec.id, reason=reason, why=why, hint=hint)
             log.warning("sandbox %s is past its deadline (%s) but cannot be expired yet: %s", rec.id, reason, why)
 
     async def reap_once(self, now: float | None = None) -> list[tuple[str, str]]:
         """Expire every sandbox whose deadline has passed; returns (id, reason) pairs."""
         now = time.time() if now is None else now
         fired: list[tuple[str, str]] = []
-        recs = self.store.list_sandboxes((SandboxState.running, SandboxState.paused))
+        recs = self.store.sandboxes.all((SandboxState.running, SandboxState.paused))
         live = {rec.id for rec in recs}
         self._expired = {k: v for k, v in self._expired.items() if k in live}  # forget the sandboxes that are gone
         self._waiting = {k: v for k, v in self._waiting.items() if k in live}
@@ -338,7 +338,7 @@ class Lifecycle:
             if rec.expires_at is not None and rec.expires_at <= now:
                 reason = "ttl"
             elif rec.spec.idle_timeout is not None and rec.state == SandboxState.running:
-                if self.store.list_runs(rec.id, "running"):
+                if self.store.runs.all(rec.id, "running"):
                     self.touch(rec, now)  # a running (background) run is activity
                     continue
                 if (rec.last_active_at or rec.created_at) + rec.spec.idle_timeout <= now:
@@ -383,7 +383,7 @@ class Lifecycle:
         depth = 0
         while rec.spec.parent:
             depth += 1
-            rec = self.store.get_sandbox(rec.spec.parent)
+            rec = self.store.sandboxes.get(rec.spec.parent)
         return depth
 
     def check_parent(self, spec: SandboxSpec) -> tuple[SandboxSpec, SandboxRecord | None]:
@@ -412,8 +412,8 @@ class Lifecycle:
     def check_policy_change(self, rec: SandboxRecord, after: NetworkPolicy) -> None:
         """A sub-agent stays within its parent; a parent may not drop below a live child."""
         if rec.spec.parent:
-            check_network(self.store.get_sandbox(rec.spec.parent), after)
-        for child in self.store.list_sandboxes((SandboxState.running, SandboxState.paused), parent=rec.id):
+            check_network(self.store.sandboxes.get(rec.spec.parent), after)
+        for child in self.store.sandboxes.all((SandboxState.running, SandboxState.paused), parent=rec.id):
             why = network_wider(after, child.spec.network)
             if why:
                 raise PolicyError(
@@ -436,6 +436,6 @@ class Lifecycle:
             raise InvalidError(f"label {sorted(clash)[0]!r} is both set and removed", hint="give it once")
         labels = {k: v for k, v in rec.spec.labels.items() if k not in remove} | set_
         check_count(labels, MAX_LABELS, "labels on one sandbox")
-        rec = self.store.update_sandbox(rec.id, spec=rec.spec.model_copy(update={"labels": labels}))
-        self.store.append_event("labels_changed", rec.id, set=set_, removed=remove)
+        rec = self.store.sandboxes.update(rec.id, spec=rec.spec.model_copy(update={"labels": labels}))
+        self.store.events.append("labels_changed", rec.id, set=set_, removed=remove)
         return rec

@@ -129,7 +129,7 @@ class Runs(Adoption):
         if req.stdin is not None:
             stdin = base64.b64decode(req.stdin) if req.stdin_base64 else req.stdin.encode()
         if background:
-            running = [r for r in self.store.list_runs(rec.id, "running") if r["background"]]
+            running = [r for r in self.store.runs.all(rec.id, "running") if r["background"]]
             limit = self.svc.settings.max_background_runs
             if len(running) >= limit:
                 raise CapacityError(
@@ -137,7 +137,7 @@ class Runs(Adoption):
                     hint="wait for one (hutch wait RUN), kill one (hutch kill RUN), or raise HUTCH_MAX_BACKGROUND_RUNS",
                 )
         run_id = new_id("run")
-        self.store.insert_run(
+        self.store.runs.insert(
             run_id,
             rec.id,
             argv,
@@ -231,7 +231,7 @@ class Runs(Adoption):
         if oom:
             events.append(("limit_hit", {"limit": "memory"}))
         try:
-            self.store.finish_run(result, events)
+            self.store.runs.finish(result, events)
         except HutchError as exc:
             # The workload ran: its result is returned even when it cannot be recorded
             # (a full disk). The run stays 'running' and is settled by the next daemon.
@@ -361,18 +361,18 @@ class Runs(Adoption):
         failed = task.exception() if task.done() and not task.cancelled() and not started.done() else None
         if failed is not None:
             raise failed
-        return self.store.get_run(run_id)
+        return self.store.runs.get(run_id)
 
     # -- following and controlling ---------------------------------------------------
 
     def get(self, run_id: str) -> dict[str, Any]:
-        return self.store.get_run(run_id)
+        return self.store.runs.get(run_id)
 
     def list(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
-        return self.store.list_runs(self.svc.get(ref).id, status)
+        return self.store.runs.all(self.svc.get(ref).id, status)
 
     async def wait(self, run_id: str, timeout: float | None) -> dict[str, Any]:
-        run = self.store.get_run(run_id)
+        run = self.store.runs.get(run_id)
         run_id = run["id"]  # the whole id, when given a short one
         deadline = None if timeout is None else time.monotonic() + timeout
         while run["status"] == "running":
@@ -384,24 +384,24 @@ class Runs(Adoption):
                 await asyncio.wait({task}, timeout=left)
             else:
                 await asyncio.sleep(min(WATCH_INTERVAL, left) if left is not None else WATCH_INTERVAL)
-            run = self.store.get_run(run_id)
+            run = self.store.runs.get(run_id)
         return run
 
     async def kill(self, run_id: str, sig: str | int) -> dict[str, Any]:
         signum = parse_signal(sig)
-        run = self.store.get_run(run_id)
+        run = self.store.runs.get(run_id)
         run_id = run["id"]
         if run["status"] != "running":
             return {"run_id": run_id, "signalled": False, "status": run["status"], "message": f"already {run['status']}"}
         rec = self.svc.get(run["sandbox_id"])
         sent = await self.svc.provider(rec.provider).kill_run(rec, run_id, signum)
-        self.store.append_event("run_signalled", rec.id, run_id, signal=signum)
+        self.store.events.append("run_signalled", rec.id, run_id, signal=signum)
         message = f"sent signal {signum} to the run's process tree" if sent else "the run had already ended"
         return {"run_id": run_id, "signalled": sent, "status": run["status"], "message": message}
 
     async def poll(self, run_id: str, offsets: dict[str, int], limit: int) -> dict[str, Any]:
         """Status and the output written so far, from the given offsets."""
-        run = self.store.get_run(run_id)
+        run = self.store.runs.get(run_id)
         run_id, rec = run["id"], self.svc.get(run["sandbox_id"])
         provider = self.svc.provider(rec.provider)
         out: dict[str, Any] = {"run": run}
@@ -417,7 +417,7 @@ class Runs(Adoption):
         """The sandbox's transcript (all runs, in the order output arrived) from ``offset``."""
         rec = self.svc.get(ref)
         if run_id is not None:
-            run = self.store.get_run(run_id)
+            run = self.store.runs.get(run_id)
             if run["sandbox_id"] != rec.id:
                 raise InvalidError(f"run {run_id} is not a run of {ref}", hint=f"list them with: hutch runs {ref}")
             run_id = run["id"]
@@ -428,7 +428,7 @@ class Runs(Adoption):
             if run_id is None or r["run_id"] == run_id:
                 body, b64 = text(r["data"])
                 entries.append({"offset": r["offset"], "run_id": r["run_id"], "stream": r["stream"], "data": body, "base64": b64})
-        active = self.store.list_runs(rec.id, "running")
+        active = self.store.runs.all(rec.id, "running")
         if run_id is not None:
             active = [r for r in active if r["id"] == run_id]
         return {

@@ -82,13 +82,13 @@ class Workspaces:
             if rec.state == SandboxState.running and await self.service.provider(rec.provider).alive(rec):
                 return rec, False
             if rec.state == SandboxState.running:
-                self.store.mark_running_runs_lost(rec.id, "the sandbox disappeared")
-                self.store.update_sandbox(rec.id, state=SandboxState.lost, error="the sandbox disappeared")
-                self.store.append_event("sandbox_lost", rec.id)
+                self.store.runs.mark_lost(rec.id, "the sandbox disappeared")
+                self.store.sandboxes.update(rec.id, state=SandboxState.lost, error="the sandbox disappeared")
+                self.store.events.append("sandbox_lost", rec.id)
         return await self.service.create(spec), True
 
     def _session_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
-        live = self.store.list_sandboxes(LIVE_STATES)
+        live = self.store.sandboxes.all(LIVE_STATES)
         if spec.tenant:
             return [r for r in live if r.spec.tenant == spec.tenant]
         return [r for r in live if r.spec.session == spec.session and r.spec.provider == spec.provider]
@@ -103,34 +103,34 @@ class Workspaces:
                 f"tenant {spec.tenant!r} already has a live sandbox {rec.id}",
                 hint=f"use it (hutch exec {rec.id} -- ...), or destroy it first: hutch destroy {rec.id}",
             )
-        self.store.ensure_tenant(spec.tenant, spec.provider)
+        self.store.tenants.ensure(spec.tenant, spec.provider)
 
     def tenants(self) -> list[dict[str, Any]]:
-        live = {r.spec.tenant: r for r in self.store.list_sandboxes(LIVE_STATES) if r.spec.tenant}
-        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in self.store.list_tenants()]
+        live = {r.spec.tenant: r for r in self.store.sandboxes.all(LIVE_STATES) if r.spec.tenant}
+        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in self.store.tenants.all()]
 
     async def delete_tenant(self, name: str) -> dict[str, Any]:
         """Idempotent teardown: an unknown tenant is a success that says so (``existed: false``)."""
         try:
-            tenant = self.store.get_tenant(check_name(name, "tenant"))
+            tenant = self.store.tenants.get(check_name(name, "tenant"))
         except NotFoundError:
             return {"tenant": name, "deleted": True, "existed": False, "destroyed": []}
         destroyed = []
-        for rec in self.store.list_sandboxes(LIVE_STATES):
+        for rec in self.store.sandboxes.all(LIVE_STATES):
             if rec.spec.tenant == name:
                 await self.service.destroy(rec.id)
                 destroyed.append(rec.id)
         provider = workspace_provider(self.service.provider(tenant["provider"]))
         await provider.delete_tenant(name)
-        self.store.delete_tenant(name)
-        self.store.append_event("tenant_deleted", None, tenant=name, destroyed=destroyed)
+        self.store.tenants.delete(name)
+        self.store.events.append("tenant_deleted", None, tenant=name, destroyed=destroyed)
         return {"tenant": name, "deleted": True, "existed": True, "destroyed": destroyed}
 
     # -- push / pull ---------------------------------------------------------------------
 
     def manifest(self, ref: str) -> dict[str, Any]:
         rec = self.service.live(ref)
-        return {"sandbox": rec.id, "files": self.store.get_manifest(rec.id)}
+        return {"sandbox": rec.id, "files": self.store.manifests.get(rec.id)}
 
     async def push(
         self,
@@ -154,7 +154,7 @@ class Workspaces:
             )
         provider = transfer_provider(self.service.provider(rec.provider))
         entries = {check_rel(p): {k: e.get(k) for k in ENTRY_KEYS} for p, e in manifest.items()}
-        kept = self.store.get_manifest(rec.id)
+        kept = self.store.manifests.get(rec.id)
         send = sorted(p for p, e in entries.items() if kept.get(p) != e)
         deletes = sorted(p for p in kept if p not in entries) if delete else []
         too_many = len(deletes) > DELETE_MAX_FILES or len(deletes) > len(kept) * DELETE_MAX_SHARE
@@ -191,8 +191,8 @@ class Workspaces:
                 )
             await self.service._guarded(rec, provider.import_workspace(rec, tar_path if send else None, deletes))
         new = {p: e for p, e in kept.items() if p not in deletes} | entries
-        self.store.set_manifest(rec.id, new)
-        self.store.append_event(
+        self.store.manifests.set(rec.id, new)
+        self.store.events.append(
             "workspace_pushed", rec.id, files=len(send), bytes=size, deleted=len(deletes), skipped=summary["skipped"]
         )
         return summary
@@ -207,7 +207,7 @@ class Workspaces:
         except BaseException:
             dest.unlink(missing_ok=True)
             raise
-        self.store.append_event("workspace_pulled", rec.id, bytes=size)
+        self.store.events.append("workspace_pulled", rec.id, bytes=size)
         return dest
 
     # -- snapshots -----------------------------------------------------------------------
@@ -222,7 +222,7 @@ class Workspaces:
         rec = self.service.live(ref)
         provider = self._provider(rec)
         with contextlib.suppress(NotFoundError):
-            self.store.get_snapshot(name)
+            self.store.snapshots.get(name)
             raise ConflictError(f"a snapshot named {name!r} already exists", hint=f"hutch snapshot delete {name}")
         final = self._snapshot_dir() / f"{name}.tar"
         tmp = self.tmp_path(".tar")
@@ -235,26 +235,26 @@ class Workspaces:
             snap = SnapshotRecord(
                 name=name, sandbox_id=rec.id, provider=rec.provider, path=str(final), size=size, created_at=time.time()
             )
-            self.store.insert_snapshot(snap)
+            self.store.snapshots.insert(snap)
         except BaseException:
             tmp.unlink(missing_ok=True)
             if placed:
                 final.unlink(missing_ok=True)
             raise
         ms = round((time.monotonic() - started) * 1000, 1)
-        self.store.append_event("snapshot_saved", rec.id, snapshot=name, bytes=size, duration_ms=ms)
+        self.store.events.append("snapshot_saved", rec.id, snapshot=name, bytes=size, duration_ms=ms)
         return snap
 
     def snapshots(self) -> list[SnapshotRecord]:
-        return self.store.list_snapshots()
+        return self.store.snapshots.all()
 
     async def snapshot_restore(self, name: str, new_name: str | None = None) -> SandboxRecord:
-        snap = self.store.get_snapshot(check_name(name, "snapshot"))
+        snap = self.store.snapshots.get(check_name(name, "snapshot"))
         if not Path(snap.path).is_file():
             raise NotFoundError(f"snapshot {name!r} has lost its archive {snap.path}", hint=f"hutch snapshot delete {name}")
         spec = SandboxSpec(name=new_name, provider=snap.provider)
         with contextlib.suppress(NotFoundError):
-            spec = self.store.get_sandbox(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
+            spec = self.store.sandboxes.get(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
         workspace_provider(self.service.provider(spec.provider))
         rec = await self.service.create(spec)
         try:
@@ -263,17 +263,17 @@ class Workspaces:
             cleanup = self.service.destroy(rec.id, cause=f"restoring snapshot {name} failed", checked=True)
             await asyncio.shield(cleanup)
             raise
-        self.store.append_event("snapshot_restored", rec.id, snapshot=name)
+        self.store.events.append("snapshot_restored", rec.id, snapshot=name)
         return rec
 
     async def snapshot_delete(self, name: str) -> dict[str, Any]:
         try:
-            snap = self.store.get_snapshot(check_name(name, "snapshot"))
+            snap = self.store.snapshots.get(check_name(name, "snapshot"))
         except NotFoundError:
             return {"snapshot": name, "deleted": True, "existed": False}
         Path(snap.path).unlink(missing_ok=True)
-        self.store.delete_snapshot(name)
-        self.store.append_event("snapshot_deleted", snap.sandbox_id, snapshot=name)
+        self.store.snapshots.delete(name)
+        self.store.events.append("snapshot_deleted", snap.sandbox_id, snapshot=name)
         return {"snapshot": name, "deleted": True, "existed": True}
 
     # -- fork ----------------------------------------------------------------------------
@@ -311,7 +311,7 @@ class Workspaces:
                     report = await self.service._guarded(src, provider.clone_workspace(src, child))
                     ms = round((time.monotonic() - started) * 1000, 1)
                     self._check_source(src)
-                    if self.store.get_sandbox(child.id).state != SandboxState.running:
+                    if self.store.sandboxes.get(child.id).state != SandboxState.running:
                         raise ConflictError(f"sandbox {child.id} was destroyed while its workspace was being copied")
                 except HutchError as exc:
                     self._check_source(src)  # the source went away: the whole fork fails
@@ -319,9 +319,9 @@ class Workspaces:
                     await self._drop_child(child.id, src.id)
                     children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
                     continue
-                self.store.set_manifest(child.id, self.store.get_manifest(src.id))
+                self.store.manifests.set(child.id, self.store.manifests.get(src.id))
                 copied: dict[str, Any] = {"method": report.method, "skipped": report.skipped, "notes": list(report.notes)}
-                self.store.append_event("sandbox_forked", child.id, source=src.id, duration_ms=ms, **copied)
+                self.store.events.append("sandbox_forked", child.id, source=src.id, duration_ms=ms, **copied)
                 children.append({"index": i, "sandbox": child.id, "name": child.name, "copy_ms": ms} | copied)
         except BaseException:
             # a failed fork keeps nothing, even when its request is cancelled meanwhile
@@ -338,7 +338,7 @@ class Workspaces:
 
     def _check_source(self, src: SandboxRecord) -> None:
         try:
-            state = self.store.get_sandbox(src.id).state
+            state = self.store.sandboxes.get(src.id).state
         except NotFoundError:
             raise NotFoundError(f"sandbox {src.id} was removed while it was being forked") from None
         if state not in (SandboxState.running, SandboxState.paused):

@@ -1,0 +1,46 @@
+"""The SQLite store: the only package that imports sqlite3.
+
+:class:`Store` owns one :class:`~hutch.store.db.Database` (the connection, WAL, the busy
+timeout, the named migrations, ``transaction()``) and one object per group of tables,
+each in its own module::
+
+    store.sandboxes   SandboxTable    sandboxes.py   insert, update, touch, get, all
+    store.runs        RunTable        runs.py        insert, finish, get, all, mark_lost
+    store.events      EventTable      events.py      append, count, all
+    store.approvals   ApprovalTable   approvals.py   insert, get, all, decide, use
+    store.claims      ClaimTable      claims.py      insert, get, of_sandbox, all, update, delete
+    store.snapshots   SnapshotTable   workspaces.py  insert, get, all, delete
+    store.tenants     TenantTable     workspaces.py  ensure, all, get, delete
+    store.manifests   ManifestTable   workspaces.py  get, set
+
+A write that must land with its event (a run and ``run_started`` ...) is one transaction
+inside its table's method. Short ids (``sbx_19c2f``) are resolved by refs.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hutch.store.approvals import ApprovalTable
+from hutch.store.claims import ClaimTable
+from hutch.store.db import Database
+from hutch.store.events import EventTable
+from hutch.store.migrations import MIGRATIONS
+from hutch.store.runs import RunTable
+from hutch.store.sandboxes import SandboxTable
+from hutch.store.workspaces import ManifestTable, SnapshotTable, TenantTable
+
+__all__ = ["MIGRATIONS", "Database", "Store"]
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.db = Database(path)  # opens the file and brings its schema up to date
+        self.sandboxes = SandboxTable(self.db)
+        self.runs = RunTable(self.db)
+        self.events = EventTable(self.db)
+        self.approvals = ApprovalTable(self.db)
+        self.claims = ClaimTable(self.db)
+        self.snapshots = SnapshotTable(self.db)
+        self.tenants = TenantTable(self.db)
+        self.manifests = ManifestTable(self.db)

@@ -1,0 +1,135 @@
+"""The schema's history: named migrations, applied once each and in order (:mod:`hutch.store.db`).
+
+A migration is never edited once it has shipped: databases made by any earlier hutch run
+the ones they have not seen. A change to the schema is a new entry at the end.
+"""
+
+from __future__ import annotations
+
+INITIAL_SQL = """
+        CREATE TABLE sandboxes (
+            id TEXT PRIMARY KEY,
+            name TEXT,
+            provider TEXT NOT NULL,
+            state TEXT NOT NULL,
+            spec TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}',
+            enforcement TEXT NOT NULL DEFAULT '{}',
+            error TEXT,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name)
+            WHERE name IS NOT NULL AND state IN ('creating', 'running', 'destroying');
+        CREATE TABLE runs (
+            id TEXT PRIMARY KEY,
+            sandbox_id TEXT NOT NULL REFERENCES sandboxes(id),
+            command TEXT NOT NULL,
+            status TEXT NOT NULL,
+            exit_code INTEGER,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            duration_ms REAL,
+            stdout_bytes INTEGER NOT NULL DEFAULT 0,
+            stderr_bytes INTEGER NOT NULL DEFAULT 0,
+            truncated INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX runs_sandbox ON runs(sandbox_id, started_at);
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            time REAL NOT NULL,
+            sandbox_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX events_sandbox ON events(sandbox_id, seq);
+        """
+
+RUN_DETAILS_SQL = """
+        ALTER TABLE runs ADD COLUMN background INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE runs ADD COLUMN cwd TEXT;
+        ALTER TABLE runs ADD COLUMN env_keys TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE runs ADD COLUMN timeout REAL;
+        ALTER TABLE runs ADD COLUMN idle_timeout REAL;
+        ALTER TABLE runs ADD COLUMN signal INTEGER;
+        ALTER TABLE runs ADD COLUMN error TEXT;
+        CREATE INDEX runs_status ON runs(status);
+        CREATE INDEX events_type ON events(type, seq);
+        """
+
+WORKSPACES_SQL = """
+        CREATE TABLE snapshots (
+            name TEXT PRIMARY KEY,
+            sandbox_id TEXT NOT NULL,
+            provider TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL DEFAULT 0,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE tenants (
+            name TEXT PRIMARY KEY,
+            provider TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+        CREATE TABLE manifests (
+            sandbox_id TEXT PRIMARY KEY,
+            data TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        """
+
+LIFECYCLE_SQL = """
+        ALTER TABLE sandboxes ADD COLUMN expires_at REAL;
+        ALTER TABLE sandboxes ADD COLUMN last_active_at REAL;
+        ALTER TABLE sandboxes ADD COLUMN parent_id TEXT;
+        CREATE INDEX sandboxes_parent ON sandboxes(parent_id);
+        DROP INDEX sandboxes_live_name;
+        CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name)
+            WHERE name IS NOT NULL AND state IN ('creating', 'running', 'paused', 'destroying');
+        CREATE TABLE approvals (
+            id TEXT PRIMARY KEY,
+            sandbox_id TEXT,
+            action TEXT NOT NULL,
+            detail TEXT,
+            reason TEXT,
+            status TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL,
+            decided_at REAL,
+            decided_by TEXT,
+            decision_reason TEXT,
+            used_at REAL
+        );
+        CREATE INDEX approvals_status ON approvals(status, created_at);
+"""
+
+CLAIMS_SQL = """
+CREATE TABLE claims (
+    id TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    sandbox_id TEXT,
+    name TEXT NOT NULL UNIQUE,
+    endpoint TEXT NOT NULL,
+    account TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    resource_id TEXT,
+    state TEXT NOT NULL,
+    revision INTEGER NOT NULL DEFAULT 1,
+    keep INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX claims_scope ON claims(provider, endpoint, account);
+CREATE INDEX claims_sandbox ON claims(sandbox_id);
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("0001_initial", INITIAL_SQL),
+    ("0002_run_details", RUN_DETAILS_SQL),
+    ("0004_workspaces", WORKSPACES_SQL),
+    ("0005_lifecycle", LIFECYCLE_SQL),
+    ("0006_claims", CLAIMS_SQL),
+]

@@ -1,0 +1,143 @@
+"""The sandboxes table: one record per sandbox, kept after it is destroyed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+from hutch.errors import ConflictError, NotFoundError
+from hutch.models import SandboxRecord, SandboxSpec, SandboxState
+from hutch.store.db import Database
+from hutch.store.refs import by_prefix
+
+LIVE_SQL = "('creating', 'running', 'paused', 'destroying')"
+UNSET: Any = object()
+REDACTED = "***"
+
+
+def redacted(spec: SandboxSpec) -> SandboxSpec:
+    """Env values may be secrets: the store keeps the keys only (DESIGN: no secrets in the store)."""
+    return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
+
+
+def _record(row: sqlite3.Row) -> SandboxRecord:
+    return SandboxRecord(
+        id=row["id"],
+        name=row["name"],
+        provider=row["provider"],
+        state=SandboxState(row["state"]),
+        spec=json.loads(row["spec"]),
+        data=json.loads(row["data"]),
+        enforcement=json.loads(row["enforcement"]),
+        error=row["error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        expires_at=row["expires_at"],
+        last_active_at=row["last_active_at"],
+    )
+
+
+class SandboxTable:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def insert(self, rec: SandboxRecord) -> None:
+        try:
+            with self.db.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at,"
+                    " expires_at, last_active_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        rec.id,
+                        rec.name,
+                        rec.provider,
+                        rec.state.value,
+                        redacted(rec.spec).model_dump_json(),
+                        json.dumps(rec.data),
+                        json.dumps(rec.enforcement),
+                        rec.error,
+                        rec.created_at,
+                        rec.updated_at,
+                        rec.expires_at,
+                        rec.last_active_at,
+                        rec.spec.parent,
+                    ),
+                )
+        except ConflictError as exc:
+            raise ConflictError(
+                f"a sandbox named {rec.name!r} already exists",
+                hint=f"choose another --name, or destroy it first: hutch destroy {rec.name}",
+            ) from exc
+
+    def update(
+        self,
+        sandbox_id: str,
+        *,
+        state: SandboxState | None = None,
+        data: dict[str, Any] | None = None,
+        enforcement: dict[str, str] | None = None,
+        error: str | None = None,
+        spec: SandboxSpec | None = None,
+        expires_at: float | None = UNSET,
+        last_active_at: float | None = None,
+    ) -> SandboxRecord:
+        """Change the fields given (``expires_at=None`` clears it); the record as it is now."""
+        sets: list[str] = ["updated_at = ?"]
+        args: list[Any] = [time.time()]
+        if spec is not None:
+            sets.append("spec = ?")
+            args.append(redacted(spec).model_dump_json())
+        if expires_at is not UNSET:
+            sets.append("expires_at = ?")
+            args.append(expires_at)
+        if last_active_at is not None:
+            sets.append("last_active_at = ?")
+            args.append(last_active_at)
+        if state is not None:
+            sets.append("state = ?")
+            args.append(state.value)
+        if data is not None:
+            sets.append("data = ?")
+            args.append(json.dumps(data))
+        if enforcement is not None:
+            sets.append("enforcement = ?")
+            args.append(json.dumps(enforcement))
+        if error is not None:
+            sets.append("error = ?")
+            args.append(error)
+        with self.db.transaction() as conn:
+            conn.execute(f"UPDATE sandboxes SET {', '.join(sets)} WHERE id = ?", (*args, sandbox_id))
+        return self.get(sandbox_id)
+
+    def touch(self, sandbox_id: str, when: float) -> None:
+        """Record activity (for --idle-timeout); no ``updated_at`` change, no event."""
+        with self.db.transaction() as conn:
+            conn.execute("UPDATE sandboxes SET last_active_at = ? WHERE id = ?", (when, sandbox_id))
+
+    def get(self, ref: str) -> SandboxRecord:
+        """By id, by name (a live one, else the newest of any state), or by a unique id prefix (refs.py)."""
+        conn = self.db.conn()
+        row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
+        if row is None:
+            row = conn.execute(
+                f"SELECT * FROM sandboxes WHERE name = ? ORDER BY state IN {LIVE_SQL} DESC, created_at DESC LIMIT 1",
+                (ref,),
+            ).fetchone() or by_prefix(conn, "sandboxes", ref)
+        if row is None:
+            raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
+        return _record(row)
+
+    def all(self, states: tuple[SandboxState, ...] | None = None, *, parent: str | None = None) -> list[SandboxRecord]:
+        """Every sandbox (in one of ``states``, a child of ``parent``), oldest first."""
+        where: list[str] = []
+        args: list[Any] = []
+        if states:
+            where.append(f"state IN ({', '.join('?' for _ in states)})")
+            args += [s.value for s in states]
+        if parent:
+            where.append("parent_id = ?")
+            args.append(parent)
+        sql = "SELECT * FROM sandboxes" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return [_record(r) for r in self.db.conn().execute(sql + " ORDER BY created_at", args)]

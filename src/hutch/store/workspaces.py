@@ -1,0 +1,87 @@
+"""The workspace tables: snapshots, tenants and push manifests."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from hutch.errors import ConflictError, NotFoundError
+from hutch.models import SnapshotRecord
+from hutch.store.db import Database
+
+
+class SnapshotTable:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def insert(self, snap: SnapshotRecord) -> None:
+        try:
+            with self.db.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at),
+                )
+        except ConflictError as exc:
+            raise ConflictError(
+                f"a snapshot named {snap.name!r} already exists",
+                hint=f"choose another name, or delete it first: hutch snapshot delete {snap.name}",
+            ) from exc
+
+    def get(self, name: str) -> SnapshotRecord:
+        row = self.db.conn().execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
+        return SnapshotRecord(**dict(row))
+
+    def all(self) -> list[SnapshotRecord]:
+        return [SnapshotRecord(**dict(r)) for r in self.db.conn().execute("SELECT * FROM snapshots ORDER BY created_at")]
+
+    def delete(self, name: str) -> bool:
+        """False when there was no such snapshot."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM snapshots WHERE name = ?", (name,)).rowcount > 0
+
+
+class TenantTable:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def ensure(self, name: str, provider: str) -> None:
+        """Record the tenant unless it is already known."""
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO tenants (name, provider, created_at) VALUES (?, ?, ?)", (name, provider, time.time())
+            )
+
+    def all(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.conn().execute("SELECT * FROM tenants ORDER BY name")]
+
+    def get(self, name: str) -> dict[str, Any]:
+        row = self.db.conn().execute("SELECT * FROM tenants WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no tenant {name!r}", hint="list tenants with: hutch tenant list")
+        return dict(row)
+
+    def delete(self, name: str) -> bool:
+        """False when there was no such tenant."""
+        with self.db.transaction() as conn:
+            return conn.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount > 0
+
+
+class ManifestTable:
+    """What each sandbox's workspace holds after its last sync (path -> type, mode, sha256 ...)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, sandbox_id: str) -> dict[str, Any]:
+        row = self.db.conn().execute("SELECT data FROM manifests WHERE sandbox_id = ?", (sandbox_id,)).fetchone()
+        return dict(json.loads(row["data"])) if row else {}
+
+    def set(self, sandbox_id: str, manifest: dict[str, Any]) -> None:
+        with self.db.transaction() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO manifests (sandbox_id, data, updated_at) VALUES (?, ?, ?)",
+                (sandbox_id, json.dumps(manifest), time.time()),
+            )
