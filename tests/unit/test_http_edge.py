@@ -279,7 +279,7 @@ def test_status_wait_on_a_sandbox_that_will_never_run(app_client: TestClient, se
     lost = app_client.post(SANDBOXES, json={"provider": "fake"}).json()["id"]
     from hutch.models import SandboxState
 
-    service.store.update_sandbox(lost, state=SandboxState.lost, error="its init died")
+    service.store.sandboxes.update(lost, state=SandboxState.lost, error="its init died")
     err = error(app_client.get(f"{SANDBOXES}/{lost}/status", params={"wait": "true", "timeout": 5}), 409, "conflict")
     assert "lost" in err["message"]
 

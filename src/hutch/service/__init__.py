@@ -393,7 +393,7 @@ class Service:
     def _gone(self, rec: SandboxRecord, exc: HutchError) -> HutchError:
         """What to report for a call that lost its sandbox: one destroyed under it is a
         ``conflict`` (the call raced a destroy), not ``unavailable``."""
-        if self.store.get_sandbox(rec.id).state in (SandboxState.destroying, SandboxState.destroyed):
+        if self.store.sandboxes.get(rec.id).state in (SandboxState.destroying, SandboxState.destroyed):
             return ConflictError(
                 f"sandbox {rec.id} was destroyed while the call was in progress",
                 hint="create a new one with hutch create",
