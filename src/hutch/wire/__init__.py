@@ -1,0 +1,205 @@
+"""The wire contract: every body the HTTP API carries, defined once as TypedDicts.
+
+The CLI, the SDK, the MCP server and the client read and write these shapes; the server
+validates the requests with its pydantic models (hutch.models, hutch.server) and publishes
+them in its OpenAPI document. tests/unit/test_wire.py holds all three to this package: the
+pydantic models and the OpenAPI components have the keys, required keys and types of the
+TypedDicts here, every route is in :data:`hutch.wire.routes.ROUTES`, and the bodies the
+daemon sends validate against them.
+
+- :mod:`hutch.wire.sandboxes`: the spec, the sandbox record, lifecycle and policy bodies
+- :mod:`hutch.wire.runs`: the exec request and result, run records, stream frames, output, events
+- :mod:`hutch.wire.workspaces`: files, push/pull, snapshots, fork, tenants
+- :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
+- :mod:`hutch.wire.routes`: every route with the bodies it carries
+- :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
+
+Standard library only, and cheap: the types are only for type checkers at the edges
+(``if TYPE_CHECKING: from hutch import wire``), so the CLI's hot path loads just
+:mod:`hutch.wire.build`. Reading an attribute here (``wire.ExecResult``) loads its module.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hutch.wire.runs import (
+        AttachEof,
+        AttachMessage,
+        AttachResize,
+        AttachStart,
+        AttachStdin,
+        ErrorFrame,
+        Event,
+        ExecFrame,
+        ExecRequest,
+        ExecResult,
+        ExecSummary,
+        ExitFrame,
+        KillRequest,
+        KillResult,
+        OutputFrame,
+        OutputPage,
+        Process,
+        RunFrame,
+        RunRecord,
+        RunStatus,
+        StreamName,
+        StreamPage,
+        Transcript,
+        TranscriptRecord,
+    )
+    from hutch.wire.sandboxes import (
+        Deadlines,
+        DestroyResult,
+        KeepaliveRequest,
+        LabelRequest,
+        Limits,
+        Mount,
+        NetworkMode,
+        NetworkPolicy,
+        OnExpire,
+        PolicyChange,
+        SandboxRecord,
+        SandboxSpec,
+        SandboxState,
+        SandboxStatus,
+        Session,
+        SshEndpoint,
+        StateChange,
+        StatusClaim,
+        SubagentRequest,
+        WorkspaceView,
+    )
+    from hutch.wire.system import (
+        ApprovalDecision,
+        ApprovalRecord,
+        ApprovalRequest,
+        ApprovalStatus,
+        Check,
+        CleanupAction,
+        CleanupReport,
+        CleanupRequest,
+        Doctor,
+        ErrorBody,
+        ErrorDetail,
+        Health,
+        Inventory,
+        InventoryItem,
+        ProviderCleanup,
+        Shutdown,
+    )
+    from hutch.wire.workspaces import (
+        FileEntry,
+        FileWritten,
+        ForkChild,
+        ForkRequest,
+        ForkResult,
+        Manifest,
+        ManifestEntry,
+        PullSummary,
+        PushManifest,
+        PushResult,
+        PushSummary,
+        RestoreRequest,
+        SnapshotDeleted,
+        SnapshotRecord,
+        SnapshotRequest,
+        Tenant,
+        TenantDeleted,
+    )
+
+MODULES = ("sandboxes", "runs", "workspaces", "system")
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalRequest",
+    "ApprovalStatus",
+    "AttachEof",
+    "AttachMessage",
+    "AttachResize",
+    "AttachStart",
+    "AttachStdin",
+    "Check",
+    "CleanupAction",
+    "CleanupReport",
+    "CleanupRequest",
+    "Deadlines",
+    "DestroyResult",
+    "Doctor",
+    "ErrorBody",
+    "ErrorDetail",
+    "ErrorFrame",
+    "Event",
+    "ExecFrame",
+    "ExecRequest",
+    "ExecResult",
+    "ExecSummary",
+    "ExitFrame",
+    "FileEntry",
+    "FileWritten",
+    "ForkChild",
+    "ForkRequest",
+    "ForkResult",
+    "Health",
+    "Inventory",
+    "InventoryItem",
+    "KeepaliveRequest",
+    "KillRequest",
+    "KillResult",
+    "LabelRequest",
+    "Limits",
+    "Manifest",
+    "ManifestEntry",
+    "Mount",
+    "NetworkMode",
+    "NetworkPolicy",
+    "OnExpire",
+    "OutputFrame",
+    "OutputPage",
+    "PolicyChange",
+    "Process",
+    "ProviderCleanup",
+    "PullSummary",
+    "PushManifest",
+    "PushResult",
+    "PushSummary",
+    "RestoreRequest",
+    "RunFrame",
+    "RunRecord",
+    "RunStatus",
+    "SandboxRecord",
+    "SandboxSpec",
+    "SandboxState",
+    "SandboxStatus",
+    "Session",
+    "Shutdown",
+    "SnapshotDeleted",
+    "SnapshotRecord",
+    "SnapshotRequest",
+    "SshEndpoint",
+    "StateChange",
+    "StatusClaim",
+    "StreamName",
+    "StreamPage",
+    "SubagentRequest",
+    "Tenant",
+    "TenantDeleted",
+    "Transcript",
+    "TranscriptRecord",
+    "WorkspaceView",
+]
+
+
+def __getattr__(name: str) -> object:
+    """``wire.ExecResult`` at run time: loaded from its module on first use."""
+    for module in MODULES:
+        found = importlib.import_module(f"hutch.wire.{module}")
+        if name in found.__all__:
+            value = getattr(found, name)
+            globals()[name] = value
+            return value
+    raise AttributeError(f"module 'hutch.wire' has no attribute {name!r}")

@@ -1,0 +1,275 @@
+"""The request bodies every edge sends, built in one place: the CLI, the SDK and the MCP
+server call these functions and never write a spec or an exec request by hand.
+
+Standard library only (no pydantic: the CLI's import budget). The daemon validates what
+arrives (hutch.models); here is only what the edges must decide themselves: defaults from
+the caller's settings, host paths made absolute on the caller's machine, stdin encoded,
+and the network rules that need a mode.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, cast
+
+from hutch.errors import InvalidError
+
+if TYPE_CHECKING:
+    from hutch.wire.runs import AttachStart, ExecRequest
+    from hutch.wire.sandboxes import (
+        Limits,
+        Mount,
+        NetworkMode,
+        NetworkPolicy,
+        OnExpire,
+        PolicyChange,
+        SandboxSpec,
+        SubagentRequest,
+        WorkspaceView,
+    )
+    from hutch.wire.system import ApprovalRequest
+
+__all__ = [
+    "LOGIN_SHELL",
+    "SpecDefaults",
+    "approval_request",
+    "attach_start",
+    "exec_request",
+    "limits",
+    "mount",
+    "network_policy",
+    "policy_change",
+    "sandbox_spec",
+    "subagent_request",
+]
+
+LOGIN_SHELL = ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]  # hutch shell, sbx.pty()
+
+
+class SpecDefaults(Protocol):
+    """Where unset limits and the provider come from: the caller's :class:`hutch.config.Settings`."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def memory(self) -> int | str: ...
+    @property
+    def pids(self) -> int: ...
+    @property
+    def cpus(self) -> float | None: ...
+
+
+def limits(defaults: SpecDefaults, memory: int | str | None = None, pids: int | None = None, cpus: float | None = None) -> Limits:
+    """Limits as given, the caller's settings for the rest."""
+    return {
+        "memory": memory or defaults.memory,
+        "pids": pids if pids is not None else defaults.pids,
+        "cpus": cpus if cpus is not None else defaults.cpus,
+    }
+
+
+def mount(value: str | Mount, flag: str = "mount") -> Mount:
+    """``HOST:SANDBOX`` or ``HOST:SANDBOX:ro`` (the host path made absolute here), or a mount as is."""
+    if isinstance(value, dict):
+        return value
+    parts = value.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise InvalidError(f"invalid {flag} {value!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
+    source = os.path.abspath(os.path.expanduser(parts[0]))
+    return {"source": source, "target": parts[1], "readonly": len(parts) == 3 and parts[2] == "ro"}
+
+
+def network_policy(
+    mode: str | None, allow_hosts: Iterable[str] = (), ports: Iterable[int] = (), cidrs: Iterable[str] = ()
+) -> NetworkPolicy:
+    """A new sandbox's policy: allow rules without a mode mean an allowlist. The daemon checks
+    the hosts, ports and CIDRs themselves."""
+    hosts, port_list, cidr_list = list(allow_hosts), list(ports), list(cidrs)
+    has_rules = bool(hosts or port_list or cidr_list)
+    chosen = mode or ("allowlist" if has_rules else "none")
+    if chosen == "none" and has_rules:
+        raise InvalidError(
+            "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
+            hint="use --network allowlist with them, or drop them",
+        )
+    return {"mode": _mode(chosen), "allow_hosts": hosts, "ports": port_list, "cidrs": cidr_list}
+
+
+def _mode(mode: str) -> NetworkMode:
+    if mode not in ("none", "allowlist", "open"):
+        raise InvalidError(f"unknown network mode {mode!r}", hint="use none, allowlist or open")
+    return cast("NetworkMode", mode)
+
+
+def sandbox_spec(
+    defaults: SpecDefaults,
+    *,
+    name: str | None = None,
+    provider: str | None = None,
+    memory: int | str | None = None,
+    pids: int | None = None,
+    cpus: float | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    mounts: Iterable[str | Mount] = (),
+    mount_flag: str = "mount",
+    workdir: str | None = None,
+    network: str | None = None,
+    allow_hosts: Iterable[str] = (),
+    allow_ports: Iterable[int] = (),
+    allow_cidrs: Iterable[str] = (),
+    secrets: Mapping[str, str] | None = None,
+    tenant: str | None = None,
+    session: str | None = None,
+    image: str | None = None,
+    metro: str | None = None,
+    ssh: bool = False,
+    ttl: float | str | None = None,
+    idle_timeout: float | str | None = None,
+    on_expire: str | None = None,
+    require_approval: Sequence[str] = (),
+) -> SandboxSpec:
+    """The body of create (and of a session: ``tenant`` or ``session``)."""
+    spec: SandboxSpec = {
+        "provider": provider or defaults.provider,
+        "limits": limits(defaults, memory, pids, cpus),
+        "env": dict(env or {}),
+        "labels": dict(labels or {}),
+        "mounts": [mount(m, mount_flag) for m in mounts],
+        "network": network_policy(network, allow_hosts, allow_ports, allow_cidrs),
+        "secrets": dict(secrets or {}),
+    }
+    if name:
+        spec["name"] = name
+    if workdir:
+        spec["workdir"] = workdir
+    if tenant:
+        spec["tenant"] = tenant
+    if session:
+        spec["session"] = session
+    if image:
+        spec["image"] = image
+    options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
+    if options:
+        spec["provider_options"] = options
+    if ttl:
+        spec["ttl"] = ttl
+    if idle_timeout:
+        spec["idle_timeout"] = idle_timeout
+    if on_expire:
+        spec["on_expire"] = cast("OnExpire", on_expire)
+    if require_approval:
+        spec["require_approval"] = list(require_approval)
+    return spec
+
+
+def subagent_request(
+    defaults: SpecDefaults,
+    *,
+    name: str | None = None,
+    workspace: str | None = None,
+    memory: int | str | None = None,
+    pids: int | None = None,
+    cpus: float | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    network: str | None = None,
+    allow_hosts: Iterable[str] = (),
+    allow_ports: Iterable[int] = (),
+    allow_cidrs: Iterable[str] = (),
+    ttl: float | str | None = None,
+) -> SubagentRequest:
+    """A sub-agent: its own limits (the caller's settings for unset ones); the parent's network
+    unless one is given."""
+    req: SubagentRequest = {
+        "limits": limits(defaults, memory, pids, cpus),
+        "env": dict(env or {}),
+        "labels": dict(labels or {}),
+    }
+    if name is not None:
+        req["name"] = name
+    if workspace is not None:
+        req["workspace"] = cast("WorkspaceView", workspace)
+    if ttl is not None:
+        req["ttl"] = ttl
+    hosts, ports, cidrs = list(allow_hosts), list(allow_ports), list(allow_cidrs)
+    if network or hosts or ports or cidrs:
+        req["network"] = network_policy(network, hosts, ports, cidrs)
+    return req
+
+
+def exec_request(
+    command: str | Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    idle_timeout: float | None = None,
+    stdin: bytes | str | None = None,
+    max_output: int | None = None,
+    background: bool = False,
+    secrets: Mapping[str, str] | None = None,
+    redact: bool = True,
+    approval: str | None = None,
+) -> ExecRequest:
+    """The body of exec (and, with :func:`attach_start`, of an interactive run). ``stdin`` travels
+    base64-encoded; unset keys take the daemon's defaults."""
+    req: ExecRequest = {
+        "command": command if isinstance(command, str) else list(command),
+        "env": dict(env or {}),
+        "cwd": cwd,
+        "timeout": timeout,
+        "idle_timeout": idle_timeout,
+    }
+    if max_output is not None:
+        req["max_output"] = max_output
+    if stdin is not None:
+        raw = stdin.encode() if isinstance(stdin, str) else stdin
+        req["stdin"], req["stdin_base64"] = base64.b64encode(raw).decode(), True
+    if background:
+        req["background"] = True
+    if secrets:
+        req["secrets"] = dict(secrets)
+    if not redact:
+        req["redact"] = False
+    if approval:
+        req["approval"] = approval
+    return req
+
+
+def attach_start(req: ExecRequest, *, tty: bool, rows: int, cols: int) -> AttachStart:
+    """The first message of the attach WebSocket: ``req`` with a terminal's size."""
+    return {"type": "start", **req, "tty": tty, "rows": rows, "cols": cols}
+
+
+def policy_change(
+    mode: str | None = None,
+    allow_hosts: Sequence[str] | None = None,
+    deny_hosts: Sequence[str] | None = None,
+    remove_hosts: Sequence[str] | None = None,
+    ports: Sequence[int] | None = None,
+    cidrs: Sequence[str] | None = None,
+) -> PolicyChange:
+    """What to change in a live sandbox's policy; empty when nothing is (then only show it)."""
+    change: PolicyChange = {}
+    if mode:
+        change["mode"] = _mode(mode)
+    if allow_hosts:
+        change["allow_hosts"] = list(allow_hosts)
+    if deny_hosts:
+        change["deny_hosts"] = list(deny_hosts)
+    if remove_hosts:
+        change["remove_hosts"] = list(remove_hosts)
+    if ports:
+        change["ports"] = list(ports)
+    if cidrs:
+        change["cidrs"] = list(cidrs)
+    return change
+
+
+def approval_request(
+    action: str, sandbox: str | None = None, reason: str | None = None, timeout: float | None = None
+) -> ApprovalRequest:
+    return {"action": action, "sandbox": sandbox, "reason": reason, "timeout": timeout}

@@ -1,0 +1,131 @@
+"""Every route of the HTTP API with the bodies it carries, in one table.
+
+``request`` is the JSON body a route takes (None: none, or not JSON: a file's bytes, a push);
+``response`` what it answers with status ``status`` (None: bytes, not JSON); ``stream`` the
+NDJSON frames of a streamed answer. Failures answer :class:`~hutch.wire.system.ErrorBody`.
+tests/unit/test_wire.py holds the daemon's OpenAPI document to this table.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hutch.wire.runs import (
+    Event,
+    ExecFrame,
+    ExecRequest,
+    ExecResult,
+    KillRequest,
+    KillResult,
+    OutputPage,
+    Process,
+    RunRecord,
+    Transcript,
+)
+from hutch.wire.sandboxes import (
+    Deadlines,
+    DestroyResult,
+    KeepaliveRequest,
+    LabelRequest,
+    PolicyChange,
+    SandboxRecord,
+    SandboxSpec,
+    SandboxStatus,
+    Session,
+    StateChange,
+    SubagentRequest,
+)
+from hutch.wire.system import (
+    ApprovalDecision,
+    ApprovalRecord,
+    ApprovalRequest,
+    CleanupReport,
+    CleanupRequest,
+    Doctor,
+    Health,
+    Inventory,
+    Shutdown,
+)
+from hutch.wire.workspaces import (
+    FileEntry,
+    FileWritten,
+    ForkRequest,
+    ForkResult,
+    Manifest,
+    PushResult,
+    RestoreRequest,
+    SnapshotDeleted,
+    SnapshotRecord,
+    SnapshotRequest,
+    Tenant,
+    TenantDeleted,
+)
+
+__all__ = ["ROUTES", "Route"]
+
+
+class Route(NamedTuple):
+    method: str
+    path: str
+    request: object  # a TypedDict, or None
+    response: object  # a TypedDict, list[TypedDict], a union of them, or None (bytes)
+    status: int = 200
+    stream: object = None  # the NDJSON frames (?stream=true)
+
+
+SBX = "/v1/sandboxes/{ref}"
+RUN = "/v1/runs/{run_id}"
+APR = "/v1/approvals/{approval_id}"
+
+ROUTES: tuple[Route, ...] = (
+    Route("GET", "/v1/health", None, Health),
+    Route("POST", "/v1/shutdown", None, Shutdown),
+    Route("GET", "/v1/doctor", None, Doctor),
+    # sandboxes
+    Route("POST", "/v1/sandboxes", SandboxSpec, SandboxRecord, 201),
+    Route("GET", "/v1/sandboxes", None, list[SandboxRecord]),
+    Route("GET", SBX, None, SandboxRecord),
+    Route("DELETE", SBX, None, DestroyResult),
+    Route("GET", SBX + "/status", None, SandboxStatus),
+    Route("POST", SBX + "/policy", PolicyChange, SandboxRecord),
+    Route("POST", SBX + "/pause", None, StateChange),
+    Route("POST", SBX + "/resume", None, StateChange),
+    Route("POST", SBX + "/keepalive", KeepaliveRequest, Deadlines),
+    Route("POST", SBX + "/subagents", SubagentRequest, SandboxRecord, 201),
+    Route("POST", SBX + "/labels", LabelRequest, SandboxRecord),
+    Route("POST", "/v1/sessions", SandboxSpec, Session),
+    # runs
+    Route("POST", SBX + "/exec", ExecRequest, ExecResult | RunRecord, stream=ExecFrame),
+    Route("GET", SBX + "/runs", None, list[RunRecord]),
+    Route("GET", RUN, None, RunRecord),
+    Route("POST", RUN + "/wait", None, RunRecord),
+    Route("POST", RUN + "/kill", KillRequest, KillResult),
+    Route("GET", RUN + "/output", None, OutputPage),
+    Route("GET", SBX + "/logs", None, Transcript),
+    Route("GET", "/v1/events", None, list[Event]),
+    Route("GET", SBX + "/events", None, list[Event]),
+    Route("GET", SBX + "/ps", None, list[Process]),
+    # files and workspaces
+    Route("GET", SBX + "/files", None, None),
+    Route("PUT", SBX + "/files", None, FileWritten),
+    Route("GET", SBX + "/ls", None, list[FileEntry]),
+    Route("GET", SBX + "/manifest", None, Manifest),
+    Route("POST", SBX + "/push", None, PushResult),  # the body: <length>\n<PushManifest JSON><tar>
+    Route("GET", SBX + "/pull", None, None),  # a tar
+    Route("POST", SBX + "/snapshots", SnapshotRequest, SnapshotRecord, 201),
+    Route("GET", "/v1/snapshots", None, list[SnapshotRecord]),
+    Route("POST", "/v1/snapshots/{name}/restore", RestoreRequest, SandboxRecord, 201),
+    Route("DELETE", "/v1/snapshots/{name}", None, SnapshotDeleted),
+    Route("POST", SBX + "/fork", ForkRequest, ForkResult, 201),
+    Route("GET", "/v1/tenants", None, list[Tenant]),
+    Route("DELETE", "/v1/tenants/{name}", None, TenantDeleted),
+    # approvals
+    Route("POST", "/v1/approvals", ApprovalRequest, ApprovalRecord, 201),
+    Route("GET", "/v1/approvals", None, list[ApprovalRecord]),
+    Route("GET", APR, None, ApprovalRecord),
+    Route("POST", APR + "/wait", None, ApprovalRecord),
+    Route("POST", APR + "/decision", ApprovalDecision, ApprovalRecord),
+    # claimed providers (unikraft)
+    Route("GET", "/v1/providers/{name}/inventory", None, Inventory),
+    Route("POST", "/v1/cleanup", CleanupRequest, CleanupReport),
+)

@@ -1,0 +1,212 @@
+"""Sandbox bodies: the spec a sandbox is created from, its record, and what the lifecycle
+routes (destroy, pause/resume, keepalive, status, labels, sub-agents, policy) carry."""
+
+# No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
+from typing import Literal, NotRequired, TypedDict
+
+__all__ = [
+    "Deadlines",
+    "DestroyResult",
+    "KeepaliveRequest",
+    "LabelRequest",
+    "Limits",
+    "Mount",
+    "NetworkMode",
+    "NetworkPolicy",
+    "OnExpire",
+    "PolicyChange",
+    "SandboxRecord",
+    "SandboxSpec",
+    "SandboxState",
+    "SandboxStatus",
+    "Session",
+    "SshEndpoint",
+    "StateChange",
+    "StatusClaim",
+    "SubagentRequest",
+    "WorkspaceView",
+]
+
+SandboxState = Literal["creating", "running", "paused", "destroying", "destroyed", "failed", "lost"]
+NetworkMode = Literal["none", "allowlist", "open"]
+OnExpire = Literal["destroy", "pause"]
+WorkspaceView = Literal["rw", "ro"]  # how a sub-agent sees its parent's /workspace
+
+
+class Limits(TypedDict, total=False):
+    """A sandbox's resources. A request may give ``memory`` as text with a unit (``"512M"``);
+    records always carry bytes (an int)."""
+
+    memory: int | str
+    pids: int
+    cpus: float | None  # cores; None: no cpu limit
+
+
+class Mount(TypedDict):
+    """A host path bound into the sandbox (``HOST:SANDBOX[:ro]`` on the command line)."""
+
+    source: str  # absolute host path
+    target: str  # path in the sandbox
+    readonly: NotRequired[bool]
+
+
+class NetworkPolicy(TypedDict, total=False):
+    """Egress of one sandbox: ``none`` (loopback only), ``allowlist`` (named hosts through hutch's
+    proxy) or ``open`` (any public address through the proxy). Empty ``ports``: 80 and 443 in
+    an allowlist, any when open."""
+
+    mode: NetworkMode
+    allow_hosts: list[str]  # example.com, *.example.org
+    deny_hosts: list[str]
+    ports: list[int]
+    cidrs: list[str]
+
+
+class PolicyChange(TypedDict, total=False):
+    """``POST /v1/sandboxes/{ref}/policy``: what to add to (or take from) a live sandbox's policy."""
+
+    mode: NetworkMode | None
+    allow_hosts: list[str] | None
+    deny_hosts: list[str] | None
+    remove_hosts: list[str] | None  # dropped from both lists
+    ports: list[int] | None
+    cidrs: list[str] | None
+
+
+class SandboxSpec(TypedDict, total=False):
+    """What the user asked for: the body of ``POST /v1/sandboxes`` and ``POST /v1/sessions``,
+    and ``spec`` in every record. Built by :func:`hutch.wire.build.sandbox_spec` on the
+    client side. Durations may be given as text with a unit (``"30m"``); records carry seconds."""
+
+    name: str | None
+    provider: str
+    limits: Limits
+    env: dict[str, str]  # records show the keys only (values "***")
+    mounts: list[Mount]
+    labels: dict[str, str]
+    workdir: str
+    network: NetworkPolicy
+    image: str | None  # providers that boot images (unikraft): the OCI image
+    provider_options: dict[str, str]  # {"metro": "fra", "ssh": "true"} for unikraft
+    secrets: dict[str, str]  # request only: never stored or returned
+    secret_names: list[str]
+    tenant: str | None  # a persistent sandbox line: its /workspace outlives the sandbox
+    session: str | None  # auto mode (hutch run --reuse): the reuse key
+    ttl: float | str | None
+    idle_timeout: float | str | None
+    on_expire: OnExpire
+    require_approval: list[str]  # destroy, network.change, push.delete, exec:PATTERN
+    parent: str | None  # a sub-agent's parent sandbox id
+    workspace: WorkspaceView | None
+
+
+class SshEndpoint(TypedDict):
+    """Where ``hutch ssh`` connects (a unikraft sandbox created with ``--ssh``)."""
+
+    fqdn: str
+    port: int
+    user: str
+
+
+class SandboxRecord(TypedDict):
+    """What hutch knows about a sandbox: the answer of create, get, list, policy, labels,
+    sub-agents and snapshot restore."""
+
+    id: str  # sbx_...
+    name: NotRequired[str | None]
+    provider: str
+    state: SandboxState
+    spec: SandboxSpec
+    created_at: float
+    updated_at: float
+    error: NotRequired[str | None]
+    enforcement: NotRequired[dict[str, str]]  # limit -> how it is enforced (cgroup v1, rlimit ...)
+    egress: NotRequired[dict[str, int] | None]  # allowed / denied decisions so far, when it has a network
+    expires_at: NotRequired[float | None]
+    last_active_at: NotRequired[float | None]
+    ssh: NotRequired[SshEndpoint | None]
+
+
+class DestroyResult(TypedDict):
+    """``DELETE /v1/sandboxes/{ref}``: idempotent, so ``existed`` says whether there was anything."""
+
+    sandbox: str
+    name: NotRequired[str | None]
+    destroyed: bool
+    existed: bool
+    message: str
+    children: NotRequired[list[str] | None]  # sub-agents destroyed with it (only when there were any)
+
+
+class StatusClaim(TypedDict):
+    """The claim of a sandbox whose resource can outlive hutch (unikraft)."""
+
+    id: str
+    name: str
+    state: str  # intent, ready, delete_attempt, delete_accepted
+    resource_id: str | None
+    error: str | None
+
+
+class SandboxStatus(TypedDict):
+    """``GET /v1/sandboxes/{ref}/status`` (``?wait=true``: once it runs)."""
+
+    sandbox: str
+    name: str | None
+    provider: str
+    state: SandboxState
+    claim: NotRequired[StatusClaim]
+    instance: NotRequired[Literal["running", "gone"]]
+
+
+class StateChange(TypedDict):
+    """``POST .../pause`` and ``.../resume``."""
+
+    sandbox: str
+    name: str | None
+    state: SandboxState
+    changed: bool  # false: it already was
+    message: str
+
+
+class Deadlines(TypedDict):
+    """``POST .../keepalive``: when the sandbox expires now."""
+
+    sandbox: str
+    name: str | None
+    state: SandboxState
+    expires_at: float | None
+    idle_expires_at: float | None
+    on_expire: OnExpire
+
+
+class KeepaliveRequest(TypedDict, total=False):
+    ttl: float | str | None  # a new deadline this long from now
+
+
+class SubagentRequest(TypedDict, total=False):
+    """``POST /v1/sandboxes/{ref}/subagents``: a child sharing the parent's /workspace. Built by
+    :func:`hutch.wire.build.subagent_request`. Its network is the parent's unless given, never wider."""
+
+    name: str | None
+    workspace: WorkspaceView | None
+    limits: Limits
+    env: dict[str, str]
+    labels: dict[str, str]
+    ttl: float | str | None
+    idle_timeout: float | str | None
+    on_expire: OnExpire
+    require_approval: list[str]
+    network: NetworkPolicy | None
+
+
+class LabelRequest(TypedDict, total=False):
+    set: dict[str, str]  # labels to set
+    remove: list[str]  # labels to remove
+
+
+class Session(TypedDict):
+    """``POST /v1/sessions``: the live sandbox of an auto-mode key or a tenant, or a new one."""
+
+    sandbox: SandboxRecord
+    created: bool

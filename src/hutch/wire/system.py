@@ -1,0 +1,155 @@
+"""Errors, health, doctor, approvals and the claim reports (inventory, cleanup)."""
+
+# No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
+from typing import Literal, NotRequired, TypedDict
+
+__all__ = [
+    "ApprovalDecision",
+    "ApprovalRecord",
+    "ApprovalRequest",
+    "ApprovalStatus",
+    "Check",
+    "CleanupAction",
+    "CleanupReport",
+    "CleanupRequest",
+    "Doctor",
+    "ErrorBody",
+    "ErrorDetail",
+    "Health",
+    "Inventory",
+    "InventoryItem",
+    "ProviderCleanup",
+    "Shutdown",
+]
+
+ApprovalStatus = Literal["pending", "approved", "rejected", "expired"]
+
+
+class ErrorDetail(TypedDict):
+    kind: str  # not_found, conflict, invalid, unauthorized, capacity, unavailable, timeout, policy, internal ...
+    message: str
+    hint: NotRequired[str]
+    approval_id: NotRequired[str]  # kind approval_required: the request a human must approve
+
+
+class ErrorBody(TypedDict):
+    """Every failure, with its HTTP status: ``{"error": {"kind", "message", "hint"}}``."""
+
+    error: ErrorDetail
+
+
+class Health(TypedDict):
+    ok: bool
+    version: str
+    pid: int
+    home: str
+    tasks: int  # the daemon's asyncio tasks
+    approval_waits: int
+
+
+class Shutdown(TypedDict):
+    ok: bool
+    stopping: bool
+    pid: int
+
+
+class Check(TypedDict):
+    """One line of ``hutch doctor``."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None
+
+
+class Doctor(TypedDict):
+    ok: bool
+    version: str
+    checks: list[Check]
+
+
+class ApprovalRequest(TypedDict):
+    """``POST /v1/approvals``: ask a human to approve an action."""
+
+    action: str  # destroy, network.change, push.delete, exec:PATTERN, or free text
+    sandbox: NotRequired[str | None]
+    reason: NotRequired[str | None]
+    timeout: NotRequired[float | None]  # seconds it stays open
+
+
+class ApprovalDecision(TypedDict, total=False):
+    approve: bool
+    reason: str | None
+    by: str | None
+
+
+class ApprovalRecord(TypedDict):
+    id: str  # apr_...
+    sandbox_id: NotRequired[str | None]
+    action: str
+    detail: NotRequired[str | None]
+    reason: NotRequired[str | None]
+    status: ApprovalStatus
+    created_at: float
+    expires_at: NotRequired[float | None]
+    decided_at: NotRequired[float | None]
+    decided_by: NotRequired[str | None]
+    decision_reason: NotRequired[str | None]
+    used_at: NotRequired[float | None]
+
+
+class InventoryItem(TypedDict):
+    """A claimed instance (pending intents and missing ones too) or, with ``all``, an unclaimed one."""
+
+    claimed: bool
+    claim: NotRequired[str]
+    claim_state: NotRequired[str]
+    sandbox: NotRequired[str | None]
+    name: str | None
+    uuid: str | None
+    instance_state: str | None  # the provider's, or "missing"
+    missing: bool
+    error: NotRequired[str | None]
+
+
+class Inventory(TypedDict):
+    """``GET /v1/providers/{name}/inventory``: claim-first."""
+
+    endpoint: str
+    account: str
+    items: list[InventoryItem]
+
+
+class CleanupRequest(TypedDict, total=False):
+    provider: str | None
+    metro: str | None
+    dry_run: bool
+    keep: list[str]  # claims, names or sandbox ids to leave alone
+    forget_missing: bool
+
+
+class CleanupAction(TypedDict):
+    claim: str
+    name: str
+    sandbox: str | None
+    state: str
+    action: str  # destroy, forget, keep, skip-live, skip-creating, report-missing
+    result: NotRequired[str]
+    error: NotRequired[ErrorDetail]
+
+
+class ProviderCleanup(TypedDict):
+    provider: str
+    endpoint: str
+    account: str
+    dry_run: bool
+    ok: bool
+    actions: list[CleanupAction]
+
+
+class CleanupReport(TypedDict):
+    """``POST /v1/cleanup``."""
+
+    ok: bool
+    dry_run: bool
+    providers: list[ProviderCleanup]
