@@ -55,6 +55,8 @@ def schema_type(s: dict[str, Any], link: bool = True) -> str:
     if "enum" in s:
         return "one of " + ", ".join(f"`{v}`" for v in s["enum"])
     kind = s.get("type", "any")
+    if kind == "string" and s.get("format") == "binary":
+        kind = "bytes"
     if isinstance(kind, list):
         kind = " or ".join(kind)
     if kind == "array":

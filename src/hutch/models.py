@@ -6,10 +6,12 @@ import posixpath
 import secrets
 import time
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
+from hutch import wire
 from hutch.checks import (
     MAX_ITEMS,
     MAX_MEMORY,
@@ -32,12 +34,25 @@ from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
 from hutch.units import format_size, parse_duration, parse_size
+from hutch.wire_pydantic import typeddict
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
 DEFAULT_OUTPUT_CAP = 1 << 20
 MAX_TTL = 365 * 86400.0
 APPROVAL_ACTIONS = ("destroy", "network.change", "push.delete")  # and exec:PATTERN
+
+
+if TYPE_CHECKING:  # the wire's own types for the type checker; pydantic gets their clones
+    SshEndpoint = wire.SshEndpoint
+    CredentialStatus = wire.CredentialStatus
+else:
+    SshEndpoint = typeddict(wire.SshEndpoint)
+    CredentialStatus = typeddict(wire.CredentialStatus)
+
+# What a request may send where a record has a number: a size or a duration as text with a unit.
+Size = Annotated[int, WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}]})]
+Duration = Annotated[float | None, WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}, {"type": "null"}]})]
 
 
 def new_id(prefix: str) -> str:
@@ -99,7 +114,7 @@ class Mount(BaseModel):
 
 
 class Limits(BaseModel):
-    memory: int = DEFAULT_MEMORY
+    memory: Size = Field(default=DEFAULT_MEMORY, description="bytes, or a size with a unit: 512M, 1G")
     pids: int = DEFAULT_PIDS
     cpus: float | None = None
 
@@ -190,8 +205,8 @@ class SandboxSpec(BaseModel):
             raise InvalidError(f"invalid tenant name {v!r}", hint=NAME_HINT)
         return v
 
-    ttl: float | None = None  # seconds from creation (or the last keepalive --ttl) until expiry
-    idle_timeout: float | None = None  # seconds without a run or API activity until expiry
+    ttl: Duration = None  # seconds from creation (or the last keepalive --ttl) until expiry; or text: 30m
+    idle_timeout: Duration = None  # seconds without a run or API activity until expiry
     on_expire: Literal["destroy", "pause"] = "destroy"
     require_approval: list[str] = Field(default_factory=list)  # destroy, network.change, push.delete, exec:PATTERN
     parent: str | None = None  # a sub-agent's parent sandbox id (set by hutch subagent)
@@ -263,16 +278,16 @@ class SandboxRecord(BaseModel):
     egress: dict[str, int] | None = None  # decisions so far (allowed / denied), when it has a network
     expires_at: float | None = None  # the TTL deadline (stored: the daemon enforces it after a restart)
     last_active_at: float | None = None  # the last run or API activity (for --idle-timeout)
-    data: dict[str, Any] = Field(default_factory=dict, exclude=True)
-    ssh: dict[str, Any] | None = None  # where `hutch ssh` connects (unikraft --ssh): fqdn, port, user; from data
+    data: SkipJsonSchema[dict[str, Any]] = Field(default_factory=dict, exclude=True)  # the provider's, never sent
+    ssh: SshEndpoint | None = None  # where `hutch ssh` connects (unikraft --ssh); from data
     # which credential its account has in the daemon's memory (providers whose resources
     # need one: state in_memory with origin, source and fingerprint, or missing); never stored
-    credential: dict[str, Any] | None = None
+    credential: CredentialStatus | None = None
 
     @model_validator(mode="after")
     def _ssh(self) -> SandboxRecord:
         if self.ssh is None and isinstance(self.data.get("ssh"), dict):
-            self.ssh = dict(self.data["ssh"])
+            self.ssh = cast(SshEndpoint, dict(self.data["ssh"]))
         return self
 
 
@@ -411,7 +426,8 @@ class ApprovalDecision(BaseModel):
 
 
 class RunRecord(BaseModel):
-    """A run as the store keeps it (``GET /v1/runs/ID``, a background exec's answer)."""
+    """A run as the store keeps it (``GET /v1/runs/ID``, a background exec's answer): every
+    field is always there (None until it applies)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -419,17 +435,17 @@ class RunRecord(BaseModel):
     sandbox_id: str
     command: list[str]
     status: RunStatus
-    exit_code: int | None = None
+    exit_code: int | None
     started_at: float
-    finished_at: float | None = None
-    duration_ms: float | None = None
-    stdout_bytes: int = 0
-    stderr_bytes: int = 0
-    truncated: bool = False
-    background: bool = False
-    cwd: str | None = None
-    env_keys: list[str] = Field(default_factory=list)  # the names only: values are never stored
-    timeout: float | None = None
-    idle_timeout: float | None = None
-    signal: int | None = None
-    error: str | None = None
+    finished_at: float | None
+    duration_ms: float | None
+    stdout_bytes: int
+    stderr_bytes: int
+    truncated: bool
+    background: bool
+    cwd: str | None
+    env_keys: list[str]  # the names only: values are never stored
+    timeout: float | None
+    idle_timeout: float | None
+    signal: int | None
+    error: str | None

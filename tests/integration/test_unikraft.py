@@ -16,6 +16,9 @@ import pytest
 from tests.conftest import Daemon, hutch_env
 from tests.integration.ukc_support import ACCOUNT, OTHER_TOKEN, SPECS, TOKEN, TestServer, validate_log
 
+from hutch import wire
+from hutch.wire_pydantic import adapter
+
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not SPECS.is_dir(), reason=f"no specs at {SPECS}")]
 
 
@@ -64,13 +67,17 @@ def test_lifecycle_exec_files_and_the_spec(ukd: Daemon, ukc: TestServer) -> None
     home = ukd.home
     ukc.reset_log()
     before = ukc.state()["creates"]
-    rec = js(hutch(home, ukc, "create", "--provider", "unikraft", "--name", "u1", "-e", "GREETING=hi", "--json"))
+    created = js(hutch(home, ukc, "create", "--provider", "unikraft", "--name", "u1", "-e", "GREETING=hi", "--json"))
+    rec = adapter(wire.SandboxRecord).validate_python(created)
+    assert rec["credential"] and rec["credential"]["state"] == "in_memory"
     assert rec["state"] == "running" and rec["provider"] == "unikraft"
     assert ukc.state()["creates"] == before + 1
     inst = [i for i in mine(ukc) if i["name"].startswith("hutch-")]
     assert len(inst) == 1 and inst[0]["env"] == {"GREETING": "hi"} and inst[0]["memory_mb"] == 1024
 
     with ukd.client() as c:
+        held = adapter(wire.Credentials).validate_python(c.json("GET", "/v1/credentials"))
+        assert [a["state"] for a in held["accounts"]] == ["in_memory"] and held["accounts"][0]["sandboxes"] == [rec["id"]]
         n = len(ukc.state()["log"])
         r = c.exec("u1", {"command": ["sh", "-c", "echo out; echo err >&2; echo $GREETING; exit 3"]})
         requests = ukc.state()["log"][n:]
@@ -117,22 +124,23 @@ def test_run_and_status_and_inventory(ukd: Daemon, ukc: TestServer) -> None:
     p = hutch(home, ukc, "run", "--provider", "unikraft", "--", "sh", "-c", "echo ran; exit 5")
     assert (p.returncode, p.stdout) == (5, "ran\n"), p.stderr
     js(hutch(home, ukc, "warmup", "--provider", "unikraft", "--name", "w", "--workdir", "/tmp/app", "--json"))
-    st = js(hutch(home, ukc, "status", "w", "--wait", "--json"))
+    st = adapter(wire.SandboxStatus).validate_python(js(hutch(home, ukc, "status", "w", "--wait", "--json")))
     assert hutch(home, ukc, "exec", "w", "--", "pwd").stdout == "/tmp/app\n"  # made at create
     assert "network:   the instance's own (not filtered by hutch)" in hutch(home, ukc, "get", "w").stdout
     assert st["state"] == "running" and st["claim"]["state"] == "ready" and st["instance"] == "running"
-    inv = js(hutch(home, ukc, "list", "--provider", "unikraft", "--json"))
+    inv = adapter(wire.Inventory).validate_python(js(hutch(home, ukc, "list", "--provider", "unikraft", "--json")))
     assert [i["sandbox"] for i in inv["items"]] == [st["sandbox"]] and inv["account"] == ACCOUNT
     # an instance nobody claimed (made with the raw API) shows only with --all, and cleanup leaves it
     stray = subprocess.run(
         [sys.executable, "-c", STRAY, ukc.url, TOKEN], capture_output=True, text=True, timeout=60, check=True
     ).stdout.strip()
-    everything = js(hutch(home, ukc, "list", "--provider", "unikraft", "--all", "--json"))["items"]
+    listed = js(hutch(home, ukc, "list", "--provider", "unikraft", "--all", "--json"))
+    everything = adapter(wire.Inventory).validate_python(listed)["items"]
     assert {"claimed": False, "uuid": stray}.items() <= next(i for i in everything if i["uuid"] == stray).items()
-    dry = js(hutch(home, ukc, "cleanup", "--dry-run", "--json"))
+    dry = adapter(wire.CleanupReport).validate_python(js(hutch(home, ukc, "cleanup", "--dry-run", "--json")))
     assert [a["action"] for a in dry["providers"][0]["actions"]] == ["skip-live"]
     js(hutch(home, ukc, "stop", "w", "--json"))
-    assert js(hutch(home, ukc, "cleanup", "--json"))["ok"]
+    assert adapter(wire.CleanupReport).validate_python(js(hutch(home, ukc, "cleanup", "--json")))["ok"]
     assert stray in [i["uuid"] for i in mine(ukc)]  # unclaimed: never touched
     ukc.delete_behind_our_back(stray)
 

@@ -18,6 +18,9 @@ import pytest
 from tests.conftest import Daemon, hutch_env
 from tests.integration.ukc_support import ACCOUNT, SPECS, TOKEN, TestServer, validate_log
 
+from hutch import wire
+from hutch.wire_pydantic import adapter
+
 pytest.importorskip("asyncssh")
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not SPECS.is_dir(), reason=f"no specs at {SPECS}")]
 
@@ -73,7 +76,9 @@ def ukd(hutch_home: Path, ukc: TestServer) -> Iterator[Daemon]:
 def test_create_ssh_exec_pin_and_destroy(ukd: Daemon, ukc: TestServer) -> None:
     home = ukd.home
     ukc.reset_log()
-    rec = js(hutch(home, ukc, "create", "--provider", "unikraft", "--ssh", "--name", "s1", "--json"))
+    rec = adapter(wire.SandboxRecord).validate_python(
+        js(hutch(home, ukc, "create", "--provider", "unikraft", "--ssh", "--name", "s1", "--json"))
+    )
     keys = home / "ssh" / rec["id"]
     key = keys / "id_ed25519"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and stat.S_IMODE(keys.stat().st_mode) == 0o700

@@ -1,6 +1,9 @@
 """The published OpenAPI document says what the API does: errors are ``{"error": {...}}`` with
 the status of their kind (400 for bad input, never FastAPI's 422), each operation lists the
 error statuses it can answer, and bodies that are not JSON are declared as what they are.
+Every body is the one hutch.wire defines: answers the Service builds as plain dicts get
+their schema from :data:`hutch.wire.routes.ROUTES` (with a streamed exec's NDJSON frames),
+and tests/unit/test_wire.py holds the whole document to wire.
 
 tests/unit/test_openapi_conformance.py runs schemathesis over this document against the app.
 """
@@ -11,26 +14,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from hutch.errors import KINDS
+from hutch import wire
+from hutch.wire.routes import ROUTES
+from hutch.wire_pydantic import schema as wire_schema
 
-ERROR = "Error"
-ERROR_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "description": "Every failure: a stable kind, a message, and a hint saying what to do next.",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["kind", "message"],
-            "properties": {
-                "kind": {"type": "string", "enum": sorted(KINDS)},
-                "message": {"type": "string"},
-                "hint": {"type": "string"},
-                "approval_id": {"type": "string", "description": "with kind approval_required: the request to approve"},
-            },
-        }
-    },
-}
+NDJSON = "application/x-ndjson"
 STATUSES = {
     400: "`invalid`: bad input (a parameter or body out of its bounds, or not what the operation takes)",
     401: "`unauthorized`: no or a wrong bearer token (a TCP listener; the unix socket needs none)",
@@ -103,10 +91,10 @@ def _errors(method: str, path: str, op: dict[str, Any]) -> list[int]:
 def fix(schema: dict[str, Any]) -> dict[str, Any]:
     """FastAPI's document, made to say what the app answers."""
     schemas = schema.setdefault("components", {}).setdefault("schemas", {})
-    schemas[ERROR] = ERROR_SCHEMA
     for name in ("HTTPValidationError", "ValidationError"):
         schemas.pop(name, None)
-    ref = {"$ref": f"#/components/schemas/{ERROR}"}
+    ref = wire_schema(wire.Error, schemas)
+    answers(schema, schemas)
     for path, ops in schema.get("paths", {}).items():
         for method, op in ops.items():
             raw = RAW_BODIES.get((method, path))
@@ -123,7 +111,23 @@ def fix(schema: dict[str, Any]) -> dict[str, Any]:
             responses.pop("422", None)
             for code in _errors(method, path, op):
                 responses.setdefault(str(code), {"description": STATUSES[code], "content": {"application/json": {"schema": ref}}})
+    schema["components"]["schemas"] = dict(sorted(schemas.items()))
     return schema
+
+
+def answers(schema: dict[str, Any], schemas: dict[str, Any]) -> None:
+    """Each route's answer as hutch.wire says it, where FastAPI knows none (a dict the Service
+    built), and the frames of a streamed answer."""
+    for route in ROUTES:
+        op = schema["paths"].get(route.path, {}).get(route.method.lower())
+        if op is None:
+            continue  # tests/unit/test_wire.py names it
+        answer = op.setdefault("responses", {}).setdefault(str(route.status), {})
+        body = answer.get("content", {}).get("application/json")
+        if body is not None and route.response is not None and "$ref" not in str(body.get("schema")):
+            body["schema"] = wire_schema(route.response, schemas)
+        if route.stream is not None:
+            answer["content"][NDJSON]["schema"] = wire_schema(route.stream, schemas)
 
 
 def install(app: FastAPI) -> None:

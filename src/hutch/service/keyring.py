@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from hutch.credentials import BRING, CALLER, MISSING, TOKEN_HINT, Credential, describe, gather
 from hutch.errors import HutchError, UnauthorizedError
@@ -31,6 +31,7 @@ from hutch.models import SandboxRecord, SandboxState
 from hutch.provider import CheckResult
 
 if TYPE_CHECKING:
+    from hutch import wire
     from hutch.service import Service
 
 log = logging.getLogger("hutch.service")
@@ -264,20 +265,20 @@ class Keyring:
                 ids.append(claim["sandbox_id"])
         return out
 
-    def status(self, scope: Scope) -> dict[str, Any]:
+    def status(self, scope: Scope) -> wire.CredentialStatus:
         held = self._held.get(scope)
         base = {"provider": scope[0], "endpoint": scope[1], "account": scope[2]}
-        return base | (held.describe() if held is not None else {"state": "missing"})
+        return cast("wire.CredentialStatus", base | (held.describe() if held is not None else {"state": "missing"}))
 
-    def describe(self, rec: SandboxRecord) -> dict[str, Any] | None:
+    def describe(self, rec: SandboxRecord) -> wire.CredentialStatus | None:
         """What a sandbox's account has in memory (None for sandboxes that need no credential)."""
         scope = self.scope_of(rec)
         return self.status(scope) if scope is not None and rec.state in NEEDS else None
 
-    def report(self) -> list[dict[str, Any]]:
+    def report(self) -> list[wire.AccountCredential]:
         wanted = self.wanted()
         scopes = sorted(set(wanted) | set(self._held))
-        return [self.status(s) | {"sandboxes": sorted(wanted.get(s, []))} for s in scopes]
+        return [{**self.status(s), "sandboxes": sorted(wanted.get(s, []))} for s in scopes]
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -296,7 +297,7 @@ class Keyring:
             log.error("credential task failed", exc_info=task.exception())
 
 
-def credential_checks(report: list[dict[str, Any]]) -> list[CheckResult]:
+def credential_checks(report: list[wire.AccountCredential]) -> list[CheckResult]:
     """One doctor check per account: its credential in memory, or missing (a failure:
     expiry and cleanup of its sandboxes wait)."""
     out = []

@@ -74,6 +74,7 @@ if TYPE_CHECKING:
         WorkspaceView,
     )
     from hutch.wire.system import (
+        AccountCredential,
         ApprovalDecision,
         ApprovalRecord,
         ApprovalRequest,
@@ -82,9 +83,12 @@ if TYPE_CHECKING:
         CleanupAction,
         CleanupReport,
         CleanupRequest,
+        Credentials,
+        CredentialStatus,
         Doctor,
-        ErrorBody,
+        Error,
         ErrorDetail,
+        ErrorKind,
         Health,
         Inventory,
         InventoryItem,
@@ -114,6 +118,7 @@ if TYPE_CHECKING:
 MODULES = ("sandboxes", "runs", "workspaces", "system")
 
 __all__ = [
+    "AccountCredential",
     "ApprovalDecision",
     "ApprovalRecord",
     "ApprovalRequest",
@@ -127,12 +132,15 @@ __all__ = [
     "CleanupAction",
     "CleanupReport",
     "CleanupRequest",
+    "CredentialStatus",
+    "Credentials",
     "Deadlines",
     "DestroyResult",
     "Doctor",
-    "ErrorBody",
+    "Error",
     "ErrorDetail",
     "ErrorFrame",
+    "ErrorKind",
     "Event",
     "ExecFrame",
     "ExecRequest",

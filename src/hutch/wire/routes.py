@@ -1,8 +1,8 @@
 """Every route of the HTTP API with the bodies it carries, in one table.
 
-``request`` is the JSON body a route takes (None: none, or not JSON: a file's bytes, a push);
-``response`` what it answers with status ``status`` (None: bytes, not JSON); ``stream`` the
-NDJSON frames of a streamed answer. Failures answer :class:`~hutch.wire.system.ErrorBody`.
+``request`` is the JSON body a route takes (None: none, or bytes of type ``request_media``);
+``response`` what it answers with status ``status`` (None: bytes of type ``media``); ``stream``
+the NDJSON frames of a streamed answer. Failures answer :class:`~hutch.wire.system.Error`.
 tests/unit/test_wire.py holds the daemon's OpenAPI document to this table.
 """
 
@@ -41,6 +41,7 @@ from hutch.wire.system import (
     ApprovalRequest,
     CleanupReport,
     CleanupRequest,
+    Credentials,
     Doctor,
     Health,
     Inventory,
@@ -71,8 +72,13 @@ class Route(NamedTuple):
     response: object  # a TypedDict, list[TypedDict], a union of them, or None (bytes)
     status: int = 200
     stream: object = None  # the NDJSON frames (?stream=true)
+    media: str = "application/json"
+    request_media: str | None = None  # a body that is not JSON
 
 
+BYTES = "application/octet-stream"
+TAR = "application/x-tar"
+PUSH = "application/x-hutch-push"
 SBX = "/v1/sandboxes/{ref}"
 RUN = "/v1/runs/{run_id}"
 APR = "/v1/approvals/{approval_id}"
@@ -106,12 +112,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", SBX + "/events", None, list[Event]),
     Route("GET", SBX + "/ps", None, list[Process]),
     # files and workspaces
-    Route("GET", SBX + "/files", None, None),
-    Route("PUT", SBX + "/files", None, FileWritten),
+    Route("GET", SBX + "/files", None, None, media=BYTES),
+    Route("PUT", SBX + "/files", None, FileWritten, request_media=BYTES),
     Route("GET", SBX + "/ls", None, list[FileEntry]),
     Route("GET", SBX + "/manifest", None, Manifest),
-    Route("POST", SBX + "/push", None, PushResult),  # the body: <length>\n<PushManifest JSON><tar>
-    Route("GET", SBX + "/pull", None, None),  # a tar
+    Route("POST", SBX + "/push", None, PushResult, request_media=PUSH),  # <length>\n<PushManifest JSON><tar>
+    Route("GET", SBX + "/pull", None, None, media=TAR),
     Route("POST", SBX + "/snapshots", SnapshotRequest, SnapshotRecord, 201),
     Route("GET", "/v1/snapshots", None, list[SnapshotRecord]),
     Route("POST", "/v1/snapshots/{name}/restore", RestoreRequest, SandboxRecord, 201),
@@ -128,4 +134,5 @@ ROUTES: tuple[Route, ...] = (
     # claimed providers (unikraft)
     Route("GET", "/v1/providers/{name}/inventory", None, Inventory),
     Route("POST", "/v1/cleanup", CleanupRequest, CleanupReport),
+    Route("GET", "/v1/credentials", None, Credentials),
 )

@@ -4,6 +4,8 @@ routes (destroy, pause/resume, keepalive, status, labels, sub-agents, policy) ca
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
 from typing import Literal, NotRequired, TypedDict
 
+from hutch.wire.system import CredentialStatus
+
 __all__ = [
     "Deadlines",
     "DestroyResult",
@@ -125,6 +127,7 @@ class SandboxRecord(TypedDict):
     expires_at: NotRequired[float | None]
     last_active_at: NotRequired[float | None]
     ssh: NotRequired[SshEndpoint | None]
+    credential: NotRequired[CredentialStatus | None]  # providers whose resources need one (unikraft)
 
 
 class DestroyResult(TypedDict):

@@ -4,6 +4,7 @@
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = [
+    "AccountCredential",
     "ApprovalDecision",
     "ApprovalRecord",
     "ApprovalRequest",
@@ -12,9 +13,12 @@ __all__ = [
     "CleanupAction",
     "CleanupReport",
     "CleanupRequest",
+    "CredentialStatus",
+    "Credentials",
     "Doctor",
-    "ErrorBody",
+    "Error",
     "ErrorDetail",
+    "ErrorKind",
     "Health",
     "Inventory",
     "InventoryItem",
@@ -25,15 +29,31 @@ __all__ = [
 ApprovalStatus = Literal["pending", "approved", "rejected", "expired"]
 
 
+ErrorKind = Literal[
+    "approval_required",
+    "capacity",
+    "conflict",
+    "internal",
+    "invalid",
+    "not_found",
+    "permission_denied",
+    "policy",
+    "timeout",
+    "unauthorized",
+    "unavailable",
+]  # hutch.errors.KINDS; a client reads an unknown one as internal
+
+
 class ErrorDetail(TypedDict):
-    kind: str  # not_found, conflict, invalid, unauthorized, capacity, unavailable, timeout, policy, internal ...
+    kind: ErrorKind
     message: str
     hint: NotRequired[str]
     approval_id: NotRequired[str]  # kind approval_required: the request a human must approve
 
 
-class ErrorBody(TypedDict):
-    """Every failure, with its HTTP status: ``{"error": {"kind", "message", "hint"}}``."""
+class Error(TypedDict):
+    """Every failure: a stable kind, a message, and a hint saying what to do next; the HTTP
+    status is its kind's."""
 
     error: ErrorDetail
 
@@ -96,6 +116,30 @@ class ApprovalRecord(TypedDict):
     decided_by: NotRequired[str | None]
     decision_reason: NotRequired[str | None]
     used_at: NotRequired[float | None]
+
+
+class CredentialStatus(TypedDict):
+    """Which credential an account has in the daemon's memory (the token itself never shows)."""
+
+    provider: str
+    endpoint: str
+    account: str
+    state: Literal["in_memory", "missing"]
+    origin: NotRequired[str]  # caller, credentials file, daemon environment
+    source: NotRequired[str]  # where it was found: a variable's name, a file
+    fingerprint: NotRequired[str]
+    since: NotRequired[float]
+
+
+class AccountCredential(CredentialStatus):
+    sandboxes: list[str]  # the sandboxes that need it
+
+
+class Credentials(TypedDict):
+    """``GET /v1/credentials``: per account, which credential the daemon holds, and the checks."""
+
+    accounts: list[AccountCredential]
+    checks: list[Check]
 
 
 class InventoryItem(TypedDict):
