@@ -8,7 +8,7 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, WithJsonSchema, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
 from hutch import wire
@@ -116,7 +116,7 @@ class Mount(BaseModel):
 class Limits(BaseModel):
     memory: Size = Field(default=DEFAULT_MEMORY, description="bytes, or a size with a unit: 512M, 1G")
     pids: int = DEFAULT_PIDS
-    cpus: float | None = None
+    cpus: StrictFloat | None = None
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -295,12 +295,12 @@ class ExecRequest(BaseModel):
     command: list[str] | str
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
-    timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
-    idle_timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+    timeout: StrictFloat | None = Field(default=None, gt=0, le=7 * 86400)  # strict: true is not a number
+    idle_timeout: StrictFloat | None = Field(default=None, gt=0, le=7 * 86400)
     background: bool = False
     stdin: str | None = None
     stdin_base64: bool = False
-    max_output: int = Field(default=DEFAULT_OUTPUT_CAP, ge=0, le=MAX_OUTPUT)
+    max_output: StrictInt = Field(default=DEFAULT_OUTPUT_CAP, ge=0, le=MAX_OUTPUT)
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     redact: bool = True  # secret values in the output become [redacted:NAME]
 
@@ -416,7 +416,7 @@ class ApprovalRequest(BaseModel):
     action: str = Field(min_length=1, max_length=200)
     sandbox: str | None = None
     reason: str | None = Field(default=None, max_length=2000)
-    timeout: float | None = Field(default=None, gt=0, le=7 * 86400)
+    timeout: StrictFloat | None = Field(default=None, gt=0, le=7 * 86400)
 
 
 class ApprovalDecision(BaseModel):

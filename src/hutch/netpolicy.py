@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StrictInt, field_validator
 
 from hutch.checks import MAX_ITEMS, check_count
 from hutch.errors import InvalidError
@@ -50,7 +50,7 @@ class NetworkPolicy(BaseModel):
     mode: Literal["none", "allowlist", "open"] = "none"
     allow_hosts: list[str] = Field(default_factory=list)
     deny_hosts: list[str] = Field(default_factory=list)
-    ports: list[int] = Field(default_factory=list)  # empty: 80 and 443 (allowlist), any (open)
+    ports: list[StrictInt] = Field(default_factory=list)  # empty: 80 and 443 (allowlist), any (open)
     cidrs: list[str] = Field(default_factory=list)
 
     @field_validator("allow_hosts", "deny_hosts")
@@ -122,5 +122,5 @@ class PolicyChange(BaseModel):
     allow_hosts: list[str] | None = None
     deny_hosts: list[str] | None = None
     remove_hosts: list[str] | None = None
-    ports: list[int] | None = None
+    ports: list[StrictInt] | None = None
     cidrs: list[str] | None = None

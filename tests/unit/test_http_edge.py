@@ -312,3 +312,31 @@ def test_a_background_exec_answers_a_run_record(app_client: TestClient, sbx: dic
 
     run = app_client.post(f"{SANDBOXES}/{sbx['id']}/exec", json={"command": ["echo", "x"], "background": True}).json()
     assert RunRecord.model_validate(run).background is True
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/exec", {"command": ["true"], "timeout": True}),
+        ("post", "/exec", {"command": ["true"], "max_output": True}),
+        ("post", "/fork", {"count": True}),
+        ("post", "/keepalive", {"ttl": True}),
+        ("post", "/subagents", {"ttl": True}),
+    ],
+)
+def test_true_is_not_a_number(app_client: TestClient, sbx: dict[str, Any], method: str, path: str, body: dict[str, Any]) -> None:
+    """Found by schemathesis: JSON true was taken as 1 (one second, one fork, port 1)."""
+    error(app_client.request(method, f"{SANDBOXES}/{sbx['id']}{path}", json=body), 400, "invalid")
+
+
+def test_true_is_not_a_timeout_a_cpu_count_or_a_port(app_client: TestClient) -> None:
+    from pydantic import ValidationError
+
+    from hutch.netpolicy import NetworkPolicy, PolicyChange
+
+    error(app_client.post("/v1/approvals", json={"action": "deploy", "timeout": True}), 400, "invalid")
+    error(app_client.post(SANDBOXES, json={"provider": "fake", "limits": {"cpus": True}}), 400, "invalid")
+    with pytest.raises(ValidationError):
+        NetworkPolicy.model_validate({"mode": "allowlist", "allow_hosts": ["example.com"], "ports": [True]})
+    with pytest.raises(ValidationError):
+        PolicyChange.model_validate({"ports": [True]})

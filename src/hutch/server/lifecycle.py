@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat
 
 from hutch.models import (
     ApprovalDecision,
@@ -21,7 +21,7 @@ from hutch.service import Service
 
 
 class KeepaliveRequest(BaseModel):
-    ttl: float | str | None = None
+    ttl: StrictFloat | str | None = None  # strict: true is not a number of seconds
 
 
 class SubagentRequest(BaseModel):
@@ -30,8 +30,8 @@ class SubagentRequest(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     env: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
-    ttl: float | str | None = None
-    idle_timeout: float | str | None = None
+    ttl: StrictFloat | str | None = None
+    idle_timeout: StrictFloat | str | None = None
     on_expire: Literal["destroy", "pause"] = "destroy"
     require_approval: list[str] = Field(default_factory=list)
     network: NetworkPolicy | None = None  # default: the parent's; never wider than it

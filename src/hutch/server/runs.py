@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, StrictInt, ValidationError
 
 from hutch.checks import MAX_INT64
 from hutch.errors import HutchError, InvalidError
@@ -32,7 +32,7 @@ EXEC_RESPONSE: dict[str, Any] = {
 
 
 class KillRequest(BaseModel):
-    signal: str | int = "TERM"
+    signal: str | StrictInt = "TERM"  # strict: true is not signal 1
 
 
 async def _ndjson(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

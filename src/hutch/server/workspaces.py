@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictInt
 from starlette.background import BackgroundTask
 
 from hutch.errors import InvalidError
@@ -34,7 +34,7 @@ class RestoreRequest(BaseModel):
 
 
 class ForkRequest(BaseModel):
-    count: int = Field(default=1)
+    count: StrictInt = Field(default=1)  # strict: true is not a count
     name_prefix: str | None = None
 
 
