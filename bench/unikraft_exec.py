@@ -75,7 +75,7 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="hutch-bench-ukc-"))
     base.chmod(0o711)  # the sandboxes' own users must be able to reach their directories
     server = subprocess.Popen(
-        [sys.executable, "-m", "hutch.providers.unikraft.testserver", "--token", TOKEN, "--home", str(base / "ts")],
+        [sys.executable, "-m", "hutch.testing.unikraft", "--token", TOKEN, "--home", str(base / "ts")],
         stdout=subprocess.PIPE,
     )
     try:

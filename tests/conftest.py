@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -31,15 +31,16 @@ def hutch_env(home: Path, **extra: str) -> dict[str, str]:
 class Daemon:
     """A real ``hutch serve`` process on a unix socket in ``home``."""
 
-    def __init__(self, home: Path, **env: str) -> None:
+    def __init__(self, home: Path, *, argv: Sequence[str] = ("hutch", "serve"), **env: str) -> None:
         self.home = home
+        self.argv = list(argv)  # after python -m: hutch serve, or a daemon with a test seam (hutch.testing)
         self.env = hutch_env(home, **env)
         self.proc: subprocess.Popen[bytes] | None = None
         self.settings = Settings.load(home=home)
 
     def start(self) -> Daemon:
         log = open(self.home / "test-daemon.log", "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen([sys.executable, "-m", "hutch", "serve"], env=self.env, stdout=log, stderr=log)
+        self.proc = subprocess.Popen([sys.executable, "-m", *self.argv], env=self.env, stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + 20
         while not socket_answers(self.settings.socket_path):

@@ -1,4 +1,4 @@
-"""Crash injection: the daemon is SIGKILLed (HUTCH_CRASH_AT) at every lifecycle step of a
+"""Crash injection: the daemon is SIGKILLed (hutch.testing.crash) at every lifecycle step of a
 unikraft sandbox; then a fresh daemon's ``hutch cleanup`` must leave zero instances on the
 test server, zero claims, and the server must have seen at most one create."""
 
@@ -16,7 +16,7 @@ from tests.integration.ukc_support import ACCOUNT, SPECS, TOKEN, TestServer, val
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not SPECS.is_dir(), reason=f"no specs at {SPECS}")]
 
-CREATE_POINTS = ["after_intent", "create_sent", "create_answered"]
+CREATE_POINTS = ["after_intent", "create_sent", "create_answered"]  # STEPS of hutch.service.claims
 DESTROY_POINTS = ["delete_attempt", "delete_accepted", "mid_proof"]
 
 
@@ -35,8 +35,8 @@ def hutch(home: Path, url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def daemon(home: Path, url: str, crash: str | None = None) -> Daemon:
-    extra = {"HUTCH_CRASH_AT": crash} if crash else {}
-    return Daemon(home, HUTCH_UNIKRAFT_TOKEN=TOKEN, UKC_METRO=url, **extra).start()
+    argv = ("hutch.testing.crash", crash) if crash else ("hutch", "serve")
+    return Daemon(home, argv=argv, HUTCH_UNIKRAFT_TOKEN=TOKEN, UKC_METRO=url).start()
 
 
 @pytest.mark.parametrize("point", CREATE_POINTS + DESTROY_POINTS)

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,9 @@ def caller(ts: TestServer) -> dict[str, str]:
     return {"UKC_TOKEN": TOKEN, "UKC_METRO": ts.url}
 
 
-def daemon(home: Path, **extra: str) -> Daemon:
+def daemon(home: Path, argv: Sequence[str] = ("hutch", "serve"), **extra: str) -> Daemon:
     """A daemon whose own environment has neither a Unikraft token nor a metro."""
-    d = Daemon(home, **extra)
+    d = Daemon(home, argv=argv, **extra)
     d.env = env(home, **extra)
     return d.start()
 
@@ -228,7 +228,7 @@ def test_once_a_caller_brings_the_credential_leftover_claims_and_runs_are_settle
         assert run["status"] == "running", run
     finally:
         d.kill9()
-    d = daemon(hutch_home, HUTCH_CRASH_AT="create_answered")  # a create that dies once its instance exists
+    d = daemon(hutch_home, ("hutch.testing.crash", "create_answered"))  # a create that dies once its instance exists
     try:
         p = hutch(hutch_home, "create", "--provider", "unikraft", "--json", **caller(ukc))
         assert p.returncode != 0

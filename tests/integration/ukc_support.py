@@ -33,7 +33,7 @@ class TestServer:
 
     def __init__(self, backend: str = "local") -> None:
         self.home = Path(tempfile.mkdtemp(prefix="ukc-ts-"))
-        args = [sys.executable, "-m", "hutch.providers.unikraft.testserver", "--home", str(self.home), "--backend", backend]
+        args = [sys.executable, "-m", "hutch.testing.unikraft", "--home", str(self.home), "--backend", backend]
         args += ["--token", f"{TOKEN}={ACCOUNT}", "--token", f"{OTHER_TOKEN}={OTHER_ACCOUNT}"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(self.home / "ts.log", "wb"))  # noqa: SIM115
         assert self.proc.stdout is not None

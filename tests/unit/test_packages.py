@@ -30,3 +30,21 @@ def test_only_the_store_imports_sqlite3() -> None:
     importers = {name for name, tree in modules() if any(m.split(".")[0] == "sqlite3" for m in imported(tree))}
     assert importers, "the store imports sqlite3"
     assert {name for name in importers if not name.startswith("hutch/store/")} == set()
+
+
+def test_production_code_never_imports_hutch_testing() -> None:
+    found = {
+        (name, m)
+        for name, tree in modules()
+        if not name.startswith("hutch/testing/")
+        for m in imported(tree)
+        if m == "hutch.testing" or m.startswith("hutch.testing.")
+    }
+    assert found == set()
+    assert {name for name, _ in modules() if name.startswith("hutch/testing/")}, "hutch.testing is where the doubles live"
+
+
+def test_test_doubles_are_not_among_the_providers() -> None:
+    """The Unikraft test server, its testbed and its SSH front live in hutch.testing."""
+    unikraft = SRC / "providers" / "unikraft"
+    assert {p.name for p in unikraft.glob("*.py")} & {"testserver.py", "testbed.py", "sshserver.py"} == set()

@@ -16,7 +16,7 @@ import pytest
 from hutch.errors import CapacityError, HutchError, InvalidError, UnauthorizedError, UnavailableError
 from hutch.providers.unikraft import api as ukapi
 from hutch.providers.unikraft import split_marker, wrap
-from hutch.providers.unikraft.testserver import serve
+from hutch.testing.unikraft.server import serve
 
 TOKEN = "secret-token-0123456789"
 ACCOUNT = "11111111-2222-3333-4444-555555555555"
@@ -248,6 +248,36 @@ def test_concurrent_destroys_of_one_claim_send_one_delete(tmp_path: Path, ts: An
     assert sorted(r["message"] for r in results) == ["deleted, absence proven", "no claim (already gone)"]
     deletes = [e for e in ts.state.log if e["method"] == "DELETE"]
     assert len(deletes) == 1 and ts.state.instances == {}
+
+
+def test_every_step_of_a_claim_reaches_the_services_hook(tmp_path: Path, ts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The on_step seam (what hutch.testing.crash kills the daemon at): every step, in order,
+    from the Service and from the provider's wire; nothing else in production."""
+    from hutch.config import Settings
+    from hutch.models import SandboxRecord, SandboxSpec, SandboxState
+    from hutch.service import Service
+    from hutch.service.claims import STEPS
+
+    monkeypatch.setenv("HUTCH_UNIKRAFT_TOKEN", TOKEN)
+    steps: list[str] = []
+
+    async def go() -> None:
+        svc = Service(Settings.load(home=tmp_path), on_step=steps.append)
+        provider = svc.provider("unikraft")
+        provider.wait_ready = _ready  # type: ignore[attr-defined]
+        spec = SandboxSpec(provider="unikraft", provider_options={"metro": ts.url})
+        rec = SandboxRecord(
+            id="sbx_steps", provider="unikraft", state=SandboxState.creating, spec=spec, created_at=0, updated_at=0
+        )
+        svc.store.sandboxes.insert(rec)
+        await svc.claims.create(rec, provider)
+        claim = svc.store.claims.of_sandbox(rec.id)
+        assert claim is not None
+        await svc.claims.destroy_claim(claim["id"], provider)
+        await svc.close()
+
+    run(go())
+    assert tuple(steps) == STEPS
 
 
 async def _ready(endpoint: str, uuid: str, workdir: str | None = None, *, account: str) -> None:

@@ -23,6 +23,7 @@ from hutch.server.app import create_app
 from hutch.server.launcher import prepare_home, socket_answers
 from hutch.server.remote import Listener, TokenAuth, bind, listener
 from hutch.service import Service
+from hutch.service.claims import StepHook, no_step
 
 log = logging.getLogger("hutch.daemon")
 
@@ -55,8 +56,9 @@ async def _serve(
     announce: Callable[[], None] | None,
     tcp: tuple[Listener, socket.socket] | None,
     own: list[Credential],
+    on_step: StepHook,
 ) -> None:
-    service = Service(settings)
+    service = Service(settings, on_step=on_step)
     service.keyring.use_file(own)
     report = await service.start()
     log.info(
@@ -110,9 +112,10 @@ async def _serve(
         os.close(lock_fd)
 
 
-def serve(settings: Settings, announce: Callable[[Listener | None], None] | None = None) -> int:
+def serve(settings: Settings, announce: Callable[[Listener | None], None] | None = None, *, on_step: StepHook = no_step) -> int:
     """Serve until stopped; ``announce`` is called once the sockets accept connections
-    (with the TCP listener, its port resolved, when ``--listen`` asked for one)."""
+    (with the TCP listener, its port resolved, when ``--listen`` asked for one). ``on_step``
+    is the Service's hook at each step of a claim's lifecycle (a seam for tests)."""
     lst = listener(settings)  # bad --listen/--token-file/TLS options fail before anything starts
     own = load_file(settings.credentials_file) if settings.credentials_file else []  # refused unless owner-only
     os.umask(0o077)  # the store, the log and the socket are the owner's alone
@@ -141,7 +144,7 @@ def serve(settings: Settings, announce: Callable[[Listener | None], None] | None
             raise
         lst = dataclasses.replace(lst, port=tcp_sock.getsockname()[1])
         tcp = (lst, tcp_sock)
-    main = _serve(settings, lock_fd, (lambda: announce(lst)) if announce else None, tcp, own)
+    main = _serve(settings, lock_fd, (lambda: announce(lst)) if announce else None, tcp, own, on_step)
     try:  # uvloop when installed (the default on Linux): a third less event-loop overhead per proxied request
         import uvloop
     except ImportError:

@@ -32,7 +32,7 @@ from hutch.models import (
 from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
-from hutch.service.claims import Claims, crashpoint
+from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.hints import no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
@@ -46,8 +46,11 @@ log = logging.getLogger("hutch.service")
 
 
 class Service:
-    def __init__(self, settings: Settings, store: Store | None = None) -> None:
+    def __init__(self, settings: Settings, store: Store | None = None, *, on_step: StepHook = no_step) -> None:
+        """``on_step`` is called at each step of a claim's lifecycle (service/claims.py):
+        a seam for tests; production leaves it doing nothing."""
         self.settings = settings
+        self.on_step = on_step
         settings.home.mkdir(parents=True, exist_ok=True)
         self.store = store or Store(settings.db_path)
         self._providers: dict[str, Provider] = {}
@@ -67,7 +70,7 @@ class Service:
             if bind is not None:
                 bind(self._provider_event)
             if getattr(provider, "claims", False):
-                provider.crash_hook = crashpoint  # type: ignore[attr-defined]
+                provider.on_step = self.on_step  # type: ignore[attr-defined]
                 provider.tokens = functools.partial(self.keyring.token, name)  # type: ignore[attr-defined]
             self._providers[name] = provider
         return self._providers[name]

@@ -14,8 +14,10 @@ The workflow for providers whose resources outlive us (``provider.claims``), aft
   A retried destroy resumes where the last one stopped.
 - every step holds the claim's cross-process lock, and every update checks its revision.
 
-``HUTCH_CRASH_AT=<point>`` kills the process (SIGKILL) at a lifecycle step, for the crash
-tests: after_intent, create_sent, create_answered, delete_attempt, delete_accepted, mid_proof.
+The Service's ``on_step`` hook is called with the name of each of :data:`STEPS` as it is
+reached (``create_sent`` by the provider, once a create's answer begins to arrive). It does
+nothing in production; the crash tests install one that kills the process there
+(``hutch.testing.crash``).
 """
 
 from __future__ import annotations
@@ -27,9 +29,8 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import (
@@ -46,16 +47,16 @@ from hutch.models import SandboxRecord, SandboxState, new_id
 if TYPE_CHECKING:
     from hutch.service import Service
 
-CRASH_ENV = "HUTCH_CRASH_AT"
+STEPS = ("after_intent", "create_sent", "create_answered", "delete_attempt", "delete_accepted", "mid_proof")
+StepHook = Callable[[str], None]
 LIVE = (SandboxState.creating, SandboxState.running, SandboxState.paused)
 log = logging.getLogger("hutch.service")
 LOCK_WAIT = 60.0
 PROOF_DEADLINE = 60.0
 
 
-def crashpoint(point: str) -> None:
-    if os.environ.get(CRASH_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
+def no_step(step: str) -> None:
+    """The ``on_step`` hook of production: nothing happens at a step."""
 
 
 def request_hash(body: dict[str, Any]) -> str:
@@ -116,10 +117,10 @@ class Claims:
             }
         )
         self.store.events.append("claim_intent", rec.id, claim=claim["id"], name=name)
-        crashpoint("after_intent")
+        self.svc.on_step("after_intent")
         async with self.lock(claim["id"]):
             inst = await self._send_create(claim, provider, body)
-            crashpoint("create_answered")
+            self.svc.on_step("create_answered")
             claim = self.store.claims.update(claim["id"], claim["revision"], state="ready", resource_id=inst["uuid"])
         self.store.events.append("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
         data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
@@ -203,12 +204,12 @@ class Claims:
             if claim["state"] in ("ready", "delete_attempt"):
                 if claim["state"] == "ready":
                     claim = self.store.claims.update(claim["id"], claim["revision"], state="delete_attempt")
-                    crashpoint("delete_attempt")
+                    self.svc.on_step("delete_attempt")
                 outcome = await provider.delete_instance(claim["endpoint"], claim["resource_id"], account=claim["account"])
                 existed = outcome == "accepted"
                 claim = self.store.claims.update(claim["id"], claim["revision"], state="delete_accepted")
                 self.store.events.append("claim_delete_accepted", claim["sandbox_id"], claim=claim["id"], outcome=outcome)
-                crashpoint("delete_accepted")
+                self.svc.on_step("delete_accepted")
             await self._prove_absent(claim, provider)
             self.store.claims.delete(claim["id"], claim["revision"])
         self.store.events.append("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="absence proven")
@@ -221,7 +222,7 @@ class Claims:
             if time.monotonic() > deadline:
                 raise UnavailableError(f"instance {uuid} is still there after its delete was accepted", hint="retry later")
             await asyncio.sleep(0.5)
-        crashpoint("mid_proof")
+        self.svc.on_step("mid_proof")
         listing = await provider.inventory(claim["endpoint"], account=account)
         if any(i.get("uuid") == uuid or i.get("name") == name for i in listing):
             raise UnavailableError(f"instance {uuid} is still listed after its delete", hint="retry hutch destroy / cleanup")

@@ -24,7 +24,7 @@ class ConnectionMixin:
         self._timeout = timeout
         self._pools: dict[str, httpx.AsyncClient] = {}  # one connection pool per endpoint
         self._apis: dict[tuple[str, str], Api] = {}  # per endpoint and token fingerprint
-        self.crash_hook: Any = None  # set by the Service: called as hook(point) on the wire
+        self.on_step: Callable[[str], None] = lambda step: None  # set by the Service (service/claims.py)
         self.tokens: Callable[[str, str], Awaitable[str]] | None = None  # set by the Service
 
     def api_with(self, endpoint: str, token: str) -> Api:
@@ -38,8 +38,8 @@ class ConnectionMixin:
                 pool = self._pools[endpoint] = client(self._timeout)
 
             async def on_response(method: str, path: str) -> None:
-                if self.crash_hook is not None and method == "POST" and path == "/v1/instances":
-                    self.crash_hook("create_sent")
+                if method == "POST" and path == "/v1/instances":
+                    self.on_step("create_sent")  # a step of the claim's lifecycle
 
             api = Api(endpoint, token, timeout=self._timeout, on_response=on_response, http=pool)
             self._apis[key] = api

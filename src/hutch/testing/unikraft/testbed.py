@@ -1,6 +1,6 @@
 """The test server's world: instances, their commands, faults, and the local sandboxes behind them.
 
-See :mod:`hutch.providers.unikraft.testserver`.
+See :mod:`hutch.testing.unikraft.server`.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from hutch.providers.unikraft.testbed import Command, Instance
+from hutch.testing.unikraft.testbed import Command, Instance
 
 if TYPE_CHECKING:
-    from hutch.providers.unikraft.testbed import State
+    from hutch.testing.unikraft.testbed import State
 
 DOMAIN = "ukc.test"
 

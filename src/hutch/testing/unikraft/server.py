@@ -26,10 +26,10 @@ instances, counters and the request log):
 - ``quota_instances``: the hard limit on instances
 
 Instances created with a ``tls`` service on port 2222 are reachable over TLS-wrapped SSH
-(:mod:`hutch.providers.unikraft.sshserver`): the start line names its address (``ssh``) and
+(:mod:`hutch.testing.unikraft.sshserver`): the start line names its address (``ssh``) and
 the CA to trust (``ca_file``).
 
-Start it with ``python -m hutch.providers.unikraft.testserver --token TOKEN[=ACCOUNT]``;
+Start it with ``python -m hutch.testing.unikraft --token TOKEN[=ACCOUNT]``;
 it prints one JSON line with its URL. It binds 127.0.0.1 only.
 """
 
@@ -50,7 +50,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from hutch.providers.unikraft.testbed import IMAGES, Backend, Command, Instance, State, envelope
+from hutch.testing.unikraft.testbed import IMAGES, Backend, Command, Instance, State, envelope
 
 PLUGIN = re.compile(r"^/v1/instances/([^/]+)/plugins/([^/]+)(/.*)$")
 
@@ -373,7 +373,7 @@ def serve(tokens: dict[str, str], backend: str = "local", home: Path | None = No
     server = Server(State(tokens, Backend(backend, home) if backend != "none" else None), port)
     if server.state.backend is not None:
         with contextlib.suppress(ImportError):  # asyncssh is optional: no ssh front without it
-            from hutch.providers.unikraft.sshserver import SSHFront
+            from hutch.testing.unikraft.sshserver import SSHFront
 
             server.state.ssh = SSHFront(server.state, home)
     threading.Thread(target=server.serve_forever, name="ukc-testserver", daemon=True).start()
@@ -381,7 +381,7 @@ def serve(tokens: dict[str, str], backend: str = "local", home: Path | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hutch.providers.unikraft.testserver", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hutch.testing.unikraft", description=__doc__.split("\n")[0])
     parser.add_argument("--token", action="append", default=[], help="TOKEN or TOKEN=ACCOUNT_UUID (repeatable)")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--home", help="state directory for the backing sandboxes (default: a temp dir)")
