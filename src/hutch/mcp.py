@@ -104,7 +104,14 @@ def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
     out["max_output"] = cap
     for name in ("stdout", "stderr"):
         out[f"{name}_truncated"] = int(out.get(f"{name}_bytes", 0)) > cap
-    if out.get("truncated"):
+    if out.get("truncated") and out.get("stored_truncated"):
+        out["how_to_get_more"] = (
+            f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes), "
+            "and the copy kept in the sandbox stops at its disk cap too: the rest of the output is lost. "
+            "Re-run the command with its output written to a file in the sandbox ('cmd > out.txt 2>&1'), "
+            "then read that file in pages with file_read (offset)."
+        )
+    elif out.get("truncated"):
         out["how_to_get_more"] = (
             f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes). "
             f"The whole output is kept: page through it with run_poll (run_id={out.get('run_id')}, "
@@ -316,7 +323,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         max_bytes: MaxOutput = None,
     ) -> CallToolResult:
         """A run's status and the output written so far from the given offsets (stdout/stderr each with
-        data, base64, offset, next_offset, size). done is true once it ended and everything was read."""
+        data, base64, offset, next_offset, size). done is true once it ended and everything was read;
+        run.truncated then says the kept output stops at the disk cap (size < run.stdout_bytes)."""
         return await _call(client.output(run_id, stdout_offset, stderr_offset, max_bytes or default_cap))
 
     @app.tool(annotations=read_only)

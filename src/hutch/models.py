@@ -345,7 +345,8 @@ class ExecResult(BaseModel):
     stderr_base64: bool = False
     stdout_bytes: int = 0
     stderr_bytes: int = 0
-    truncated: bool = False
+    truncated: bool = False  # this result (or stream) does not hold all the output the command wrote
+    stored_truncated: bool = False  # the run's copy kept on disk stops at the disk cap (what poll/logs read)
     duration_ms: float
     signal: int | None = None
     error: str | None = None

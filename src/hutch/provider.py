@@ -102,8 +102,10 @@ class Provider(Protocol):
         on_start: OnStart | None = None,
     ) -> RawOutput:
         """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
-        per stream; ``on_output`` sees every chunk as it comes. The run's output is also
-        kept by the provider (see :meth:`read_output`), so it outlives this call.
+        per stream; ``on_output`` sees every chunk as it comes (after redaction), and may
+        wait: a slow client slows the run rather than losing output. ``stdout_bytes`` and
+        ``stderr_bytes`` count what was (or would have been) passed to it. The run's output
+        is also kept by the provider (see :meth:`read_output`), so it outlives this call.
 
         ``on_start`` is called once the run exists in the sandbox on its own (its process
         started, or it could not start and its final status is kept): from then on it

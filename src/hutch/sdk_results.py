@@ -23,6 +23,7 @@ class ExecResult:
     stderr_bytes: int = 0
     signal: int | None = None
     error: str | None = None
+    stored_truncated: bool = False  # the run's copy kept on disk (Run.stream, hutch poll) stops at the disk cap
 
     @property
     def ok(self) -> bool:
@@ -53,6 +54,7 @@ class ExecResult:
             stderr_bytes=d.get("stderr_bytes", 0),
             signal=d.get("signal"),
             error=d.get("error"),
+            stored_truncated=bool(d.get("stored_truncated")),
         )
 
 

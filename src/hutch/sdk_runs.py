@@ -41,6 +41,7 @@ def _result_of(run: dict[str, Any], stdout: bytes, stderr: bytes, cap: int) -> E
         stderr_bytes=run["stderr_bytes"],
         signal=run.get("signal"),
         error=run.get("error"),
+        stored_truncated=bool(run["truncated"]),  # the record's truncated is its stored copy's
     )
 
 

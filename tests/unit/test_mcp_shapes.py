@@ -21,6 +21,8 @@ def test_cap_output_says_what_was_cut_and_how_to_get_more() -> None:
     assert "max_output" in out["how_to_get_more"] and "run_poll" in out["how_to_get_more"]
     whole = cap_output({"stdout": "hi", "stdout_bytes": 2, "stderr_bytes": 0, "truncated": False}, 10)
     assert not whole["stdout_truncated"] and "how_to_get_more" not in whole
+    lost = cap_output(raw | {"stored_truncated": True}, 10)  # past the disk cap too: run_poll cannot help
+    assert "lost" in lost["how_to_get_more"] and "run_poll" not in lost["how_to_get_more"]
 
 
 def page_of(path: str, data: bytes, offset: int, limit: int, size_known: bool = True) -> dict[str, Any]:

@@ -182,7 +182,8 @@ def _result(run_id: str, sandbox_id: str, code: int, status: RunStatus) -> ExecR
         stderr="",
         stdout_bytes=5,
         stderr_bytes=7,
-        truncated=True,
+        truncated=False,
+        stored_truncated=True,  # what the record keeps: its output on disk was cut
         duration_ms=12.5,
     )
 

@@ -10,83 +10,93 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, exit_code_for, fail, json_option
-from hutch.cli.run import _explain, _write, exit_with
+from hutch.cli.common import Ctx, SandboxCommand, exit_code_for, fail, json_option
+from hutch.cli.foreground import execute, exit_with
 from hutch.errors import HutchError, UnavailableError
 
 
-def attach(obj: Ctx, ref: str, req: dict[str, Any], tty: bool) -> dict[str, Any]:
-    """Run ``req`` with this terminal's input forwarded; returns the final result."""
-    from websockets.exceptions import WebSocketException
+class Attached:
+    """A run's events over the attach WebSocket, with this process's stdin forwarded to the
+    command as it comes (and this terminal's size and mode with ``tty``). Iterate, then
+    ``close()``: closing hangs the run up, so Ctrl-C kills the run first (see foreground)."""
 
-    obj.client.health()  # starts the daemon when needed
-    size = shutil.get_terminal_size()
-    try:
-        with obj.client.endpoint.ws_connect(f"/v1/sandboxes/{quote(ref, safe='')}/attach") as ws:
-            return _session(obj, ws, req, tty, size)
-    except (OSError, WebSocketException) as exc:
-        raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
+    def __init__(self, obj: Ctx, ref: str, req: dict[str, Any], tty: bool) -> None:
+        from websockets.exceptions import WebSocketException
 
+        obj.client.health()  # starts the daemon when needed
+        size = shutil.get_terminal_size()
+        try:
+            self.ws = obj.client.endpoint.ws_connect(f"/v1/sandboxes/{quote(ref, safe='')}/attach")
+        except (OSError, WebSocketException) as exc:
+            raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
+        self.done = False
+        self.saved: Any = None
+        self.stdin_fd = sys.stdin.fileno()
+        try:
+            self.ws.send(json.dumps({"type": "start", **req, "tty": tty, "rows": size.lines, "cols": size.columns}))
+        except (OSError, WebSocketException) as exc:
+            self.close()
+            raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
+        if tty and os.isatty(self.stdin_fd):
+            import termios
+            import tty as ttymod
 
-def _session(obj: Ctx, ws: Any, req: dict[str, Any], tty: bool, size: os.terminal_size) -> dict[str, Any]:
-    from websockets.exceptions import WebSocketException
+            self.saved = termios.tcgetattr(self.stdin_fd)
+            ttymod.setraw(self.stdin_fd)
+            signal.signal(signal.SIGWINCH, self._resize)
+        threading.Thread(target=self._pump, daemon=True).start()
 
-    ws.send(json.dumps({"type": "start", **req, "tty": tty, "rows": size.lines, "cols": size.columns}))
-    stdin_fd = sys.stdin.fileno()
-    raw = tty and os.isatty(stdin_fd)
+    def _pump(self) -> None:  # a full connection blocks here: the input waits for the command
+        from websockets.exceptions import WebSocketException
 
-    def pump() -> None:
         with contextlib.suppress(OSError, WebSocketException):
             while True:
-                data = os.read(stdin_fd, 65536)
+                data = os.read(self.stdin_fd, 65536)
                 if not data:
-                    ws.send(json.dumps({"type": "eof"}))
+                    self.ws.send(json.dumps({"type": "eof"}))
                     return
-                ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(data).decode()}))
+                self.ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(data).decode()}))
 
-    def resize(*_: object) -> None:
+    def _resize(self, *_: object) -> None:
+        from websockets.exceptions import WebSocketException
+
         s = shutil.get_terminal_size()
         with contextlib.suppress(OSError, WebSocketException):
-            ws.send(json.dumps({"type": "resize", "rows": s.lines, "cols": s.columns}))
+            self.ws.send(json.dumps({"type": "resize", "rows": s.lines, "cols": s.columns}))
 
-    saved = None
-    if raw:
-        import termios
-        import tty as ttymod
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self
 
-        saved = termios.tcgetattr(stdin_fd)
-        ttymod.setraw(stdin_fd)
-        signal.signal(signal.SIGWINCH, resize)
-    threading.Thread(target=pump, daemon=True).start()
-    final: dict[str, Any] | None = None
-    try:
-        for message in ws:
-            event = json.loads(message)
-            kind = event.get("type")
-            if obj.json:
-                emit(event, line=True)
-            elif kind in ("stdout", "stderr"):
-                _write(kind, event["data"], event.get("base64", False))
-            if kind == "exit":
-                final = event
-                break
-            if kind == "error":
-                raise HutchError.from_dict(event)
-    finally:
-        if saved is not None:
+    def __next__(self) -> dict[str, Any]:
+        from websockets.exceptions import ConnectionClosedOK, WebSocketException
+
+        if self.done:
+            raise StopIteration
+        try:
+            event: dict[str, Any] = json.loads(self.ws.recv())
+        except ConnectionClosedOK:
+            raise StopIteration from None
+        except (OSError, WebSocketException) as exc:
+            raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
+        self.done = event.get("type") in ("exit", "error")
+        return event
+
+    def close(self) -> None:
+        from websockets.exceptions import WebSocketException
+
+        if self.saved is not None:
             import termios
 
-            termios.tcsetattr(stdin_fd, termios.TCSADRAIN, saved)
-    if final is None:
-        raise UnavailableError("the run's stream ended before the run did", hint="see hutch runs SANDBOX")
-    if not obj.json:
-        _explain(final)
-    return final
+            termios.tcsetattr(self.stdin_fd, termios.TCSADRAIN, self.saved)
+            self.saved = None
+        with contextlib.suppress(OSError, WebSocketException):
+            self.ws.close()
 
 
 @click.command(cls=SandboxCommand)
@@ -98,7 +108,8 @@ def _session(obj: Ctx, ws: Any, req: dict[str, Any], tty: bool, size: os.termina
 def shell(obj: Ctx, /, sandbox: str, command: tuple[str, ...], cwd: str | None) -> None:
     """An interactive terminal in a sandbox (default: bash, else sh); exits with its code."""
     argv = list(command) or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
+    req = {"command": argv, "cwd": cwd, "env": {"TERM": os.environ.get("TERM", "xterm")}}
     try:
-        exit_with(attach(obj, sandbox, {"command": argv, "cwd": cwd, "env": {"TERM": os.environ.get("TERM", "xterm")}}, True))
+        exit_with(execute(obj, sandbox, req, True, interactive=True, tty=True))
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))

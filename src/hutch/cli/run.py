@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from hutch.cli.common import (
-    EXIT_TIMEOUT,
     SIZE,
     Ctx,
     Duration,
@@ -24,6 +23,7 @@ from hutch.cli.common import (
     old_spelling,
     parse_pairs,
 )
+from hutch.cli.foreground import execute, exit_with
 from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
@@ -101,60 +101,6 @@ def exec_request(
     return req
 
 
-def _write(stream: str, data: str, b64: bool) -> None:
-    out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
-    out.write(base64.b64decode(data) if b64 else data.encode())
-    out.flush()
-
-
-def _explain(result: dict[str, Any]) -> None:
-    code = int(result["exit_code"])
-    if result.get("truncated"):
-        click.echo(
-            f"hutch: output truncated (stdout {result['stdout_bytes']} bytes, stderr {result['stderr_bytes']} bytes); "
-            f"the whole output: hutch poll {result['run_id']}",
-            err=True,
-        )
-    if result["status"] == "timed_out":
-        click.echo("hutch: timed out; the command's process tree was killed", err=True)
-    elif result["status"] == "oom_killed":
-        click.echo("hutch: the command was killed: out of memory (raise --memory)", err=True)
-    elif result["status"] == "killed":
-        click.echo(f"hutch: the command was killed (signal {result.get('signal')})", err=True)
-    elif result.get("error") and code in (125, 126, 127):
-        click.echo(f"hutch: {result['error']}", err=True)
-
-
-def exit_with(result: dict[str, Any]) -> None:
-    raise SystemExit(EXIT_TIMEOUT if result["status"] == "timed_out" else int(result["exit_code"]))
-
-
-def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run in the foreground: live output on a terminal or NDJSON with --stream, else one result."""
-    if obj.json and not stream:
-        result = obj.client.exec(ref, req) | (extra or {})
-        emit(result)
-        return result
-    final: dict[str, Any] | None = None
-    for event in obj.client.exec_stream(ref, req):
-        if obj.json:
-            emit(event | (extra or {}) if event.get("type") == "exit" else event, line=True)
-        elif event["type"] in ("stdout", "stderr"):
-            _write(event["type"], event["data"], event.get("base64", False))
-        if event.get("type") == "exit":
-            final = event
-        elif event.get("type") == "error":
-            err = HutchError.from_dict(event)
-            if obj.json:  # already printed as the stream's last event
-                raise SystemExit(exit_code_for(err, run_command=True))
-            raise err
-    if final is None:
-        raise UnavailableError("the output stream ended before the run did", hint="see hutch runs SANDBOX and hutch poll RUN")
-    if not obj.json:
-        _explain(final | {"truncated": False})  # everything was shown live
-    return final
-
-
 @click.command("exec", context_settings={"ignore_unknown_options": False}, cls=WorkloadSandboxCommand)
 @click.argument("sandbox")
 @click.argument("command", nargs=-1, required=True)
@@ -167,7 +113,12 @@ def execute(obj: Ctx, ref: str, req: dict[str, Any], stream: bool, extra: dict[s
     help="Environment variable for this command (repeatable); a bare K copies it from this environment.",
 )
 @click.option("--background", "-d", is_flag=True, help="Start the command and print its run id at once.")
-@click.option("--interactive", "-i", is_flag=True, help="Forward this process's stdin to the command as it comes.")
+@click.option(
+    "--interactive",
+    "-i",
+    is_flag=True,
+    help="Forward stdin to the command as it comes, even from a terminal (a piped stdin is forwarded anyway).",
+)
 @click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
 @secret_option("Secret for this run: from $NAME, env:VAR or file:PATH; never stored, redacted from output.")
 @click.option("--approval", metavar="ID", help="An approved request (apr_...) for a command the sandbox requires approval for.")
@@ -205,19 +156,15 @@ def exec_(
             run = obj.client.exec(ref, req | {"background": True})
             emit(run) if obj.json else click.echo(run["id"])
             return
-        if interactive or tty:
-            from hutch.cli.interactive import attach
-
-            if tty:
-                req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req["env"]
-                if not sys.stdin.isatty() and not obj.json:
-                    click.echo(
-                        "hutch: stdin is not a terminal: its end is sent as one ^D, which programs that read "
-                        "the terminal raw (a REPL with readline) may ignore; end the input with an exit command",
-                        err=True,
-                    )
-            exit_with(attach(obj, ref, req, tty))
-        exit_with(execute(obj, ref, req, stream))
+        if tty:
+            req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req["env"]
+            if not sys.stdin.isatty() and not obj.json:
+                click.echo(
+                    "hutch: stdin is not a terminal: its end is sent as one ^D, which programs that read "
+                    "the terminal raw (a REPL with readline) may ignore; end the input with an exit command",
+                    err=True,
+                )
+        exit_with(execute(obj, ref, req, stream, interactive=interactive, tty=tty))
     except HutchError as exc:
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
 

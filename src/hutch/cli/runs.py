@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, emit, human_bytes, json_option, old_spelling, table
-from hutch.cli.run import _write, exit_with
+from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, emit, human_bytes, json_option, old_spelling, table
+from hutch.cli.foreground import exit_with
+from hutch.cli.foreground import write_chunk as _write
 
 FOLLOW_INTERVAL = 0.25
 PAGE = 1 << 20  # --max-bytes by default
@@ -74,6 +75,7 @@ def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offs
         res = obj.client.output(run_id, offsets["stdout"], offsets["stderr"], page)
         if obj.json and not follow:
             emit(res)
+            _cut_loudly(res)
             return
         for name in ("stdout", "stderr"):
             chunk = res[name]
@@ -103,9 +105,25 @@ def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offs
                     f"--stderr-offset {offsets['stderr']}",
                     err=True,
                 )
+            _cut_loudly(res)
             return
         if not _more(res):
             time.sleep(FOLLOW_INTERVAL)
+
+
+def _cut_loudly(res: dict[str, Any]) -> None:
+    """Once all that was kept is read: a stored copy cut at the disk cap fails the command."""
+    run = res["run"]
+    if not (res["done"] and run.get("truncated")):
+        return
+    kept = f"stdout {res['stdout']['size']} of {run['stdout_bytes']} bytes"
+    kept += f", stderr {res['stderr']['size']} of {run['stderr_bytes']}"
+    click.echo(
+        f"hutch: {run['id']}'s output kept on disk stops at the disk cap ({kept} kept); the rest was not kept",
+        err=True,
+    )
+    click.echo("hint: stream such output whole with a foreground hutch exec, or write it to a file in the sandbox", err=True)
+    raise SystemExit(EXIT_FAILED)
 
 
 def _more(res: dict[str, Any]) -> bool:

@@ -29,6 +29,7 @@ EXEC_RESPONSE: dict[str, Any] = {
     "or with ``?stream=true`` NDJSON events as output arrives, the result last",
     "content": {NDJSON: {"schema": {"type": "string", "description": "one JSON event per line"}}},
 }
+INBOX = 64  # client messages (stdin chunks of up to 64 KiB, resizes) queued for a run
 
 
 class KillRequest(BaseModel):
@@ -147,7 +148,8 @@ def attach_route(r: APIRouter, service: Service) -> None:
             start = await ws.receive_json()
             req = ExecRequest.model_validate({k: v for k, v in start.items() if k not in ("type", "tty", "rows", "cols")})
             rows, cols = _term_size(start.get("rows"), 24), _term_size(start.get("cols"), 80)
-            interactive = Interactive(asyncio.Queue(), tty=bool(start.get("tty")), rows=rows, cols=cols)
+            # bounded: input the run does not take waits in the client's socket
+            interactive = Interactive(asyncio.Queue(INBOX), tty=bool(start.get("tty")), rows=rows, cols=cols)
             events = service.runs.stream(ref, req, interactive)
             first = await anext(events)
         except HutchError as exc:
@@ -168,8 +170,10 @@ def attach_route(r: APIRouter, service: Service) -> None:
         sender = asyncio.create_task(send_all())
         try:
             done, _ = await asyncio.wait({reader, sender}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done and sender not in done:
-                await interactive.inbox.put({"hangup": True})  # the client left: hang the run up
+            if reader in done and sender not in done:  # the client left: its pending input is moot; hang the run up
+                while not interactive.inbox.empty():
+                    interactive.inbox.get_nowait()
+                interactive.inbox.put_nowait({"hangup": True})
         finally:
             for task in (reader, sender):
                 task.cancel()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import builtins
+import collections
 import logging
 import signal as signals
 import time
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from hutch.service import Service
 
 log = logging.getLogger("hutch.service")
-FEED_LIMIT = 4 << 20  # live output held for one slow streaming client before it is served from disk
+FEED_LIMIT = 1 << 20  # live output held for one streaming client; past it the run waits for the client
 OUTPUT_PAGE = 1 << 20
 SIGNALS = {
     "TERM": signals.SIGTERM,
@@ -79,35 +80,52 @@ def _resolve(started: asyncio.Future[None]) -> None:
         started.set_result(None)
 
 
-class Feed(asyncio.Queue[tuple[str, bytes]]):
-    """Live output for one streaming client. It never blocks the run: past FEED_LIMIT bytes
-    waiting for a slow client it stops queueing ("lagging") and the client is served from the
-    run's files on disk instead; once the client is gone, chunks are simply dropped."""
+class Feed:
+    """Live output for one streaming client, with backpressure: past FEED_LIMIT bytes
+    waiting for the client, ``put`` waits, so the provider stops reading the run's output
+    and the run itself waits (like a pipe). Every byte reaches a client that keeps
+    reading; once the client is gone (``close``), chunks are dropped and the run goes on
+    (its output still goes to disk)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.closed = False
-        self.lagging = False
+    def __init__(self, limit: int = FEED_LIMIT) -> None:
+        self.limit = limit
+        self.items: collections.deque[tuple[str, bytes]] = collections.deque()
         self.queued = 0
+        self.closed = False
+        self.changed = asyncio.Event()  # set whenever an item is added or taken, or the feed closes
+
+    def _kick(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
 
     async def put(self, item: tuple[str, bytes]) -> None:
-        if self.closed or self.lagging:
+        while not self.closed and self.queued and self.queued + len(item[1]) > self.limit:
+            await self.changed.wait()
+        if self.closed:
             return
-        if self.queued + len(item[1]) > FEED_LIMIT:
-            self.lagging = True
-            return
+        self.items.append(item)
         self.queued += len(item[1])
-        self.put_nowait(item)
+        self._kick()
+
+    async def get(self) -> tuple[str, bytes]:
+        while not self.items:
+            await self.changed.wait()
+        return self.take()
 
     def take(self) -> tuple[str, bytes]:
-        item = self.get_nowait()
+        item = self.items.popleft()
         self.queued -= len(item[1])
+        self._kick()
         return item
+
+    def empty(self) -> bool:
+        return not self.items
 
     def close(self) -> None:
         self.closed = True
-        while not self.empty():
-            self.get_nowait()
+        self.items.clear()
+        self.queued = 0
+        self._kick()
 
 
 class Runs(Adoption):
@@ -254,7 +272,8 @@ class Runs(Adoption):
             stderr_base64=err_b64,
             stdout_bytes=raw.stdout_bytes,
             stderr_bytes=raw.stderr_bytes,
-            truncated=raw.stdout_bytes > cap or raw.stderr_bytes > cap or raw.truncated_on_disk,
+            truncated=raw.stdout_bytes > cap or raw.stderr_bytes > cap,
+            stored_truncated=raw.truncated_on_disk,
             duration_ms=round(duration_ms, 3),
             signal=raw.signal or None,
             error=raw.spawn_error,
@@ -301,18 +320,12 @@ class Runs(Adoption):
 
         try:
             yield {"type": "run", "run_id": run_id, "sandbox_id": rec.id}
-            while not task.done() or not queue.empty():
+            while True:
                 if not queue.empty():
                     yield event(*queue.take())
                     continue
-                if queue.lagging:  # the client fell behind: serve it from the files on disk
-                    moved = False
-                    async for name, chunk in self._from_disk(rec, run_id, sent):
-                        moved = True
-                        yield event(name, chunk)
-                    if not moved:
-                        await asyncio.wait({task}, timeout=WATCH_INTERVAL)
-                    continue
+                if task.done():
+                    break
                 getter = asyncio.ensure_future(queue.get())
                 try:
                     done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -320,31 +333,18 @@ class Runs(Adoption):
                     if not getter.done():
                         getter.cancel()
                 if getter in done:
-                    name, chunk = getter.result()
-                    queue.queued -= len(chunk)
-                    yield event(name, chunk)
-            if queue.lagging:
-                async for name, chunk in self._from_disk(rec, run_id, sent):
-                    yield event(name, chunk)
+                    yield event(*getter.result())
             try:
                 result = task.result()
             except HutchError as exc:
                 yield {"type": "error"} | exc.to_dict()
                 return
+            # every byte the run wrote was passed on, unless a provider could not deliver it all
+            result.truncated = sent["stdout"] < result.stdout_bytes or sent["stderr"] < result.stderr_bytes
             summary = result.model_dump(mode="json", exclude={"stdout", "stderr", "stdout_base64", "stderr_base64"})
             yield {"type": "exit"} | summary
         finally:
             queue.close()  # the client went away (or we are done): the run goes on, on disk
-
-    async def _from_disk(self, rec: SandboxRecord, run_id: str, sent: dict[str, int]) -> AsyncGenerator[tuple[str, bytes], None]:
-        """What was written to the run's files past what the client already got."""
-        provider = self.svc.provider(rec.provider)
-        for name in ("stdout", "stderr"):
-            while True:
-                data, _ = await provider.read_output(rec, run_id, name, sent[name], 1 << 16)
-                if not data:
-                    break
-                yield name, data
 
     async def start(self, ref: str, req: ExecRequest) -> dict[str, Any]:
         """Background: record and start the run; return once it lives in the sandbox.

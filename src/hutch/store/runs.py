@@ -76,7 +76,7 @@ class RunTable:
                     result.duration_ms,
                     result.stdout_bytes,
                     result.stderr_bytes,
-                    int(result.truncated),
+                    int(result.stored_truncated),  # the record's output is the stored copy
                     result.signal,
                     result.error,
                     result.run_id,

@@ -224,7 +224,8 @@ def set_subreaper():
 RUNS_DIR = "/.hutch/runs"
 RUNS = {}  # run id -> supervisor pid, kept by the agent across daemon restarts
 GRACE = 0.25  # after the command exits, how long its descendants may hold the pipes
-SEND_BUFFER = 1 << 20  # live output queued for the host before the run's pipes stop being read
+SEND_BUFFER = 1 << 20  # live output queued for the host before the run's pipes stop being read (backpressure)
+INPUT_BUFFER = 1 << 20  # input from the host held for the command before the host's frames stop being read
 
 
 def prepare_supervisor():
@@ -352,6 +353,24 @@ def take_terminal():
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+def spawn_failure(exc, program, cwd):
+    """(exit code, message) for a command that could not start: 127 not found, 126 cannot run."""
+    reason = (exc.strerror or str(exc)).lower()
+    if exc.filename == cwd and exc.filename != program:
+        if isinstance(exc, FileNotFoundError):
+            return 126, "working directory %s does not exist" % cwd
+        if isinstance(exc, NotADirectoryError):
+            return 126, "working directory %s is not a directory" % cwd
+        return 126, "cannot enter working directory %s: %s" % (cwd, reason)
+    if isinstance(exc, FileNotFoundError):
+        if "/" in program and os.path.exists(os.path.join(cwd, program)):
+            return 126, "cannot run %s: its interpreter (the #! line) was not found" % program
+        return 127, "command not found: %s" % program
+    if isinstance(exc, PermissionError):
+        return 126, "cannot run %s: permission denied (not executable?)" % program
+    return 126, "cannot run %s: %s" % (program, reason)
+
+
 def supervise(conn, req, fds):
     """Runs in a (pre-)forked child of the agent; owns one run until it ends.
 
@@ -409,13 +428,12 @@ def supervise(conn, req, fds):
             preexec_fn=take_terminal if tty else None,
         )
     except OSError as exc:
-        missing_cwd = exc.filename == (req.get("cwd") or "/workspace")
-        code = 127 if isinstance(exc, FileNotFoundError) and not missing_cwd else 126
+        code, message = spawn_failure(exc, req["argv"][0], req.get("cwd") or "/workspace")
         status.update(
             {
                 "exit": code,
                 "signal": 0,
-                "spawn_error": str(exc),
+                "spawn_error": message,
                 "reason": "spawn",
                 "stdout_bytes": 0,
                 "stderr_bytes": 0,
@@ -467,8 +485,14 @@ def supervise(conn, req, fds):
             waits.append(last_output + idle - now)
         if wait_status is not None:
             waits.append(exited_at + GRACE - now)
-        reading = open_pipes if len(sendq) < SEND_BUFFER else set()
-        watch = list(reading) + ([pidfd] if wait_status is None else []) + ([conn] if conn is not None else [])
+        held = conn is not None and len(sendq) >= SEND_BUFFER  # the host is behind: let the command wait
+        if held:
+            last_output = now  # waiting for the host is not being idle
+            if exited_at is not None:
+                exited_at = now  # what is left in the pipes is read once the host catches up
+        reading = set() if held else open_pipes
+        listening = conn is not None and len(outbox) < INPUT_BUFFER  # input the command does not take waits on the host
+        watch = list(reading) + ([pidfd] if wait_status is None else []) + ([conn] if listening else [])
         wlist = [feed_fd] if feed_fd is not None and outbox else []
         if conn is not None and sendq:
             wlist.append(conn)
@@ -546,6 +570,8 @@ def supervise(conn, req, fds):
                 kill(signal.SIGKILL, "timeout")
             elif idle and time.monotonic() - last_output >= idle:
                 kill(signal.SIGKILL, "idle_timeout")
+        elif wait_status is not None and open_pipes and deadline is not None and time.time() >= deadline:
+            kill_tree(os.getpid(), signal.SIGKILL)  # descendants still writing past the deadline
         if wait_status is not None and time.monotonic() >= exited_at + GRACE:
             break  # descendants still hold the pipes: the run is over all the same
     for fd in list(redactor.held):  # the end of a stream still held back (descendants kept it open)
@@ -579,15 +605,14 @@ def supervise(conn, req, fds):
             "disk_error": out.disk_error or errs.disk_error,
         }
     )
+    write_status(rdir, status)  # first: the outcome is kept even if the host never reads the rest
     if conn is not None:
-        try:
+        try:  # the rest of the live output, then the status, at the host's pace (it bounds the wait)
             conn.setblocking(True)
-            conn.settimeout(30)
             conn.sendall(bytes(sendq))
             send_json(conn, status)
         except OSError:
             pass
-    write_status(rdir, status)
 
 
 # -- files -----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import marshal
 import os
 import signal
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ class Channel:
         self.socket_path = socket_path
         self.sock: socket.socket | None = None
         self.buf = b""
+        self.sending = asyncio.Lock()
 
     async def __aenter__(self) -> Channel:
         loop = asyncio.get_running_loop()
@@ -67,6 +69,13 @@ class Channel:
                 self.sock.sendall(data + payload)
             finally:
                 self.sock.setblocking(False)
+
+    async def asend(self, header: dict[str, Any]) -> None:
+        """One frame, without blocking the loop; frames from several tasks never interleave."""
+        assert self.sock is not None
+        body = marshal.dumps(header, 2)
+        async with self.sending:
+            await asyncio.get_running_loop().sock_sendall(self.sock, len(body).to_bytes(4, "big") + body)
 
     async def recv_line(self, timeout: float | None = None) -> dict[str, Any] | None:
         assert self.sock is not None
@@ -154,9 +163,28 @@ class Collected:
             buf += chunk[:room]
 
 
-async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput | None) -> dict[str, Any]:
+class _Clock:
+    """The host's safety deadline of a run, paused while the run waits for its client:
+    a slow reader holds the run up (backpressure) without looking like a stuck sandbox."""
+
+    def __init__(self, limit: float | None) -> None:
+        self.deadline = None if limit is None else time.monotonic() + limit
+
+    def left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    async def hold(self, waiting: Awaitable[None]) -> None:
+        start = time.monotonic()
+        try:
+            await waiting
+        finally:
+            if self.deadline is not None:
+                self.deadline += time.monotonic() - start
+
+
+async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput | None, clock: _Clock) -> dict[str, Any]:
     while True:
-        msg = await ch.recv_line()
+        msg = await ch.recv_line(clock.left())
         if msg is None:
             raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
         if "stream" in msg:
@@ -164,13 +192,14 @@ async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput |
             chunk = await ch.recv_exact(int(msg["size"]))
             collected.add(stream, chunk)
             if on_output is not None:
-                await on_output(stream, chunk)
+                await clock.hold(on_output(stream, chunk))
             continue
         return msg
 
 
 async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
-    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor.
+    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor, as
+    fast as it takes it: a full socket waits here, and the client's input waits with it.
 
     Input goes in frames of at most STDIN_FRAME bytes: the supervisor drops the connection
     on a frame over MAX_HEADER, and a client may hand over any amount at once."""
@@ -180,7 +209,7 @@ async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
         parts = [{"stdin": data[i : i + STDIN_FRAME]} for i in range(0, len(data), STDIN_FRAME)] if data else [msg]
         try:
             for part in parts:
-                ch.send(part)
+                await ch.asend(part)
         except OSError:
             return
 
@@ -197,7 +226,9 @@ async def run_exec(
     """Run a command through the agent's supervisor and wait for its final status.
 
     Output arrives as frames (also written to disk inside the sandbox); at most
-    ``max_output`` bytes per stream are kept here. ``on_start`` is called with the
+    ``max_output`` bytes per stream are kept here. ``on_output`` may wait (a slow
+    client): the frames then wait in the socket, the supervisor stops reading the
+    command's pipes, and the command waits too. ``on_start`` is called with the
     supervisor's first word (the run's pid, or its final status when it could not
     start): from then on the run lives in the sandbox whatever happens to the daemon.
     Returns the status and the output.
@@ -221,17 +252,17 @@ async def run_exec(
                 in_w = -1
             if inbox is not None:
                 pump = asyncio.create_task(_pump(ch, inbox))
-            first = await asyncio.wait_for(_next_message(ch, collected, on_output), 30.0)
+            first = await _next_message(ch, collected, on_output, _Clock(30.0))
             if on_start is not None:
                 on_start()
             if "exit" in first:
                 return first, collected
             try:
-                reply = await asyncio.wait_for(_next_message(ch, collected, on_output), limit + SAFETY if limit else None)
+                reply = await _next_message(ch, collected, on_output, _Clock(limit + SAFETY if limit else None))
             except TimeoutError:
-                ch.send({"kill": int(signal.SIGKILL), "reason": "timeout"})
+                await ch.asend({"kill": int(signal.SIGKILL), "reason": "timeout"})
                 try:
-                    reply = await asyncio.wait_for(_next_message(ch, collected, on_output), KILL_CONFIRM)
+                    reply = await _next_message(ch, collected, on_output, _Clock(KILL_CONFIRM))
                 except TimeoutError:
                     reply = {"exit": 137, "signal": 9, "reason": "timeout", "spawn_error": "the sandbox did not confirm the kill"}
             return reply, collected

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import secrets
 import time
@@ -39,6 +40,8 @@ NO_TERMINAL = (
     "for a terminal, use hutch ssh SANDBOX on a sandbox created with --ssh"
 )
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
+DRAIN_PAGE = 1 << 20  # output read per request once a streamed command has ended
+log = logging.getLogger("hutch.unikraft")
 
 
 class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
@@ -210,11 +213,14 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
         on_start: OnStart | None = None,
     ) -> RawOutput:
         scrub = scrubber(redact)
-        if redact and on_output is not None:
+        shown = {"stdout": 0, "stderr": 0}  # bytes passed to on_output (after scrubbing)
+        if on_output is not None:
             raw_output = on_output
 
             async def on_scrubbed(name: str, chunk: bytes) -> None:
-                await raw_output(name, scrub(chunk))
+                chunk = scrub(chunk) if redact else chunk
+                shown[name] += len(chunk)
+                await raw_output(name, chunk)
 
             on_output = on_scrubbed
         if interactive is not None:
@@ -272,12 +278,30 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
                 await self._plugin(rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": 10})
                 break
         raw = await self._finish(rec, run_id, cmd, nonce, max_output, reason, scrub)
-        if on_output is not None:
-            for name in ("stdout", "stderr"):
-                rest = getattr(raw, name)[sent[name] :] if sent[name] < len(getattr(raw, name)) else b""
-                if rest:
-                    await on_output(name, rest)
+        if on_output is not None:  # the rest of the output, whole (not only what the result keeps)
+            totals = {"stdout": raw.stdout_bytes, "stderr": raw.stderr_bytes}
+            await self._drain(rec, cmd, sent, totals, on_output)
+            # counted as streamed: what the plugin no longer had shows as missing (the stream is truncated)
+            counts = {n: shown[n] + max(0, totals[n] - sent[n]) for n in totals}
+            raw = raw.model_copy(update={"stdout_bytes": counts["stdout"], "stderr_bytes": counts["stderr"]})
         return raw
+
+    async def _drain(
+        self, rec: SandboxRecord, cmd: str, sent: dict[str, int], totals: dict[str, int], on_output: OnOutput
+    ) -> None:
+        """Pass on what the command wrote past ``sent``, up to ``totals``, a page at a time."""
+        for name in ("stdout", "stderr"):
+            other = "stderr" if name == "stdout" else "stdout"
+            while sent[name] < totals[name]:
+                want = min(DRAIN_PAGE, totals[name] - sent[name])
+                ranges = {name: {"offset": sent[name], "limit": want}, other: {"offset": 0, "limit": 0}}
+                reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
+                chunk = base64.b64decode(reply.data.get(name) or "")[:want]
+                if not chunk:
+                    log.warning("the sandbox plugin no longer has %s of command %s past byte %d", name, cmd, sent[name])
+                    return
+                sent[name] += len(chunk)
+                await on_output(name, chunk)
 
     async def _follow(self, rec: SandboxRecord, cmd: str, sent: dict[str, int], on_output: OnOutput | None) -> bool:
         """New output since ``sent`` (stderr minus the bytes that may be the exit marker)."""
@@ -331,6 +355,7 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
             stderr=scrub(err[:cap]),
             stdout_bytes=out_total,
             stderr_bytes=err_total,
+            truncated_on_disk=out_total > cap or err_total > cap,  # the stored copy is what the result keeps
             timed_out=reason is not None,
             reason=reason,
             finished_at=time.time(),
