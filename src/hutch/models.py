@@ -345,8 +345,10 @@ class ExecResult(BaseModel):
     stderr_base64: bool = False
     stdout_bytes: int = 0
     stderr_bytes: int = 0
-    truncated: bool = False  # this result (or stream) does not hold all the output the command wrote
-    stored_truncated: bool = False  # the run's copy kept on disk stops at the disk cap (what poll/logs read)
+    truncated: bool = Field(default=False, description="This result (or stream) holds less than the command wrote: a cap cut it.")
+    stored_truncated: bool = Field(
+        default=False, description="The run's output kept in the sandbox (what poll and logs read) stops at the disk cap."
+    )
     duration_ms: float
     signal: int | None = None
     error: str | None = None

@@ -5,10 +5,12 @@ cap says so."""
 from __future__ import annotations
 
 import base64
+import subprocess
+import sys
 
 import pytest
 from tests.conftest import Daemon
-from tests.integration.test_unikraft import hutch, js, ukc, ukd  # noqa: F401 - fixtures
+from tests.integration.test_unikraft import env, hutch, js, ukc, ukd  # noqa: F401 - fixtures
 from tests.integration.ukc_support import SPECS, TestServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not SPECS.is_dir(), reason=f"no specs at {SPECS}")]
@@ -32,3 +34,12 @@ def test_a_streamed_unikraft_run_delivers_all_its_output(ukd: Daemon, ukc: TestS
         assert c.wait(buffered["run_id"])["truncated"]
     cli = hutch(ukd.home, ukc, "exec", "--json", "us", "--", "head", "-c", str(size), "/dev/zero")
     assert cli.returncode == 125 and "output truncated" in cli.stderr
+    # no live input there: a piped stdin goes whole with the request instead of being dropped
+    piped = subprocess.run(
+        [sys.executable, "-m", "hutch", "exec", "us", "--", "wc", "-c"],
+        input=b"12345",
+        env=env(ukd.home, ukc),
+        capture_output=True,
+        timeout=180,
+    )
+    assert (piped.returncode, piped.stdout.strip()) == (0, b"5"), piped.stderr

@@ -21,7 +21,7 @@ from typing import Any, Protocol, cast
 import click
 
 from hutch.cli.common import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for
-from hutch.errors import HutchError, TimeoutError_, UnavailableError
+from hutch.errors import HutchError, InvalidError, TimeoutError_, UnavailableError
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, like a shell
 KILL_WAIT = 10.0  # how long Ctrl-C waits for the killed run's record
@@ -179,12 +179,35 @@ class Events(Protocol):
 
 
 def events_for(obj: Ctx, ref: str, req: dict[str, Any], interactive: bool, tty: bool) -> Events:
-    """The run's events: the NDJSON stream, or the attach WebSocket when stdin goes to the command."""
-    if interactive or tty or ("stdin" not in req and stdin_is_piped()):
-        from hutch.cli.interactive import Attached
+    """The run's events: the NDJSON stream, or the attach WebSocket when stdin goes to the command.
 
+    A piped stdin is streamed; a provider without live input refuses the attach before the
+    run exists, and then gets the input whole in the request (up to MAX_WHOLE_STDIN)."""
+    from hutch.cli.interactive import Attached
+
+    if interactive or tty:
         return Attached(obj, ref, req, tty)
+    if "stdin" not in req and stdin_is_piped():
+        attached = Attached(obj, ref, req, False)
+        first = attached.first()
+        if first.get("type") != "error" or first.get("error", {}).get("kind") != "invalid":
+            return attached
+        attached.close()  # refused (no live input there, or bad input): the plain request says which
+        req = req | _whole_stdin(ref)
     return cast(Generator[dict[str, Any], None, None], obj.client.exec_stream(ref, req))
+
+
+MAX_WHOLE_STDIN = 64 << 20  # what a request body carries (base64 in JSON)
+
+
+def _whole_stdin(ref: str) -> dict[str, Any]:
+    data = sys.stdin.buffer.read(MAX_WHOLE_STDIN + 1)
+    if len(data) > MAX_WHOLE_STDIN:
+        raise InvalidError(
+            f"stdin is over 64 MiB, and {ref}'s provider takes a command's input only whole",
+            hint=f"put the data in the sandbox first (hutch write {ref} PATH < FILE, or hutch push) and read it from there",
+        )
+    return {"stdin": base64.b64encode(data).decode(), "stdin_base64": True}
 
 
 def execute(

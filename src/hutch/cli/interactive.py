@@ -50,7 +50,12 @@ class Attached:
             self.saved = termios.tcgetattr(self.stdin_fd)
             ttymod.setraw(self.stdin_fd)
             signal.signal(signal.SIGWINCH, self._resize)
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.pending: dict[str, Any] | None = None
+
+    def first(self) -> dict[str, Any]:
+        """The first event (``run``, or the error that refused the run), kept for iteration."""
+        self.pending = next(self)
+        return self.pending
 
     def _pump(self) -> None:  # a full connection blocks here: the input waits for the command
         from websockets.exceptions import WebSocketException
@@ -76,6 +81,9 @@ class Attached:
     def __next__(self) -> dict[str, Any]:
         from websockets.exceptions import ConnectionClosedOK, WebSocketException
 
+        if self.pending is not None:
+            held, self.pending = self.pending, None
+            return held
         if self.done:
             raise StopIteration
         try:
@@ -85,6 +93,8 @@ class Attached:
         except (OSError, WebSocketException) as exc:
             raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
         self.done = event.get("type") in ("exit", "error")
+        if event.get("type") == "run":  # stdin is read only once the run exists
+            threading.Thread(target=self._pump, daemon=True).start()
         return event
 
     def close(self) -> None:
