@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import os
 import secrets
 import time
@@ -31,6 +30,7 @@ from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput, OnS
 from hutch.providers.unikraft.api import Reply
 from hutch.providers.unikraft.connection import ConnectionMixin
 from hutch.providers.unikraft.files import FilesMixin
+from hutch.providers.unikraft.output import OutputMixin
 from hutch.providers.unikraft.ssh import SshTransferMixin
 from hutch.providers.unikraft.wire import HOLD, marker, scrubber, split_marker, wrap
 
@@ -40,11 +40,9 @@ NO_TERMINAL = (
     "for a terminal, use hutch ssh SANDBOX on a sandbox created with --ssh"
 )
 PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
-DRAIN_PAGE = 1 << 20  # output read per request once a streamed command has ended
-log = logging.getLogger("hutch.unikraft")
 
 
-class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
+class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixin):
     name = "unikraft"
     capabilities = Capabilities(
         mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True, transfer=True
@@ -285,39 +283,6 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin):
             counts = {n: shown[n] + max(0, totals[n] - sent[n]) for n in totals}
             raw = raw.model_copy(update={"stdout_bytes": counts["stdout"], "stderr_bytes": counts["stderr"]})
         return raw
-
-    async def _drain(
-        self, rec: SandboxRecord, cmd: str, sent: dict[str, int], totals: dict[str, int], on_output: OnOutput
-    ) -> None:
-        """Pass on what the command wrote past ``sent``, up to ``totals``, a page at a time."""
-        for name in ("stdout", "stderr"):
-            other = "stderr" if name == "stdout" else "stdout"
-            while sent[name] < totals[name]:
-                want = min(DRAIN_PAGE, totals[name] - sent[name])
-                ranges = {name: {"offset": sent[name], "limit": want}, other: {"offset": 0, "limit": 0}}
-                reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
-                chunk = base64.b64decode(reply.data.get(name) or "")[:want]
-                if not chunk:
-                    log.warning("the sandbox plugin no longer has %s of command %s past byte %d", name, cmd, sent[name])
-                    return
-                sent[name] += len(chunk)
-                await on_output(name, chunk)
-
-    async def _follow(self, rec: SandboxRecord, cmd: str, sent: dict[str, int], on_output: OnOutput | None) -> bool:
-        """New output since ``sent`` (stderr minus the bytes that may be the exit marker)."""
-        ranges = {n: {"offset": sent[n]} for n in ("stdout", "stderr")}
-        reply = await self._plugin(rec, "GET", f"/commands/{cmd}/logs", "reading output", body=ranges)
-        grew = False
-        for name in ("stdout", "stderr"):
-            chunk = base64.b64decode(reply.data.get(name) or "")
-            if name == "stderr":
-                chunk = chunk[: max(0, len(chunk) - HOLD)]
-            if chunk:
-                grew = True
-                sent[name] += len(chunk)
-                if on_output is not None:
-                    await on_output(name, chunk)
-        return grew
 
     async def _finish(
         self,
