@@ -444,7 +444,7 @@ class RunRecord(BaseModel):
     duration_ms: float | None
     stdout_bytes: int
     stderr_bytes: int
-    truncated: bool
+    truncated: bool = Field(description="The output kept in the sandbox (what poll and logs read) stops at the disk cap.")
     background: bool
     cwd: str | None
     env_keys: list[str]  # the names only: values are never stored

@@ -72,7 +72,9 @@ class ExecSummary(TypedDict):
     status: RunStatus
     stdout_bytes: NotRequired[int]  # the whole size written (may exceed what came back)
     stderr_bytes: NotRequired[int]
-    truncated: NotRequired[bool]  # some output was cut (by max_output or the disk cap)
+    truncated: NotRequired[bool]  # this result (or stream) holds less than was written: a cap cut it
+    stored_truncated: NotRequired[bool]  # the output kept in the sandbox stops at the disk cap
+    interrupted: NotRequired[bool]  # the CLI's Ctrl-C killed the run (CLI documents only)
     duration_ms: float
     signal: NotRequired[int | None]
     error: NotRequired[str | None]  # hutch's own reason (spawn failed, lost ...)
@@ -100,7 +102,7 @@ class RunRecord(TypedDict):
     duration_ms: float | None
     stdout_bytes: int
     stderr_bytes: int
-    truncated: bool
+    truncated: bool  # the output kept in the sandbox (poll, logs) stops at the disk cap
     background: bool
     cwd: str | None
     env_keys: list[str]  # the names of its environment (values are never kept)
