@@ -74,7 +74,6 @@ class ExecSummary(TypedDict):
     stderr_bytes: NotRequired[int]
     truncated: NotRequired[bool]  # this result (or stream) holds less than was written: a cap cut it
     stored_truncated: NotRequired[bool]  # the output kept in the sandbox stops at the disk cap
-    interrupted: NotRequired[bool]  # the CLI's Ctrl-C killed the run (CLI documents only)
     duration_ms: float
     signal: NotRequired[int | None]
     error: NotRequired[str | None]  # hutch's own reason (spawn failed, lost ...)
