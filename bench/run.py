@@ -57,6 +57,7 @@ os.environ["HUTCH_EGRESS_HOSTS"] = str(EGRESS_HOSTS)  # read by the daemon this 
 NO_BYTECODE = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 import hutch  # noqa: E402
+from hutch._version import __version__  # noqa: E402
 from hutch.client import Client  # noqa: E402
 from hutch.config import Settings  # noqa: E402
 from hutch.providers.local import bwrap as bw  # noqa: E402
@@ -578,7 +579,7 @@ def machine_info(b: Bench) -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "pythondontwritebytecode_dropped": NO_BYTECODE is not None,
-        "hutch": hutch.__version__,
+        "hutch": __version__,
         "hutch_path": str(src),
         "git_commit": commit.stdout.strip() or None,
         "src_dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None,

@@ -20,7 +20,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
-from hutch import __version__
+from hutch._version import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError

@@ -48,3 +48,23 @@ def test_test_doubles_are_not_among_the_providers() -> None:
     """The Unikraft test server, its testbed and its SSH front live in hutch.testing."""
     unikraft = SRC / "providers" / "unikraft"
     assert {p.name for p in unikraft.glob("*.py")} & {"testserver.py", "testbed.py", "sshserver.py"} == set()
+
+
+def test_the_version_comes_from_its_own_module() -> None:
+    """``__version__`` lives in hutch/_version.py; nothing takes it from the package root
+    (which would tie every importer to hutch/__init__.py), the root only re-exports it."""
+    from hutch import _version
+
+    assert hutch.__version__ is _version.__version__
+    bench = Path(__file__).resolve().parents[2] / "bench"
+    trees = [*modules(), *((p.name, ast.parse(p.read_text())) for p in sorted(bench.glob("*.py")))]
+    assert {name for name, tree in trees if any(_root_version(node) for node in ast.walk(tree))} == set()
+
+
+def _root_version(node: ast.AST) -> bool:
+    """``from hutch import __version__`` or ``hutch.__version__``."""
+    if isinstance(node, ast.ImportFrom):
+        return node.module == "hutch" and any(alias.name == "__version__" for alias in node.names)
+    if isinstance(node, ast.Attribute):
+        return node.attr == "__version__" and isinstance(node.value, ast.Name) and node.value.id == "hutch"
+    return False

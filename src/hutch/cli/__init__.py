@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from hutch import __version__
+from hutch._version import __version__
 from hutch.cli.agents import mcp
 from hutch.cli.approvals import approvals, approve, confirm
 from hutch.cli.benchmark import benchmark

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hutch import __version__
+from hutch._version import __version__
 from hutch.cli.catalog import build_catalog
 from hutch.cli.common import Ctx, emit, json_option
 from hutch.errors import KINDS, ConflictError, InvalidError, UnavailableError

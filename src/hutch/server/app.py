@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hutch import __version__
+from hutch._version import __version__
 from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import HutchError, InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec

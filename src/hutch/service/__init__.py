@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from hutch import __version__
+from hutch._version import __version__
 from hutch.checks import check_mode, check_path
 from hutch.config import Settings
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
