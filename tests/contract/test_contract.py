@@ -136,6 +136,20 @@ def test_output_over_the_cap_is_cut_loudly(target: Target, shared: SandboxRecord
     assert (exact.stdout_bytes, exact.truncated) == (1000, False)
 
 
+def test_a_stream_delivers_every_byte(target: Target, shared: SandboxRecord) -> None:
+    data = bytes(range(256)) * (3 * 4096 + 7)  # 3 MiB and a bit: over the default 1 MiB result cap
+    stdin = base64.b64encode(data).decode()
+    events = target.stream(shared.id, ["sh", "-c", "cat; echo done >&2; exit 5"], stdin=stdin, stdin_base64=True)
+    assert events[0]["type"] == "run" and events[-1]["type"] == "exit"
+    got = {"stdout": b"", "stderr": b""}
+    for e in events[1:-1]:
+        got[e["type"]] += base64.b64decode(e["data"]) if e["base64"] else e["data"].encode()
+    assert len(got["stdout"]) == len(data) and got["stdout"] == data, "the stream lost bytes"
+    assert got["stderr"] == b"done\n"
+    exit_ = events[-1]
+    assert (exit_["exit_code"], exit_["status"], exit_["stdout_bytes"]) == (5, "failed", len(data))
+
+
 def test_interactive_runs_where_declared(target: Target, shared: SandboxRecord) -> None:
     if not target.capabilities.interactive:
         runs = target.runs(shared.id)
