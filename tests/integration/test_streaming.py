@@ -136,6 +136,9 @@ def test_a_stored_copy_cut_at_the_disk_cap_is_loud(hutch_home: Path) -> None:
         poll = _cli(d, "poll", run_id, "--max-bytes", "16M")
         assert poll.returncode == 1 and len(poll.stdout) == 1 << 20
         assert b"disk cap" in poll.stderr
+        for args in (["--run", run_id], []):  # the transcript is the kept copy too
+            logs = _cli(d, "logs", sbx.id, *args, "--follow")
+            assert logs.returncode == 1 and b"disk cap" in logs.stderr and run_id.encode() in logs.stderr
         res = sbx.exec("head -c 3M /dev/zero", max_output=4 << 20)
         assert (res.truncated, res.stored_truncated, len(res.stdout_raw)) == (False, True, 3 << 20)
         bg = sbx.exec("head -c 3M /dev/zero", background=True).wait(timeout=60)

@@ -126,6 +126,19 @@ def _cut_loudly(res: dict[str, Any]) -> None:
     raise SystemExit(EXIT_FAILED)
 
 
+def _cut_runs_loudly(obj: Ctx, sandbox: str, seen: set[str]) -> None:
+    """At the end of the transcript: runs shown whose kept output stops at the disk cap fail the command."""
+    cut = [r for r in obj.client.runs(sandbox) if r["id"] in seen and r["truncated"]] if seen else []
+    for r in cut:
+        click.echo(
+            f"hutch: {r['id']}'s output kept on disk stops at the disk cap (it wrote stdout {r['stdout_bytes']} bytes, "
+            f"stderr {r['stderr_bytes']}); the rest was not kept",
+            err=True,
+        )
+    if cut:
+        raise SystemExit(EXIT_FAILED)
+
+
 def _more(res: dict[str, Any]) -> bool:
     return any(res[n]["next_offset"] < res[n]["size"] for n in ("stdout", "stderr"))
 
@@ -173,6 +186,7 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: 
     --json prints one document per read: records, offset, next_offset, eof.
     """
     page = max_bytes or PAGE
+    seen: set[str] = set()
     while True:
         res = obj.client.logs(sandbox, run_id, offset, page)
         if obj.json:
@@ -180,11 +194,14 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: 
         else:
             for r in res["records"]:
                 _write(r["stream"], r["data"], r["base64"])
+        seen.update(r["run_id"] for r in res["records"])
         moved = res["next_offset"] > offset
         offset = res["next_offset"]
         if not follow or res["eof"]:
             if not obj.json and follow:
                 click.echo(f"hutch: end of transcript at offset {offset}", err=True)
+            if res["eof"]:
+                _cut_runs_loudly(obj, sandbox, seen)
             return
         if not moved:
             time.sleep(FOLLOW_INTERVAL)
