@@ -10,7 +10,7 @@ import builtins
 import http.client
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 from urllib.parse import quote, urlencode
 
 from hutch.client_lifecycle import AsyncLifecycleAPI, LifecycleAPI
@@ -23,6 +23,8 @@ from hutch.server.launcher import ensure_daemon
 
 if TYPE_CHECKING:
     import httpx
+
+    from hutch import wire
 
 MAX_RESPONSE = 256 << 20
 
@@ -188,68 +190,82 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
         return self.request(method, url, **kw).json()
 
     # -- API -------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
-        return dict(self.json("GET", "/v1/health"))
+    def health(self) -> wire.Health:
+        return cast("wire.Health", self.json("GET", "/v1/health"))
 
-    def doctor(self) -> dict[str, Any]:
-        return dict(self.json("GET", "/v1/doctor"))
+    def doctor(self) -> wire.Doctor:
+        return cast("wire.Doctor", self.json("GET", "/v1/doctor"))
 
-    def shutdown(self) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/shutdown"))
+    def shutdown(self) -> wire.Shutdown:
+        return cast("wire.Shutdown", self.json("POST", "/v1/shutdown"))
 
-    def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
+    def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
 
     def list(
         self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
-    ) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/sandboxes", params=_list_params(include_all, labels, state)))
+    ) -> builtins.list[wire.SandboxRecord]:
+        return cast(
+            "builtins.list[wire.SandboxRecord]",
+            self.json("GET", "/v1/sandboxes", params=_list_params(include_all, labels, state)),
+        )
 
-    def get(self, ref: str) -> dict[str, Any]:
-        return dict(self.json("GET", _path(ref)))
+    def get(self, ref: str) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("GET", _path(ref)))
 
-    def destroy(self, ref: str, approval: str | None = None) -> dict[str, Any]:
-        return dict(self.json("DELETE", _path(ref), params={"approval": approval}))
+    def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
+        return cast("wire.DestroyResult", self.json("DELETE", _path(ref), params={"approval": approval}))
 
-    def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> dict[str, Any]:
-        return dict(self.json("GET", _path(ref) + "/status", params={"wait": wait, "timeout": timeout}))
+    def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> wire.SandboxStatus:
+        return cast("wire.SandboxStatus", self.json("GET", _path(ref) + "/status", params={"wait": wait, "timeout": timeout}))
 
-    def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> dict[str, Any]:
+    def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> wire.Inventory:
         params: dict[str, Any] = {"all": include_all} | ({"metro": metro} if metro else {})
-        return dict(self.json("GET", f"/v1/providers/{quote(provider, safe='')}/inventory", params=params))
+        return cast("wire.Inventory", self.json("GET", f"/v1/providers/{quote(provider, safe='')}/inventory", params=params))
 
-    def cleanup(self, **req: Any) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/cleanup", json=req))
+    def cleanup(self, **req: Unpack[wire.CleanupRequest]) -> wire.CleanupReport:
+        return cast("wire.CleanupReport", self.json("POST", "/v1/cleanup", json=req))
 
-    def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/exec", json=req, headers=new_key() if req.get("background") else None))
+    def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
+        """Run in the foreground: the result (a background run: :meth:`start`)."""
+        return cast(
+            "wire.ExecResult",
+            self.json("POST", _path(ref) + "/exec", json=req, headers=new_key() if req.get("background") else None),
+        )
 
-    def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/policy", json=change, params={"approval": approval}))
+    def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
+        """Start in the background: the run's record at once (the request is sent once per key)."""
+        body = {**req, "background": True}
+        return cast("wire.RunRecord", self.json("POST", _path(ref) + "/exec", json=body, headers=new_key()))
 
-    def exec_stream(self, ref: str, req: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("POST", _path(ref) + "/policy", json=change, params={"approval": approval}))
+
+    def exec_stream(self, ref: str, req: wire.ExecRequest) -> Iterator[wire.ExecFrame]:
         return self.stream("POST", _path(ref) + "/exec", params={"stream": True}, json=req)
 
-    def runs(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None))
+    def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
+        return cast(
+            "builtins.list[wire.RunRecord]", self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None)
+        )
 
-    def run(self, run_id: str) -> dict[str, Any]:
-        return dict(self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
+    def run(self, run_id: str) -> wire.RunRecord:
+        return cast("wire.RunRecord", self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
 
-    def wait(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
         params = {"timeout": timeout} if timeout is not None else None
-        return dict(self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
+        return cast("wire.RunRecord", self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
 
-    def kill(self, run_id: str, signal: str | int = "TERM") -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
+    def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
+        return cast("wire.KillResult", self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
 
-    def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+    def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
         params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
-        return dict(self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
+        return cast("wire.OutputPage", self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
 
-    def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+    def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
         params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
-        return dict(self.json("GET", _path(ref) + "/logs", params=params))
+        return cast("wire.Transcript", self.json("GET", _path(ref) + "/logs", params=params))
 
     def events(
         self,
@@ -260,12 +276,12 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
         after: int = 0,
         limit: int = 1000,
         run: str | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[wire.Event]:
         params = _event_params(ref, types, since, after, limit, run)
-        return list(self.json("GET", "/v1/events", params=params))
+        return cast("builtins.list[wire.Event]", self.json("GET", "/v1/events", params=params))
 
-    def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", _path(ref) + "/ps"))
+    def ps(self, ref: str) -> builtins.list[wire.Process]:
+        return cast("builtins.list[wire.Process]", self.json("GET", _path(ref) + "/ps"))
 
     def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = self.request("GET", _path(ref) + "/files", params={"path": path})
@@ -276,11 +292,13 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
         resp = self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
         return _page(resp)
 
-    def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
-        return dict(self.json("PUT", _path(ref) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data))
+    def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> wire.FileWritten:
+        return cast(
+            "wire.FileWritten", self.json("PUT", _path(ref) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data)
+        )
 
-    def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
+    def list_files(self, ref: str, path: str | None = None) -> builtins.list[wire.FileEntry]:
+        return cast("builtins.list[wire.FileEntry]", self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
 
 
 def _dumps(obj: Any) -> bytes:
@@ -291,11 +309,11 @@ def _loads(data: bytes) -> Any:
     return json.loads(data)
 
 
-def _list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, Any]:
+def _list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, object]:
     return {"all": include_all, "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None, "state": state}
 
 
-def _query(params: dict[str, Any]) -> str:
+def _query(params: dict[str, object]) -> str:
     clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
     return "?" + urlencode(clean, doseq=True) if clean else ""
 
@@ -347,28 +365,36 @@ class AsyncClient(_Base, AsyncLifecycleAPI, AsyncWorkspaceAPI):
     async def json(self, method: str, url: str, **kw: Any) -> Any:
         return (await self.request(method, url, **kw)).json()
 
-    async def create(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
+    async def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
 
     async def list(
         self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[wire.SandboxRecord]:
         params = {k: v for k, v in _list_params(include_all, labels, state).items() if v is not None}
-        return list(await self.json("GET", "/v1/sandboxes", params=params))
+        return cast("builtins.list[wire.SandboxRecord]", await self.json("GET", "/v1/sandboxes", params=params))
 
-    async def get(self, ref: str) -> dict[str, Any]:
-        return dict(await self.json("GET", _path(ref)))
+    async def get(self, ref: str) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("GET", _path(ref)))
 
-    async def destroy(self, ref: str, approval: str | None = None) -> dict[str, Any]:
-        return dict(await self.json("DELETE", _path(ref), params={"approval": approval} if approval else None))
+    async def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
+        return cast(
+            "wire.DestroyResult", await self.json("DELETE", _path(ref), params={"approval": approval} if approval else None)
+        )
 
-    async def exec(self, ref: str, req: dict[str, Any]) -> dict[str, Any]:
+    async def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
+        """Run in the foreground: the result (a background run: :meth:`start`)."""
         headers = new_key() if req.get("background") else None
-        return dict(await self.json("POST", _path(ref) + "/exec", json=req, headers=headers))
+        return cast("wire.ExecResult", await self.json("POST", _path(ref) + "/exec", json=req, headers=headers))
 
-    async def policy(self, ref: str, change: dict[str, Any], approval: str | None = None) -> dict[str, Any]:
+    async def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
+        """Start in the background: the run's record at once (the request is sent once per key)."""
+        body = {**req, "background": True}
+        return cast("wire.RunRecord", await self.json("POST", _path(ref) + "/exec", json=body, headers=new_key()))
+
+    async def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
         params = {"approval": approval} if approval else None
-        return dict(await self.json("POST", _path(ref) + "/policy", json=change, params=params))
+        return cast("wire.SandboxRecord", await self.json("POST", _path(ref) + "/policy", json=change, params=params))
 
     async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
         resp = await self.request("GET", _path(ref) + "/files", params={"path": path})
@@ -379,36 +405,43 @@ class AsyncClient(_Base, AsyncLifecycleAPI, AsyncWorkspaceAPI):
         resp = await self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
         return _page(resp)
 
-    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
+    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> wire.FileWritten:
         params = {"path": path, "mode": f"{mode:o}"}
-        return dict(await self.json("PUT", _path(ref) + "/files", params=params, content=data))
+        return cast("wire.FileWritten", await self.json("PUT", _path(ref) + "/files", params=params, content=data))
 
-    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[dict[str, Any]]:
-        return list(await self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
+    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[wire.FileEntry]:
+        return cast(
+            "builtins.list[wire.FileEntry]", await self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {})
+        )
 
-    async def runs(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
-        return list(await self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None))
+    async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
+        return cast(
+            "builtins.list[wire.RunRecord]",
+            await self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None),
+        )
 
-    async def run(self, run_id: str) -> dict[str, Any]:
-        return dict(await self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
+    async def run(self, run_id: str) -> wire.RunRecord:
+        return cast("wire.RunRecord", await self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
 
-    async def wait(self, run_id: str, timeout: float | None = None) -> dict[str, Any]:
+    async def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
         params = {"timeout": timeout} if timeout is not None else None
-        return dict(await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
+        return cast("wire.RunRecord", await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
 
-    async def kill(self, run_id: str, signal: str | int = "TERM") -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
+    async def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
+        return cast(
+            "wire.KillResult", await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal})
+        )
 
-    async def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+    async def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
         params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
-        return dict(await self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
+        return cast("wire.OutputPage", await self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
 
-    async def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> dict[str, Any]:
+    async def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
         params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
-        return dict(await self.json("GET", _path(ref) + "/logs", params=params))
+        return cast("wire.Transcript", await self.json("GET", _path(ref) + "/logs", params=params))
 
-    async def ps(self, ref: str) -> builtins.list[dict[str, Any]]:
-        return list(await self.json("GET", _path(ref) + "/ps"))
+    async def ps(self, ref: str) -> builtins.list[wire.Process]:
+        return cast("builtins.list[wire.Process]", await self.json("GET", _path(ref) + "/ps"))
 
     async def events(
         self,
@@ -419,6 +452,6 @@ class AsyncClient(_Base, AsyncLifecycleAPI, AsyncWorkspaceAPI):
         after: int = 0,
         limit: int = 1000,
         run: str | None = None,
-    ) -> builtins.list[dict[str, Any]]:
+    ) -> builtins.list[wire.Event]:
         params = _event_params(ref, types, since, after, limit, run)
-        return list(await self.json("GET", "/v1/events", params=params))
+        return cast("builtins.list[wire.Event]", await self.json("GET", "/v1/events", params=params))

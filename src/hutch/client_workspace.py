@@ -6,12 +6,13 @@ from __future__ import annotations
 import builtins
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 from hutch.client_lifecycle import _path
 
 if TYPE_CHECKING:
+    from hutch import wire
     from hutch.transfer import Progress
 
 
@@ -25,14 +26,14 @@ class WorkspaceAPI:
     def json(self, method: str, url: str, **kw: Any) -> Any:
         raise NotImplementedError  # the client's own
 
-    def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/sessions", json=spec))
+    def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
+        return cast("wire.Session", self.json("POST", "/v1/sessions", json=spec))
 
-    def tenants(self) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/tenants"))
+    def tenants(self) -> builtins.list[wire.Tenant]:
+        return cast("builtins.list[wire.Tenant]", self.json("GET", "/v1/tenants"))
 
-    def delete_tenant(self, name: str) -> dict[str, Any]:
-        return dict(self.json("DELETE", "/v1/tenants/" + quote(name, safe="")))
+    def delete_tenant(self, name: str) -> wire.TenantDeleted:
+        return cast("wire.TenantDeleted", self.json("DELETE", "/v1/tenants/" + quote(name, safe="")))
 
     def push(
         self,
@@ -45,35 +46,37 @@ class WorkspaceAPI:
         force: bool = False,
         progress: Progress | None = None,
         approval: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.PushSummary:
         from hutch import transfer
 
-        kept = self.json("GET", _path(ref) + "/manifest")["files"]
+        kept = cast("wire.Manifest", self.json("GET", _path(ref) + "/manifest"))["files"]
         plan = transfer.plan_push(Path(root), exclude, kept)
         body = transfer.push_body(Path(root), plan.manifest, [] if dry_run else plan.send, progress)
         params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
-        return plan.summary(self.json("POST", _path(ref) + "/push", params=params, content=body))
+        return plan.summary(cast("wire.PushResult", self.json("POST", _path(ref) + "/push", params=params, content=body)))
 
-    def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+    def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         from hutch import transfer
 
         data = self.request("GET", _path(ref) + "/pull").content
         return transfer.pull_into(data, Path(dest), force=force, dry_run=dry_run)
 
-    def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
+    def snapshot_save(self, ref: str, name: str) -> wire.SnapshotRecord:
+        return cast("wire.SnapshotRecord", self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
 
-    def snapshots(self) -> builtins.list[dict[str, Any]]:
-        return list(self.json("GET", "/v1/snapshots"))
+    def snapshots(self) -> builtins.list[wire.SnapshotRecord]:
+        return cast("builtins.list[wire.SnapshotRecord]", self.json("GET", "/v1/snapshots"))
 
-    def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
-        return dict(self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
+    def snapshot_restore(self, name: str, new_name: str | None = None) -> wire.SandboxRecord:
+        return cast(
+            "wire.SandboxRecord", self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name})
+        )
 
-    def snapshot_delete(self, name: str) -> dict[str, Any]:
-        return dict(self.json("DELETE", "/v1/snapshots/" + quote(name, safe="")))
+    def snapshot_delete(self, name: str) -> wire.SnapshotDeleted:
+        return cast("wire.SnapshotDeleted", self.json("DELETE", "/v1/snapshots/" + quote(name, safe="")))
 
-    def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
-        return dict(self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))
+    def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> wire.ForkResult:
+        return cast("wire.ForkResult", self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))
 
 
 class AsyncWorkspaceAPI:
@@ -82,8 +85,8 @@ class AsyncWorkspaceAPI:
     async def json(self, method: str, url: str, **kw: Any) -> Any:
         raise NotImplementedError  # the client's own
 
-    async def ensure(self, spec: dict[str, Any]) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/sessions", json=spec))
+    async def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
+        return cast("wire.Session", await self.json("POST", "/v1/sessions", json=spec))
 
     async def push(
         self,
@@ -96,18 +99,19 @@ class AsyncWorkspaceAPI:
         force: bool = False,
         progress: Progress | None = None,
         approval: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.PushSummary:
         import asyncio
 
         from hutch import transfer
 
-        kept = (await self.json("GET", _path(ref) + "/manifest"))["files"]
+        kept = cast("wire.Manifest", await self.json("GET", _path(ref) + "/manifest"))["files"]
         plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
         body = await asyncio.to_thread(transfer.push_body, Path(root), plan.manifest, [] if dry_run else plan.send, progress)
         params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
-        return plan.summary(await self.json("POST", _path(ref) + "/push", params=_clean(params), content=body))
+        answer = await self.json("POST", _path(ref) + "/push", params=_clean(params), content=body)
+        return plan.summary(cast("wire.PushResult", answer))
 
-    async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+    async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         import asyncio
 
         from hutch import transfer
@@ -115,11 +119,16 @@ class AsyncWorkspaceAPI:
         data = (await self.request("GET", _path(ref) + "/pull")).content
         return await asyncio.to_thread(transfer.pull_into, data, Path(dest), force=force, dry_run=dry_run)
 
-    async def snapshot_save(self, ref: str, name: str) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
+    async def snapshot_save(self, ref: str, name: str) -> wire.SnapshotRecord:
+        return cast("wire.SnapshotRecord", await self.json("POST", _path(ref) + "/snapshots", json={"name": name}))
 
-    async def snapshot_restore(self, name: str, new_name: str | None = None) -> dict[str, Any]:
-        return dict(await self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}))
+    async def snapshot_restore(self, name: str, new_name: str | None = None) -> wire.SandboxRecord:
+        return cast(
+            "wire.SandboxRecord",
+            await self.json("POST", "/v1/snapshots/" + quote(name, safe="") + "/restore", json={"name": new_name}),
+        )
 
-    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> dict[str, Any]:
-        return dict(await self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix}))
+    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> wire.ForkResult:
+        return cast(
+            "wire.ForkResult", await self.json("POST", _path(ref) + "/fork", json={"count": count, "name_prefix": name_prefix})
+        )

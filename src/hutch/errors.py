@@ -21,6 +21,7 @@ Foreign exceptions are translated at the boundary where they happen.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 
@@ -42,7 +43,8 @@ class HutchError(Exception):
         return {"error": body}
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> HutchError:
+    def from_dict(data: Mapping[str, Any]) -> HutchError:
+        """The error an error body (``{"error": {...}}``, or the inner object) says."""
         body = data.get("error", data)
         cls = KINDS.get(str(body.get("kind", "internal")), InternalError)
         err = cls(str(body.get("message", "unknown error")), body.get("hint"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Awaitable
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -24,7 +24,10 @@ from hutch._version import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError
-from hutch.models import NetworkPolicy
+from hutch.wire import build
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 log = logging.getLogger("hutch.mcp")
 
@@ -58,8 +61,12 @@ MaxOutput = Annotated[
 ]
 
 
-def _result(body: dict[str, Any], error: bool = False) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body))], structured_content=body, is_error=error)
+Body = Mapping[str, object]  # a tool's result: a body of the API (hutch.wire), or one made of them
+
+
+def _result(body: Body, error: bool = False) -> CallToolResult:
+    text = json.dumps(body)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(body), is_error=error)
 
 
 def error_result(exc: HutchError) -> CallToolResult:
@@ -67,7 +74,7 @@ def error_result(exc: HutchError) -> CallToolResult:
     return _result(exc.to_dict(), error=True)
 
 
-async def _call(work: Awaitable[dict[str, Any]]) -> CallToolResult:
+async def _call(work: Awaitable[Body]) -> CallToolResult:
     try:
         return _result(await work)
     except HutchError as exc:
@@ -98,12 +105,12 @@ class HutchMCP(MCPServer[Any]):
             return error_result(InvalidError(_validation_message(name, exc), hint=hint))
 
 
-def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
+def cap_output(result: wire.ExecResult, cap: int) -> dict[str, object]:
     """Explicit truncation metadata on an exec result captured with ``max_output=cap``."""
-    out = dict(result)
+    out: dict[str, object] = dict(result)
     out["max_output"] = cap
-    for name in ("stdout", "stderr"):
-        out[f"{name}_truncated"] = int(out.get(f"{name}_bytes", 0)) > cap
+    out["stdout_truncated"] = result.get("stdout_bytes", 0) > cap
+    out["stderr_truncated"] = result.get("stderr_bytes", 0) > cap
     if out.get("truncated") and out.get("stored_truncated"):
         out["how_to_get_more"] = (
             f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes), "
@@ -122,7 +129,7 @@ def cap_output(result: dict[str, Any], cap: int) -> dict[str, Any]:
     return out
 
 
-def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int, limit: int) -> dict[str, Any]:
+def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int, limit: int) -> dict[str, object]:
     """``limit`` bytes of a file from ``offset`` (``page`` starts there and may hold a few bytes
     more, to finish a character): text when it is UTF-8, else base64."""
     chunk = page[:limit]
@@ -139,7 +146,7 @@ def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int
         break
     binary = text is None or "\x00" in text
     known = size if size is not None else offset + len(page) + (1 if more else 0)
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "path": path,
         "size": known,
         "size_exact": size is not None or not more,
@@ -150,7 +157,7 @@ def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int
     }
     end = offset + len(chunk)
     body["truncated"] = end < known
-    if body["truncated"]:
+    if end < known:
         body["next_offset"] = end
         body["how_to_get_more"] = f"call file_read again with offset={end} (and a larger max_bytes to get more at once)"
     return body
@@ -182,12 +189,20 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         every connection recorded as an egress_allowed/egress_denied event.
         Use the returned id (or the name) as `sandbox` in the other tools; destroy it when done."""
 
-        async def work() -> dict[str, Any]:
-            limits = {"memory": memory or settings.memory, "pids": pids or settings.pids, "cpus": cpus or settings.cpus}
-            spec = {"provider": settings.provider, "limits": limits, "env": env or {}, "labels": {}, "mounts": []}
-            spec |= {k: v for k, v in (("name", name), ("workdir", workdir)) if v}
-            policy = NetworkPolicy.build(network, allow_hosts or (), allow_ports or ())
-            return await client.create(spec | {"network": policy.model_dump(mode="json")})
+        async def work() -> wire.SandboxRecord:
+            spec = build.sandbox_spec(
+                settings,
+                name=name,
+                memory=memory,
+                pids=pids,
+                cpus=cpus,
+                env=env,
+                workdir=workdir,
+                network=network,
+                allow_hosts=allow_hosts or (),
+                allow_ports=allow_ports or (),
+            )
+            return await client.create(spec)
 
         return await _call(work())
 
@@ -203,9 +218,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         When a command fails on the network, read `events` with type egress_denied first: it says which rule."""
 
-        async def work() -> dict[str, Any]:
-            change = {"mode": network, "allow_hosts": allow_hosts, "deny_hosts": deny_hosts, "ports": allow_ports}
-            change = {k: v for k, v in change.items() if v}
+        async def work() -> Body:
+            change = build.policy_change(network, allow_hosts, deny_hosts, ports=allow_ports)
             rec = await client.policy(sandbox, change) if change else await client.get(sandbox)
             return {"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")}
 
@@ -217,7 +231,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
     ) -> CallToolResult:
         """List sandboxes (live ones unless include_all)."""
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             return {"sandboxes": await client.list(include_all)}
 
         return await _call(work())
@@ -245,9 +259,9 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         timed_out (exit_code 124), killed or oom_killed. stdout/stderr that are not UTF-8 come as base64
         (stdout_base64/stderr_base64 true)."""
         cap = max_output or default_cap
-        req = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout, "stdin": stdin, "max_output": cap}
+        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, stdin=stdin, max_output=cap)
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             return cap_output(await client.exec(sandbox, req), cap)
 
         return await _call(work())
@@ -262,7 +276,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
     ) -> CallToolResult:
         """Write a file into a sandbox (parent directories are created; an existing file is replaced)."""
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             data = _decode(content) if base64 else content.encode()
             return await client.write_file(sandbox, path, data, int(mode, 8))
 
@@ -278,7 +292,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         """Read a file from a sandbox: text when it is UTF-8, else base64. Large files come in pages
         (truncated, next_offset)."""
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             limit = max_bytes or default_cap
             data, more, size = await client.read_page(sandbox, path, offset, limit + 3)  # room to end on a whole character
             return file_chunk(path, data, more, size, offset, limit)
@@ -292,7 +306,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
     ) -> CallToolResult:
         """List a directory in a sandbox: name, type (file, dir, symlink), size, mode and mtime of each entry."""
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             return {"path": path, "entries": await client.list_files(sandbox, path)}
 
         return await _call(work())
@@ -312,8 +326,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         Follow it with run_poll, wait for it with run_wait, stop it with run_kill. Its output is kept
         on disk even if this client goes away."""
-        req = {"command": command, "env": env or {}, "cwd": cwd, "timeout": timeout, "idle_timeout": idle_timeout}
-        return await _call(client.exec(sandbox, req | {"background": True}))
+        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
+        return await _call(client.start(sandbox, req))
 
     @app.tool(annotations=read_only)
     async def run_poll(
@@ -363,7 +377,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
     ) -> CallToolResult:
         """The sandbox's audit events in order (seq, time, type, run_id, data)."""
 
-        async def work() -> dict[str, Any]:
+        async def work() -> Body:
             return {"events": await client.events(sandbox, types=type, after=after, limit=limit)}
 
         return await _call(work())
@@ -423,9 +437,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         Do the action only once it is approved; while pending, call approval_status with its id.
         You cannot approve it yourself: a human runs `hutch approve ID`."""
 
-        async def work() -> dict[str, Any]:
-            body = {"action": action, "sandbox": sandbox, "reason": reason, "timeout": timeout}
-            apr = await client.request_approval(body)
+        async def work() -> Body:
+            apr = await client.request_approval(build.approval_request(action, sandbox, reason, timeout))
             return await client.wait_approval(apr["id"], wait) if wait else apr
 
         return await _call(work())

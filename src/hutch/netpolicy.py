@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, StrictInt, field_validator
 
 from hutch.checks import MAX_ITEMS, check_count
 from hutch.errors import InvalidError
+from hutch.wire.build import network_policy
 
 HOST_LABEL_RE = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 DEFAULT_PORTS = (80, 443)
@@ -88,16 +89,9 @@ class NetworkPolicy(BaseModel):
         ports: list[int] | tuple[int, ...] = (),
         cidrs: list[str] | tuple[str, ...] = (),
     ) -> NetworkPolicy:
-        """A new sandbox's policy: allow rules without a mode mean an allowlist."""
-        has_rules = bool(allow_hosts or ports or cidrs)
-        chosen = mode or ("allowlist" if has_rules else "none")
-        if chosen == "none" and has_rules:
-            raise InvalidError(
-                "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
-                hint="use --network allowlist with them, or drop them",
-            )
-        data = {"mode": chosen, "allow_hosts": list(allow_hosts), "ports": list(ports), "cidrs": list(cidrs)}
-        return cls.model_validate(data).check()
+        """A new sandbox's policy: allow rules without a mode mean an allowlist (built as every
+        edge builds it: :func:`hutch.wire.build.network_policy`), then checked."""
+        return cls.model_validate(network_policy(mode, allow_hosts, ports, cidrs)).check()
 
     def check(self) -> NetworkPolicy:
         if self.mode == "none" and (self.allow_hosts or self.ports or self.cidrs):

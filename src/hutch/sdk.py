@@ -11,7 +11,7 @@ hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``
 from __future__ import annotations
 
 import builtins
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
@@ -20,8 +20,11 @@ from hutch.sdk_policy import AsyncPolicy, Policy
 from hutch.sdk_pty import AsyncPty, Pty, _attach_path, _pty_start
 from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
 from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
-from hutch.sdk_spec import _exec_req, _spec, _with_defaults
 from hutch.sdk_workspace import AsyncSandboxWorkspace, SandboxWorkspace
+from hutch.wire.build import exec_request, sandbox_spec
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 __all__ = [
     "AsyncFiles",
@@ -44,7 +47,7 @@ class Files:
     def __init__(self, sbx: Sandbox) -> None:
         self._sbx = sbx
 
-    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> dict[str, Any]:
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> wire.FileWritten:
         return self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
 
     def read(self, path: str) -> bytes:
@@ -60,7 +63,7 @@ class Files:
 class Sandbox(SandboxWorkspace, _Lifecycle):
     """A sandbox, driven through the local daemon (started on demand) or a gateway."""
 
-    def __init__(self, info: dict[str, Any], client: Client) -> None:
+    def __init__(self, info: wire.SandboxRecord, client: Client) -> None:
         self.info = info
         self.client = client
         self.files = Files(self)
@@ -110,29 +113,30 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         settings: Settings | None = None,
     ) -> Sandbox:
         client = Client(settings)
-        spec = _spec(
+        spec = sandbox_spec(
+            client.settings,
             network=network,
-            allow_hosts=allow_hosts,
-            allow_ports=allow_ports,
-            allow_cidrs=allow_cidrs,
+            allow_hosts=allow_hosts or (),
+            allow_ports=allow_ports or (),
+            allow_cidrs=allow_cidrs or (),
             secrets=secrets,
             image=image,
-            unikraft_metro=unikraft_metro,
+            metro=unikraft_metro,
             name=name,
             memory=memory,
             pids=pids,
             cpus=cpus,
             env=env,
-            mounts=mounts,
+            mounts=mounts or (),
             labels=labels,
             workdir=workdir,
-            provider=provider or client.settings.provider,
+            provider=provider,
             ttl=ttl,
             idle_timeout=idle_timeout,
             on_expire=on_expire,
-            require_approval=require_approval,
+            require_approval=require_approval or (),
         )
-        return cls(client.create(_with_defaults(spec, client.settings)), client)
+        return cls(client.create(spec), client)
 
     @classmethod
     def connect(cls, ref: str, *, settings: Settings | None = None) -> Sandbox:
@@ -153,14 +157,14 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         client = Client(settings)
         return [cls(info, client) for info in client.list(include_all, labels, state)]
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self) -> wire.SandboxRecord:
         self.info = self.client.get(self.id)
         return self.info
 
     @property
-    def network(self) -> dict[str, Any]:
+    def network(self) -> wire.NetworkPolicy:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
-        return dict(self.info["spec"].get("network") or {"mode": "none"})
+        return self.info["spec"].get("network") or {"mode": "none"}
 
     @overload
     def exec(
@@ -216,9 +220,20 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         A non-zero exit never raises: read ``exit_code`` and ``status``.
         """
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact, approval)
+        req = exec_request(
+            command,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=stdin,
+            max_output=cap,
+            idle_timeout=idle_timeout,
+            secrets=secrets,
+            redact=redact,
+            approval=approval,
+        )
         if background:
-            return Run(self.client.exec(self.id, req), self.client)
+            return Run(self.client.start(self.id, req), self.client)
         return ExecResult.from_dict(self.client.exec(self.id, req))
 
     def pty(
@@ -238,7 +253,7 @@ class Sandbox(SandboxWorkspace, _Lifecycle):
         ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return Pty(ws)
 
-    def destroy(self, approval: str | None = None) -> dict[str, Any]:
+    def destroy(self, approval: str | None = None) -> wire.DestroyResult:
         return self.client.destroy(self.id, approval)
 
     def __enter__(self) -> Sandbox:
@@ -256,7 +271,7 @@ class AsyncFiles:
     def __init__(self, sbx: AsyncSandbox) -> None:
         self._sbx = sbx
 
-    async def write(self, path: str, data: bytes | str, mode: int = 0o644) -> dict[str, Any]:
+    async def write(self, path: str, data: bytes | str, mode: int = 0o644) -> wire.FileWritten:
         return await self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
 
     async def read(self, path: str) -> bytes:
@@ -272,7 +287,7 @@ class AsyncFiles:
 class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
     """The asynchronous twin of :class:`Sandbox`."""
 
-    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
+    def __init__(self, info: wire.SandboxRecord, client: AsyncClient) -> None:
         self.info = info
         self.client = client
         self.files = AsyncFiles(self)
@@ -322,29 +337,30 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         settings: Settings | None = None,
     ) -> AsyncSandbox:
         client = AsyncClient(settings)
-        spec = _spec(
+        spec = sandbox_spec(
+            client.settings,
             network=network,
-            allow_hosts=allow_hosts,
-            allow_ports=allow_ports,
-            allow_cidrs=allow_cidrs,
+            allow_hosts=allow_hosts or (),
+            allow_ports=allow_ports or (),
+            allow_cidrs=allow_cidrs or (),
             secrets=secrets,
             image=image,
-            unikraft_metro=unikraft_metro,
+            metro=unikraft_metro,
             name=name,
             memory=memory,
             pids=pids,
             cpus=cpus,
             env=env,
-            mounts=mounts,
+            mounts=mounts or (),
             labels=labels,
             workdir=workdir,
-            provider=provider or client.settings.provider,
+            provider=provider,
             ttl=ttl,
             idle_timeout=idle_timeout,
             on_expire=on_expire,
-            require_approval=require_approval,
+            require_approval=require_approval or (),
         )
-        return cls(await client.create(_with_defaults(spec, client.settings)), client)
+        return cls(await client.create(spec), client)
 
     @classmethod
     async def connect(cls, ref: str, *, settings: Settings | None = None) -> AsyncSandbox:
@@ -365,14 +381,14 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         client = AsyncClient(settings)
         return [cls(info, client) for info in await client.list(include_all, labels, state)]
 
-    async def refresh(self) -> dict[str, Any]:
+    async def refresh(self) -> wire.SandboxRecord:
         self.info = await self.client.get(self.id)
         return self.info
 
     @property
-    def network(self) -> dict[str, Any]:
+    def network(self) -> wire.NetworkPolicy:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
-        return dict(self.info["spec"].get("network") or {"mode": "none"})
+        return self.info["spec"].get("network") or {"mode": "none"}
 
     @overload
     async def exec(
@@ -425,9 +441,20 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
     ) -> ExecResult | AsyncRun:
         """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
         cap = self._cap if max_output is None else max_output
-        req = _exec_req(command, env, cwd, timeout, stdin, cap, idle_timeout, background, secrets, redact, approval)
+        req = exec_request(
+            command,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=stdin,
+            max_output=cap,
+            idle_timeout=idle_timeout,
+            secrets=secrets,
+            redact=redact,
+            approval=approval,
+        )
         if background:
-            return AsyncRun(await self.client.exec(self.id, req), self.client)
+            return AsyncRun(await self.client.start(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))
 
     async def pty(
@@ -446,7 +473,7 @@ class AsyncSandbox(AsyncSandboxWorkspace, _AsyncLifecycle):
         await ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
         return AsyncPty(ws)
 
-    async def destroy(self, approval: str | None = None) -> dict[str, Any]:
+    async def destroy(self, approval: str | None = None) -> wire.DestroyResult:
         return await self.client.destroy(self.id, approval)
 
     async def __aenter__(self) -> AsyncSandbox:

@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import builtins
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from hutch.client import AsyncClient, Client
-from hutch.sdk_spec import _subagent_req
+from hutch.wire.build import approval_request, subagent_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
 class _Lifecycle:
-    info: dict[str, Any]
+    info: wire.SandboxRecord
     client: Client
 
-    def __init__(self, info: dict[str, Any], client: Client) -> None:  # the sandbox's own __init__ replaces it
+    def __init__(self, info: wire.SandboxRecord, client: Client) -> None:  # the sandbox's own __init__ replaces it
         self.info = info
         self.client = client
 
@@ -22,22 +25,22 @@ class _Lifecycle:
     def _id(self) -> str:
         return str(self.info["id"])
 
-    def pause(self) -> dict[str, Any]:
+    def pause(self) -> wire.StateChange:
         """Freeze every process of the sandbox (``state`` becomes ``paused``)."""
         out = self.client.pause(self._id)
         self.info = self.client.get(self._id)
         return out
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self) -> wire.StateChange:
         out = self.client.resume(self._id)
         self.info = self.client.get(self._id)
         return out
 
-    def keepalive(self, ttl: str | float | None = None) -> dict[str, Any]:
+    def keepalive(self, ttl: str | float | None = None) -> wire.Deadlines:
         """Reset the idle timer; with ``ttl`` (``"30m"``), a new deadline that long from now."""
         return self.client.keepalive(self._id, ttl)
 
-    def label(self, set: dict[str, str] | None = None, remove: builtins.list[str] | None = None) -> dict[str, Any]:  # noqa: A002
+    def label(self, set: dict[str, str] | None = None, remove: builtins.list[str] | None = None) -> wire.SandboxRecord:  # noqa: A002
         self.info = self.client.label(self._id, set or {}, remove or [])
         return self.info
 
@@ -54,24 +57,34 @@ class _Lifecycle:
         ttl: str | float | None = None,
     ) -> Self:
         """A child sandbox sharing this one's /workspace (``"ro"``: read-only) with its own processes."""
-        req = _subagent_req(name=name, workspace=workspace, memory=memory, pids=pids, cpus=cpus, env=env, labels=labels, ttl=ttl)
+        req = subagent_request(
+            self.client.settings,
+            name=name,
+            workspace=workspace,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            labels=labels,
+            ttl=ttl,
+        )
         return type(self)(self.client.subagent(self._id, req), self.client)
 
     def confirm(
         self, action: str, *, reason: str | None = None, timeout: float | None = None, wait: bool = True
-    ) -> dict[str, Any]:
+    ) -> wire.ApprovalRecord:
         """Ask a human to approve ``action``; with ``wait``, block until decided or expired (read ``status``)."""
-        apr = self.client.request_approval({"action": action, "sandbox": self._id, "reason": reason, "timeout": timeout})
+        apr = self.client.request_approval(approval_request(action, self._id, reason, timeout))
         while wait and apr["status"] == "pending":
             apr = self.client.wait_approval(apr["id"], 60.0)
         return apr
 
 
 class _AsyncLifecycle:
-    info: dict[str, Any]
+    info: wire.SandboxRecord
     client: AsyncClient
 
-    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:  # the sandbox's own __init__ replaces it
+    def __init__(self, info: wire.SandboxRecord, client: AsyncClient) -> None:  # the sandbox's own __init__ replaces it
         self.info = info
         self.client = client
 
@@ -79,22 +92,22 @@ class _AsyncLifecycle:
     def _id(self) -> str:
         return str(self.info["id"])
 
-    async def pause(self) -> dict[str, Any]:
+    async def pause(self) -> wire.StateChange:
         """Freeze every process of the sandbox (``state`` becomes ``paused``)."""
         out = await self.client.pause(self._id)
         self.info = await self.client.get(self._id)
         return out
 
-    async def resume(self) -> dict[str, Any]:
+    async def resume(self) -> wire.StateChange:
         out = await self.client.resume(self._id)
         self.info = await self.client.get(self._id)
         return out
 
-    async def keepalive(self, ttl: str | float | None = None) -> dict[str, Any]:
+    async def keepalive(self, ttl: str | float | None = None) -> wire.Deadlines:
         """Reset the idle timer; with ``ttl`` (``"30m"``), a new deadline that long from now."""
         return await self.client.keepalive(self._id, ttl)
 
-    async def label(self, set: dict[str, str] | None = None, remove: builtins.list[str] | None = None) -> dict[str, Any]:  # noqa: A002
+    async def label(self, set: dict[str, str] | None = None, remove: builtins.list[str] | None = None) -> wire.SandboxRecord:  # noqa: A002
         self.info = await self.client.label(self._id, set or {}, remove or [])
         return self.info
 
@@ -111,14 +124,24 @@ class _AsyncLifecycle:
         ttl: str | float | None = None,
     ) -> Self:
         """A child sandbox sharing this one's /workspace (``"ro"``: read-only) with its own processes."""
-        req = _subagent_req(name=name, workspace=workspace, memory=memory, pids=pids, cpus=cpus, env=env, labels=labels, ttl=ttl)
+        req = subagent_request(
+            self.client.settings,
+            name=name,
+            workspace=workspace,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            labels=labels,
+            ttl=ttl,
+        )
         return type(self)(await self.client.subagent(self._id, req), self.client)
 
     async def confirm(
         self, action: str, *, reason: str | None = None, timeout: float | None = None, wait: bool = True
-    ) -> dict[str, Any]:
+    ) -> wire.ApprovalRecord:
         """Ask a human to approve ``action``; with ``wait``, block until decided or expired (read ``status``)."""
-        apr = await self.client.request_approval({"action": action, "sandbox": self._id, "reason": reason, "timeout": timeout})
+        apr = await self.client.request_approval(approval_request(action, self._id, reason, timeout))
         while wait and apr["status"] == "pending":
             apr = await self.client.wait_approval(apr["id"], 60.0)
         return apr

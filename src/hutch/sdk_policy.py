@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from hutch.sdk_spec import _policy_change
+from hutch.wire.build import policy_change
 
 if TYPE_CHECKING:
+    from hutch import wire
     from hutch.sdk import AsyncSandbox, Sandbox
 
 
@@ -16,7 +17,7 @@ class Policy:
     def __init__(self, sbx: Sandbox) -> None:
         self._sbx = sbx
 
-    def get(self) -> dict[str, Any]:
+    def get(self) -> wire.NetworkPolicy:
         """The policy in force now: mode, allow_hosts, deny_hosts, ports, cidrs."""
         self._sbx.refresh()
         return self._sbx.network
@@ -31,13 +32,13 @@ class Policy:
         allow_ports: list[int] | None = None,
         allow_cidrs: list[str] | None = None,
         approval: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.NetworkPolicy:
         """Change the policy; new connections follow it at once (a ``policy_changed`` event).
 
         ``approval``: the id of an approved request, when the sandbox requires one for
         ``network.change``. Returns the policy now in force.
         """
-        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
         sbx = self._sbx
         sbx.info = sbx.client.policy(sbx.id, change, approval) if change else sbx.client.get(sbx.id)
         return sbx.network
@@ -54,7 +55,7 @@ class AsyncPolicy:
     def __init__(self, sbx: AsyncSandbox) -> None:
         self._sbx = sbx
 
-    async def get(self) -> dict[str, Any]:
+    async def get(self) -> wire.NetworkPolicy:
         """The policy in force now: mode, allow_hosts, deny_hosts, ports, cidrs."""
         await self._sbx.refresh()
         return self._sbx.network
@@ -69,13 +70,13 @@ class AsyncPolicy:
         allow_ports: list[int] | None = None,
         allow_cidrs: list[str] | None = None,
         approval: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> wire.NetworkPolicy:
         """Change the policy; new connections follow it at once (a ``policy_changed`` event).
 
         ``approval``: the id of an approved request, when the sandbox requires one for
         ``network.change``. Returns the policy now in force.
         """
-        change = _policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
         sbx = self._sbx
         sbx.info = await sbx.client.policy(sbx.id, change, approval) if change else await sbx.client.get(sbx.id)
         return sbx.network

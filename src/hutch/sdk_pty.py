@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hutch.errors import HutchError
 from hutch.sdk_results import _data
+from hutch.wire.build import LOGIN_SHELL, attach_start, exec_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
-def _take(session: Pty | AsyncPty, event: dict[str, Any]) -> bytes:
+def _take(session: Pty | AsyncPty, event: wire.ExecFrame) -> bytes:
     """Apply one attach event to a session; the output bytes it carries (b"" if none)."""
-    kind = event.get("type")
-    if kind == "run":
+    if event["type"] == "run":
         session.run_id = event["run_id"]
-    elif kind in ("stdout", "stderr"):
+    elif event["type"] == "stdout" or event["type"] == "stderr":
         return base64.b64decode(event["data"]) if event["base64"] else event["data"].encode()
-    elif kind == "exit":
+    elif event["type"] == "exit":
         session.exit_code = int(event["exit_code"])
-    elif kind == "error":
+    elif event["type"] == "error":
         raise HutchError.from_dict(event)
     return b""
 
@@ -108,9 +111,8 @@ class AsyncPty:
 def _pty_start(
     command: str | list[str] | None, rows: int, cols: int, env: dict[str, str] | None, cwd: str | None, timeout: float | None
 ) -> str:
-    argv = command or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
-    start = {"type": "start", "command": argv, "tty": True, "rows": rows, "cols": cols, "cwd": cwd, "timeout": timeout}
-    return json.dumps(start | {"env": {"TERM": "xterm"} | (env or {})})
+    req = exec_request(command or LOGIN_SHELL, env={"TERM": "xterm"} | (env or {}), cwd=cwd, timeout=timeout)
+    return json.dumps(attach_start(req, tty=True, rows=rows, cols=cols))
 
 
 def _attach_path(sandbox_id: str) -> str:

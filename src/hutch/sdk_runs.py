@@ -6,18 +6,22 @@ import base64
 import builtins
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hutch.client import AsyncClient, Client
 from hutch.sdk_results import ExecResult, OutputChunk
 
 if TYPE_CHECKING:
+    from hutch import wire
     from hutch.sdk import AsyncSandbox, Sandbox
 
+Offsets = dict["wire.StreamName", int]
+STREAMS: tuple[wire.StreamName, wire.StreamName] = ("stdout", "stderr")
 
-def _chunks(res: dict[str, Any]) -> list[OutputChunk]:
+
+def _chunks(res: wire.OutputPage) -> list[OutputChunk]:
     out = []
-    for name in ("stdout", "stderr"):
+    for name in STREAMS:
         part = res[name]
         if part["data"]:
             data = base64.b64decode(part["data"]) if part["base64"] else part["data"].encode()
@@ -25,30 +29,10 @@ def _chunks(res: dict[str, Any]) -> list[OutputChunk]:
     return out
 
 
-def _result_of(run: dict[str, Any], stdout: bytes, stderr: bytes, cap: int) -> ExecResult:
-    return ExecResult(
-        run_id=run["id"],
-        sandbox_id=run["sandbox_id"],
-        exit_code=125 if run["exit_code"] is None else run["exit_code"],
-        status=run["status"],
-        stdout=stdout.decode("utf-8", errors="replace"),
-        stderr=stderr.decode("utf-8", errors="replace"),
-        stdout_raw=stdout,
-        stderr_raw=stderr,
-        truncated=bool(run["truncated"]) or run["stdout_bytes"] > cap or run["stderr_bytes"] > cap,
-        duration_ms=run["duration_ms"] or 0.0,
-        stdout_bytes=run["stdout_bytes"],
-        stderr_bytes=run["stderr_bytes"],
-        signal=run.get("signal"),
-        error=run.get("error"),
-        stored_truncated=bool(run["truncated"]),  # the record's truncated is its stored copy's
-    )
-
-
 class Run:
     """A run started with ``background=True`` (or found with ``sbx.runs``)."""
 
-    def __init__(self, info: dict[str, Any], client: Client) -> None:
+    def __init__(self, info: wire.RunRecord, client: Client) -> None:
         self.info = info
         self.client = client
 
@@ -63,7 +47,7 @@ class Run:
     def __repr__(self) -> str:
         return f"Run(id={self.id!r}, status={self.status!r})"
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self) -> wire.RunRecord:
         self.info = self.client.run(self.id)
         return self.info
 
@@ -71,14 +55,14 @@ class Run:
         """Block until the run ends (TimeoutError_ kind ``timeout`` after ``timeout`` s)."""
         self.info = self.client.wait(self.id, timeout)
         res = self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
-        return _result_of(self.info, *_raw_pair(res), cap=max_output)
+        return ExecResult.from_run(self.info, *_raw_pair(res), cap=max_output)
 
-    def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
+    def kill(self, signal: str | int = "TERM") -> wire.KillResult:
         return self.client.kill(self.id, signal)
 
     def stream(self, interval: float = 0.2) -> Iterator[OutputChunk]:
         """Output as it is written, until the run ends; resumable by offset."""
-        offsets = {"stdout": 0, "stderr": 0}
+        offsets: Offsets = {"stdout": 0, "stderr": 0}
         while True:
             res = self.client.output(self.id, offsets["stdout"], offsets["stderr"])
             yield from _chunks(res)
@@ -89,7 +73,7 @@ class Run:
                 time.sleep(interval)
 
 
-def _advance(res: dict[str, Any], offsets: dict[str, int]) -> tuple[dict[str, Any], str]:
+def _advance(res: wire.OutputPage, offsets: Offsets) -> tuple[wire.RunRecord, str]:
     """Move ``offsets`` past one output page: the run record, and done, idle or more."""
     for name in offsets:
         offsets[name] = res[name]["next_offset"]
@@ -99,9 +83,9 @@ def _advance(res: dict[str, Any], offsets: dict[str, int]) -> tuple[dict[str, An
     return res["run"], "more" if more else "idle"
 
 
-def _raw_pair(res: dict[str, Any]) -> tuple[bytes, bytes]:
+def _raw_pair(res: wire.OutputPage) -> tuple[bytes, bytes]:
     pair = []
-    for name in ("stdout", "stderr"):
+    for name in STREAMS:
         part = res[name]
         pair.append(base64.b64decode(part["data"]) if part["base64"] else part["data"].encode())
     return pair[0], pair[1]
@@ -121,7 +105,7 @@ class Runs:
 class AsyncRun:
     """The asynchronous twin of :class:`Run`."""
 
-    def __init__(self, info: dict[str, Any], client: AsyncClient) -> None:
+    def __init__(self, info: wire.RunRecord, client: AsyncClient) -> None:
         self.info = info
         self.client = client
 
@@ -136,20 +120,20 @@ class AsyncRun:
     def __repr__(self) -> str:
         return f"AsyncRun(id={self.id!r}, status={self.status!r})"
 
-    async def refresh(self) -> dict[str, Any]:
+    async def refresh(self) -> wire.RunRecord:
         self.info = await self.client.run(self.id)
         return self.info
 
     async def wait(self, timeout: float | None = None, max_output: int = 1 << 20) -> ExecResult:
         self.info = await self.client.wait(self.id, timeout)
         res = await self.client.output(self.id, 0, 0, min(max_output, 16 << 20))
-        return _result_of(self.info, *_raw_pair(res), cap=max_output)
+        return ExecResult.from_run(self.info, *_raw_pair(res), cap=max_output)
 
-    async def kill(self, signal: str | int = "TERM") -> dict[str, Any]:
+    async def kill(self, signal: str | int = "TERM") -> wire.KillResult:
         return await self.client.kill(self.id, signal)
 
     async def stream(self, interval: float = 0.2) -> AsyncIterator[OutputChunk]:
-        offsets = {"stdout": 0, "stderr": 0}
+        offsets: Offsets = {"stdout": 0, "stderr": 0}
         while True:
             res = await self.client.output(self.id, offsets["stdout"], offsets["stderr"])
             for chunk in _chunks(res):

@@ -12,16 +12,18 @@ from hutch.errors import HutchError
 if TYPE_CHECKING:
     from typing import Self
 
+    from hutch import wire
     from hutch.client import AsyncClient, Client
     from hutch.config import Settings
 
 
-def _children(result: dict[str, Any]) -> builtins.list[dict[str, Any] | HutchError]:
-    return [c if c["sandbox"] else HutchError.from_dict(c) for c in result["children"]]
+def _children(result: wire.ForkResult) -> builtins.list[str | HutchError]:
+    """Each child's sandbox id, or the error that stopped it."""
+    return [c["sandbox"] or HutchError.from_dict(c) for c in result["children"]]
 
 
 class SandboxWorkspace:
-    info: dict[str, Any]
+    info: wire.SandboxRecord
     client: Client
     _forks: builtins.list[Any]  # children made by fork(), destroyed when a ``with`` block on this sandbox ends
 
@@ -37,15 +39,15 @@ class SandboxWorkspace:
         exclude: Iterable[str] = (),
         dry_run: bool = False,
         force: bool = False,
-    ) -> dict[str, Any]:
+    ) -> wire.PushSummary:
         """Send a local tree into /workspace (only what changed); returns the summary."""
         return self.client.push(self.id, directory, delete=delete, exclude=exclude, dry_run=dry_run, force=force)
 
-    def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+    def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
         return self.client.pull(self.id, directory, dry_run=dry_run, force=force)
 
-    def snapshot(self, name: str) -> dict[str, Any]:
+    def snapshot(self, name: str) -> wire.SnapshotRecord:
         """Save the workspace as snapshot ``name``."""
         return self.client.snapshot_save(self.id, name)
 
@@ -64,7 +66,7 @@ class SandboxWorkspace:
         ends, unless ``keep``."""
         result = self.client.fork(self.id, count, name_prefix)
         out = [
-            c if isinstance(c, HutchError) else type(self)(self.client.get(c["sandbox"]), self.client)  # type: ignore[call-arg]
+            c if isinstance(c, HutchError) else type(self)(self.client.get(c), self.client)  # type: ignore[call-arg]
             for c in _children(result)
         ]
         if not keep:
@@ -85,7 +87,7 @@ class SandboxWorkspace:
 
 
 class AsyncSandboxWorkspace:
-    info: dict[str, Any]
+    info: wire.SandboxRecord
     client: AsyncClient
     _forks: builtins.list[Any]  # children made by fork(), destroyed when an ``async with`` block on this sandbox ends
 
@@ -101,15 +103,15 @@ class AsyncSandboxWorkspace:
         exclude: Iterable[str] = (),
         dry_run: bool = False,
         force: bool = False,
-    ) -> dict[str, Any]:
+    ) -> wire.PushSummary:
         """Send a local tree into /workspace (only what changed); returns the summary."""
         return await self.client.push(self.id, directory, delete=delete, exclude=exclude, dry_run=dry_run, force=force)
 
-    async def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> dict[str, Any]:
+    async def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
         return await self.client.pull(self.id, directory, dry_run=dry_run, force=force)
 
-    async def snapshot(self, name: str) -> dict[str, Any]:
+    async def snapshot(self, name: str) -> wire.SnapshotRecord:
         """Save the workspace as snapshot ``name``."""
         return await self.client.snapshot_save(self.id, name)
 
@@ -131,7 +133,7 @@ class AsyncSandboxWorkspace:
         result = await self.client.fork(self.id, count, name_prefix)
         out: builtins.list[Self | HutchError] = []
         for c in _children(result):
-            out.append(c if isinstance(c, HutchError) else type(self)(await self.client.get(c["sandbox"]), self.client))  # type: ignore[call-arg]
+            out.append(c if isinstance(c, HutchError) else type(self)(await self.client.get(c), self.client))  # type: ignore[call-arg]
         if not keep:
             self._forks.extend(c for c in out if not isinstance(c, HutchError))
         return out

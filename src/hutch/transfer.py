@@ -20,9 +20,12 @@ import tarfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from hutch.errors import ConflictError, InvalidError
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 SIZE_WARNING = 512 << 20
 Progress = Callable[[int], None]
@@ -72,7 +75,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def local_manifest(root: Path, excludes: Iterable[str] = ()) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def local_manifest(root: Path, excludes: Iterable[str] = ()) -> tuple[dict[str, wire.ManifestEntry], list[str]]:
     """(manifest, skipped) for the tree at ``root``; skipped lists what was left out and why."""
     if not root.is_dir():
         raise InvalidError(f"{root} is not a directory", hint="give the directory to push")
@@ -81,7 +84,7 @@ def local_manifest(root: Path, excludes: Iterable[str] = ()) -> tuple[dict[str, 
     if names is None:
         names = _walk(root)
     real_root = os.path.realpath(root)
-    manifest: dict[str, dict[str, Any]] = {}
+    manifest: dict[str, wire.ManifestEntry] = {}
     skipped: list[str] = []
     for rel in names:
         if _excluded(rel, excludes) or rel.split("/")[0] == ".git":
@@ -108,26 +111,28 @@ def local_manifest(root: Path, excludes: Iterable[str] = ()) -> tuple[dict[str, 
 
 @dataclass
 class PushPlan:
-    manifest: dict[str, dict[str, Any]]
+    manifest: dict[str, wire.ManifestEntry]
     send: list[str]
     skipped: list[str]
     size: int
 
-    def summary(self, result: dict[str, Any]) -> dict[str, Any]:
+    def summary(self, result: wire.PushResult) -> wire.PushSummary:
         warnings = []
         if self.size > SIZE_WARNING:
             warnings.append(f"pushed {self.size >> 20} MiB: large trees are better mounted (--mount) or excluded")
-        return result | {"skipped_paths": self.skipped, "warnings": warnings}
+        return {**result, "skipped_paths": self.skipped, "warnings": warnings}
 
 
-def plan_push(root: Path, excludes: Iterable[str], kept: dict[str, Any]) -> PushPlan:
+def plan_push(root: Path, excludes: Iterable[str], kept: dict[str, wire.ManifestEntry]) -> PushPlan:
     """What to send: entries that differ from what the sandbox was last given."""
     manifest, skipped = local_manifest(root, excludes)
     send = sorted(p for p, e in manifest.items() if kept.get(p) != e)
     return PushPlan(manifest, send, skipped, sum(int(manifest[p].get("size") or 0) for p in send))
 
 
-def push_body(root: Path, manifest: dict[str, dict[str, Any]], send: Iterable[str], progress: Progress | None = None) -> bytes:
+def push_body(
+    root: Path, manifest: dict[str, wire.ManifestEntry], send: Iterable[str], progress: Progress | None = None
+) -> bytes:
     """``<length>\\n<manifest JSON><tar of the paths to send>`` (parent directories included)."""
     head = json.dumps({"files": manifest}).encode()
     buf = io.BytesIO()
@@ -198,7 +203,7 @@ def pull_plan(tar: tarfile.TarFile, dest: Path) -> tuple[list[tarfile.TarInfo], 
     return keep, overwrite, skipped
 
 
-def pull_into(data: bytes, dest: Path, *, force: bool = False, dry_run: bool = False) -> dict[str, Any]:
+def pull_into(data: bytes, dest: Path, *, force: bool = False, dry_run: bool = False) -> wire.PullSummary:
     """Unpack a pulled workspace into ``dest``: nothing is written when a file would be
     overwritten with other content and ``force`` is not given."""
     dest.mkdir(parents=True, exist_ok=True)
@@ -211,7 +216,7 @@ def pull_into(data: bytes, dest: Path, *, force: bool = False, dry_run: bool = F
                 hint="check with --dry-run, then add --force to overwrite",
             )
         files = [m for m in members if not m.isdir()]
-        summary = {
+        summary: wire.PullSummary = {
             "directory": str(dest),
             "files_received": len(files),
             "bytes": sum(m.size for m in files if m.isfile()),
@@ -220,7 +225,7 @@ def pull_into(data: bytes, dest: Path, *, force: bool = False, dry_run: bool = F
             "dry_run": dry_run,
         }
         if dry_run:
-            return summary | {"receive": [m.name for m in files], "overwrite": overwrite}
+            return {**summary, "receive": [m.name for m in files], "overwrite": overwrite}
         for member in members:
             if member.issym() or member.isfile():
                 target = dest / member.name

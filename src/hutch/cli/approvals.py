@@ -6,11 +6,15 @@ import getpass
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import DURATION, EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, old_spelling, table
+from hutch.wire.build import approval_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
 def _who() -> str:
@@ -21,7 +25,7 @@ def _who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _show(obj: Ctx, apr: dict[str, Any]) -> None:
+def _show(obj: Ctx, apr: wire.ApprovalRecord) -> None:
     if obj.json:
         emit(apr)
         return
@@ -50,7 +54,7 @@ def confirm(obj: Ctx, sandbox: str, action: str, reason: str | None, timeout: fl
     survives a daemon restart, and hutch approve ID decides it from any terminal.
     """
     seconds = timeout
-    apr = obj.client.request_approval({"action": action, "sandbox": sandbox, "reason": reason, "timeout": seconds})
+    apr = obj.client.request_approval(approval_request(action, sandbox, reason, seconds))
     if no_wait:
         emit(apr) if obj.json else click.echo(apr["id"])
         return

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -24,6 +24,10 @@ from hutch.cli.common import Ctx, count, emit, json_option, table
 from hutch.cli.sandbox import build_spec
 from hutch.client import Client
 from hutch.errors import HutchError, InternalError
+from hutch.wire.build import exec_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 LABEL = "hutch.benchmark"
 METRICS = {
@@ -58,10 +62,10 @@ def _ms(t0: int, t1: int) -> float:
 
 
 class Suite:
-    def __init__(self, client: Client, spec: dict[str, Any], concurrency: int, progress: bool) -> None:
+    def __init__(self, client: Client, spec: wire.SandboxSpec, concurrency: int, progress: bool) -> None:
         self.client = client
         self.token = os.urandom(6).hex()
-        self.spec = spec | {"labels": {**spec.get("labels", {}), LABEL: self.token}}
+        self.spec: wire.SandboxSpec = {**spec, "labels": {**spec.get("labels", {}), LABEL: self.token}}
         self.concurrency = concurrency
         self.progress = progress
         self.ids: set[str] = set()
@@ -83,7 +87,7 @@ class Suite:
             self.ids.discard(sid)
 
     def exec(self, sid: str) -> None:
-        result = self.client.exec(sid, {"command": ["true"], "env": {}, "max_output": 4096})
+        result = self.client.exec(sid, exec_request(["true"], max_output=4096))
         if result["exit_code"] != 0 or result["status"] != "completed":
             raise InternalError(f"true failed in sandbox {sid}: {result.get('error') or result['status']}")
 
@@ -148,7 +152,7 @@ class Suite:
         mine: set[str] = set()
         while True:
             try:
-                live = [s for s in self.client.list() if s.get("spec", {}).get("labels", {}).get(LABEL) == self.token]
+                live = [s for s in self.client.list() if s["spec"].get("labels", {}).get(LABEL) == self.token]
             except HutchError:
                 live = []
             mine = {str(s["id"]) for s in live}

@@ -7,14 +7,18 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import Ctx, SandboxCommand, count, json_option
 from hutch.errors import InvalidError
 from hutch.units import parse_duration
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 FOLLOW_INTERVAL = 0.25
 PAGE = 1000
@@ -41,7 +45,7 @@ def parse_since(value: str) -> float:
         raise InvalidError(f"invalid --since {value!r}", hint="use 10m, 2h, 1d, 2026-11-29T10:00 or epoch seconds") from None
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     if isinstance(v, list) and all(isinstance(x, str) for x in v):
         return shlex.join(v) if v else "[]"
     if isinstance(v, float):
@@ -49,14 +53,14 @@ def _value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
 
 
-def details(data: dict[str, Any]) -> str:
+def details(data: Mapping[str, object]) -> str:
     """``key=value`` for each field that says something (None and empty ones are left out)."""
     parts = [f"{k}={_value(v)}" for k, v in data.items() if v not in (None, "", [], {})]
     text = " ".join(parts)
     return text if len(text) <= DETAIL_WIDTH else text[: DETAIL_WIDTH - 3] + "..."
 
 
-def row(ev: dict[str, Any]) -> str:
+def row(ev: wire.Event) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ev["time"]))
     cells = (when, ev.get("sandbox_id") or "-", ev.get("run_id") or "-", ev["type"])
     line = "  ".join(c.ljust(w) for c, (_, w) in zip(cells, COLUMNS, strict=True))

@@ -15,13 +15,16 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Generator, Iterator
-from typing import Any, Protocol, cast
+from collections.abc import Generator, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import click
 
 from hutch.cli.common import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for
 from hutch.errors import HutchError, InvalidError, TimeoutError_, UnavailableError
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, like a shell
 KILL_WAIT = 10.0  # how long Ctrl-C waits for the killed run's record
@@ -178,7 +181,7 @@ class Events(Protocol):
     def close(self) -> None: ...
 
 
-def events_for(obj: Ctx, ref: str, req: dict[str, Any], interactive: bool, tty: bool) -> Events:
+def events_for(obj: Ctx, ref: str, req: wire.ExecRequest, interactive: bool, tty: bool) -> Events:
     """The run's events: the NDJSON stream, or the attach WebSocket when stdin goes to the command.
 
     A piped stdin is streamed; a provider without live input refuses the attach before the
@@ -193,27 +196,27 @@ def events_for(obj: Ctx, ref: str, req: dict[str, Any], interactive: bool, tty: 
         if first.get("type") != "error" or first.get("error", {}).get("kind") != "invalid":
             return attached
         attached.close()  # refused (no live input there, or bad input): the plain request says which
-        req = req | _whole_stdin(ref)
+        req = {**req, "stdin": base64.b64encode(_whole_stdin(ref)).decode(), "stdin_base64": True}
     return cast(Generator[dict[str, Any], None, None], obj.client.exec_stream(ref, req))
 
 
 MAX_WHOLE_STDIN = 64 << 20  # what a request body carries (base64 in JSON)
 
 
-def _whole_stdin(ref: str) -> dict[str, Any]:
+def _whole_stdin(ref: str) -> bytes:
     data = sys.stdin.buffer.read(MAX_WHOLE_STDIN + 1)
     if len(data) > MAX_WHOLE_STDIN:
         raise InvalidError(
             f"stdin is over 64 MiB, and {ref}'s provider takes a command's input only whole",
             hint=f"put the data in the sandbox first (hutch write {ref} PATH < FILE, or hutch push) and read it from there",
         )
-    return {"stdin": base64.b64encode(data).decode(), "stdin_base64": True}
+    return data
 
 
 def execute(
     obj: Ctx,
     ref: str,
-    req: dict[str, Any],
+    req: wire.ExecRequest,
     stream: bool,
     extra: dict[str, Any] | None = None,
     *,
@@ -287,7 +290,7 @@ def _interrupted(obj: Ctx, started: dict[str, Any], output: _Output, lines: bool
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    record: dict[str, Any] = {"status": "running", "exit_code": None}
+    record: Mapping[str, Any] = {"status": "running", "exit_code": None}
     with contextlib.suppress(TimeoutError_, KeyboardInterrupt):  # a second Ctrl-C: stop waiting
         record = obj.client.wait(run_id, KILL_WAIT)
     ended = record["status"] != "running"

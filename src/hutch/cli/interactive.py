@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import click
@@ -19,6 +19,10 @@ import click
 from hutch.cli.common import Ctx, SandboxCommand, exit_code_for, fail, json_option
 from hutch.cli.foreground import execute, exit_with
 from hutch.errors import HutchError, UnavailableError
+from hutch.wire.build import LOGIN_SHELL, attach_start, exec_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
 class Attached:
@@ -26,7 +30,7 @@ class Attached:
     command as it comes (and this terminal's size and mode with ``tty``). Iterate, then
     ``close()``: closing hangs the run up, so Ctrl-C kills the run first (see foreground)."""
 
-    def __init__(self, obj: Ctx, ref: str, req: dict[str, Any], tty: bool) -> None:
+    def __init__(self, obj: Ctx, ref: str, req: wire.ExecRequest, tty: bool) -> None:
         from websockets.exceptions import WebSocketException
 
         obj.client.health()  # starts the daemon when needed
@@ -39,7 +43,7 @@ class Attached:
         self.saved: Any = None
         self.stdin_fd = sys.stdin.fileno()
         try:
-            self.ws.send(json.dumps({"type": "start", **req, "tty": tty, "rows": size.lines, "cols": size.columns}))
+            self.ws.send(json.dumps(attach_start(req, tty=tty, rows=size.lines, cols=size.columns)))
         except (OSError, WebSocketException) as exc:
             self.close()
             raise UnavailableError(f"the connection to the daemon broke: {exc}", hint="see hutch daemon logs") from exc
@@ -117,8 +121,7 @@ class Attached:
 @click.pass_obj
 def shell(obj: Ctx, /, sandbox: str, command: tuple[str, ...], cwd: str | None) -> None:
     """An interactive terminal in a sandbox (default: bash, else sh); exits with its code."""
-    argv = list(command) or ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]
-    req = {"command": argv, "cwd": cwd, "env": {"TERM": os.environ.get("TERM", "xterm")}}
+    req = exec_request(list(command) or LOGIN_SHELL, cwd=cwd, env={"TERM": os.environ.get("TERM", "xterm")})
     try:
         exit_with(execute(obj, sandbox, req, True, interactive=True, tty=True))
     except HutchError as exc:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import DURATION, Ctx, emit, json_option, table
 from hutch.cli.sandbox import create, destroy
 
+if TYPE_CHECKING:
+    from hutch import wire
 
-def show_inventory(obj: Ctx, inv: dict[str, Any]) -> None:
+
+def show_inventory(obj: Ctx, inv: wire.Inventory) -> None:
     if obj.json:
         emit(inv)
         return
@@ -40,8 +43,8 @@ def status(obj: Ctx, sandbox: str, wait: bool, timeout: float) -> None:
         emit(out)
         return
     click.echo(f"{out['sandbox']}: {out['state']}" + (f" (instance {out['instance']})" if "instance" in out else ""))
-    if out.get("claim"):
-        c = out["claim"]
+    c = out.get("claim")
+    if c:
         click.echo(f"claim {c['id']}: {c['state']} {c['name']} {c.get('resource_id') or ''}".rstrip())
 
 
@@ -64,7 +67,8 @@ def cleanup(
     else:
         for rep in out["providers"]:
             for a in rep["actions"]:
-                what = a.get("result") or (a["error"]["message"] if a.get("error") else "")
+                error = a.get("error")
+                what = a.get("result") or (error["message"] if error else "")
                 click.echo(f"{rep['provider']}: {a['name']} ({a['state']}): {a['action']}" + (f": {what}" if what else ""))
         if not any(rep["actions"] for rep in out["providers"]):
             click.echo("nothing to clean up")

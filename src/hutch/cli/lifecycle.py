@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import DURATION, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs
-from hutch.cli.network import network_spec
 from hutch.units import format_duration
+from hutch.wire.build import subagent_request
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
-def _say(obj: Ctx, out: dict[str, Any]) -> None:
+def _say(obj: Ctx, out: wire.StateChange) -> None:
     if obj.json:
         emit(out)
     else:
@@ -105,17 +108,21 @@ def subagent(
     the parent's approval requirements; sub-agents nest at most
     subagent_depth levels (default 2). Destroying the parent destroys its children.
     """
-    s = obj.settings
-    req: dict[str, Any] = {
-        "limits": {"memory": memory or s.memory, "pids": pids if pids is not None else s.pids, "cpus": cpus or s.cpus},
-        "env": parse_pairs(env, "env", from_env=True),
-        "labels": parse_pairs(labels, "label"),
-    }
-    for key, value in (("name", name), ("workspace", workspace), ("ttl", ttl)):
-        if value is not None:
-            req[key] = value
-    if network or allow_hosts or allow_ports or allow_cidrs:
-        req["network"] = network_spec(network, allow_hosts, allow_ports, allow_cidrs)
+    req = subagent_request(
+        obj.settings,
+        name=name,
+        workspace=workspace,
+        memory=memory,
+        pids=pids,
+        cpus=cpus,
+        env=parse_pairs(env, "env", from_env=True),
+        labels=parse_pairs(labels, "label"),
+        ttl=ttl,
+        network=network,
+        allow_hosts=allow_hosts,
+        allow_ports=allow_ports,
+        allow_cidrs=allow_cidrs,
+    )
     rec = obj.client.subagent(parent, req)
     emit(rec) if obj.json else click.echo(rec["id"])
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from hutch.cli.common import Ctx, emit, json_option
 from hutch.errors import InvalidError
+from hutch.wire.build import policy_change
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 MODES = ("none", "allowlist", "open")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -47,23 +51,6 @@ def network_options(f: Any) -> Any:
     return f
 
 
-def network_spec(
-    network: str | None, allow_hosts: tuple[str, ...], allow_ports: tuple[int, ...], allow_cidrs: tuple[str, ...]
-) -> dict[str, Any]:
-    """The policy for a new sandbox, as sent; the daemon validates hosts, ports and CIDRs.
-
-    Built without the pydantic models: importing them would cost the CLI ~80 ms on every call.
-    """
-    has_rules = bool(allow_hosts or allow_ports or allow_cidrs)
-    mode = network or ("allowlist" if has_rules else "none")
-    if mode == "none" and has_rules:
-        raise InvalidError(
-            "--allow-host, --allow-port and --allow-cidr need a network, but --network none was given",
-            hint="use --network allowlist with them, or drop them",
-        )
-    return {"mode": mode, "allow_hosts": list(allow_hosts), "ports": list(allow_ports), "cidrs": list(allow_cidrs)}
-
-
 def resolve_secrets(items: tuple[str, ...]) -> dict[str, str]:
     """NAME (from $NAME), NAME=env:VAR or NAME=file:PATH, read here, on the caller's side."""
     out: dict[str, str] = {}
@@ -89,8 +76,8 @@ def resolve_secrets(items: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def describe_network(r: dict[str, Any]) -> list[tuple[str, str]]:
-    net = r["spec"].get("network") or {"mode": "none"}
+def describe_network(r: wire.SandboxRecord) -> list[tuple[str, str]]:
+    net: wire.NetworkPolicy = r["spec"].get("network") or {"mode": "none"}
     mode = net.get("mode", "none")
     lines = [("network", {"none": "none (loopback only)", "allowlist": "allowlist", "open": "open (public)"}[mode])]
     if mode != "none":
@@ -102,8 +89,9 @@ def describe_network(r: dict[str, Any]) -> list[tuple[str, str]]:
         lines.append(("deny", h))
     for c in net.get("cidrs", []):
         lines.append(("cidr", c))
-    if r.get("egress"):
-        lines.append(("egress", f"{r['egress']['allowed']} allowed, {r['egress']['denied']} denied"))
+    egress = r.get("egress")
+    if egress:
+        lines.append(("egress", f"{egress['allowed']} allowed, {egress['denied']} denied"))
     for name in r["spec"].get("secret_names", []):
         lines.append(("secret", name))
     return lines
@@ -122,14 +110,23 @@ def describe_network(r: dict[str, Any]) -> list[tuple[str, str]]:
 )
 @json_option
 @click.pass_obj
-def policy(obj: Ctx, /, sandbox: str, network: str | None, approval: str | None, **changes: tuple[Any, ...]) -> None:
+def policy(
+    obj: Ctx,
+    /,
+    sandbox: str,
+    network: str | None,
+    approval: str | None,
+    allow_hosts: tuple[str, ...],
+    deny_hosts: tuple[str, ...],
+    remove_hosts: tuple[str, ...],
+    ports: tuple[int, ...],
+    cidrs: tuple[str, ...],
+) -> None:
     """Show or change a sandbox's network policy, live: new connections follow it at once.
 
     Without options, prints the policy. Every change is recorded as a policy_changed event.
     """
-    body: dict[str, Any] = {k: list(v) for k, v in changes.items() if v}
-    if network:
-        body["mode"] = network
+    body = policy_change(network, allow_hosts, deny_hosts, remove_hosts, ports, cidrs)
     rec = obj.client.policy(sandbox, body, approval) if body else obj.client.get(sandbox)
     if obj.json:
         emit({"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")})

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -28,6 +27,10 @@ from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
+from hutch.wire import build
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 EXEC_DURATION = Duration(at_most=7 * 86400)
 SHELL_CHARS = set(" \t\n|&;<>()$`\\\"'*?[]#~=%")
@@ -78,27 +81,32 @@ def exec_request(
     stdin_file: str | None,
     max_output: int | None,
     no_redact: bool = False,
-) -> dict[str, Any]:
+    secrets: dict[str, str] | None = None,
+    approval: str | None = None,
+) -> wire.ExecRequest:
+    """The request of the command line's options, built as every edge builds one
+    (:func:`hutch.wire.build.exec_request`)."""
     for name, value in (("--timeout", timeout), ("--idle-output-timeout", idle_timeout)):
         if value is not None and not 0 < value <= 7 * 86400:
             raise InvalidError(f"{name} must be between 0 and 604800 seconds, got {value}", hint=f"e.g. {name} 600")
-    req: dict[str, Any] = {
-        "command": command_of(command),
-        "env": env,
-        "cwd": cwd,
-        "timeout": timeout,
-        "idle_timeout": idle_timeout,
-    }
-    if no_redact:
-        req["redact"] = False
-    req["max_output"] = parse_size(max_output) if max_output else obj.settings.output_cap
+    data = None
     if stdin_file:
         try:
             data = sys.stdin.buffer.read() if stdin_file == "-" else Path(stdin_file).read_bytes()
         except OSError as exc:
             raise InvalidError(f"cannot read --stdin-file {stdin_file}: {exc.strerror}", hint="check the path") from exc
-        req |= {"stdin": base64.b64encode(data).decode(), "stdin_base64": True}
-    return req
+    return build.exec_request(
+        command_of(command),
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        idle_timeout=idle_timeout,
+        stdin=data,
+        max_output=parse_size(max_output) if max_output else obj.settings.output_cap,
+        secrets=secrets,
+        redact=not no_redact,
+        approval=approval,
+    )
 
 
 @click.command("exec", context_settings={"ignore_unknown_options": False}, cls=WorkloadSandboxCommand)
@@ -146,18 +154,15 @@ def exec_(
     run id is printed at once: follow it with hutch poll, wait, kill.
     """
     try:
-        req = exec_request(obj, command, parse_pairs(env, "env", from_env=True), **kw)
-        if secrets:
-            req["secrets"] = resolve_secrets(secrets)
-        if approval:
-            req["approval"] = approval
+        pairs = parse_pairs(env, "env", from_env=True)
+        req = exec_request(obj, command, pairs, **kw, secrets=resolve_secrets(secrets), approval=approval)
         ref = sandbox
         if background:
-            run = obj.client.exec(ref, req | {"background": True})
+            run = obj.client.start(ref, req)
             emit(run) if obj.json else click.echo(run["id"])
             return
         if tty:
-            req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req["env"]
+            req["env"] = {"TERM": os.environ.get("TERM", "xterm")} | req.get("env", {})
             if not sys.stdin.isatty() and not obj.json:
                 click.echo(
                     "hutch: stdin is not a terminal: its end is sent as one ^D, which programs that read "

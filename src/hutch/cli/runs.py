@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, emit, human_bytes, json_option, old_spelling, table
 from hutch.cli.foreground import exit_with
 from hutch.cli.foreground import write_chunk as _write
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 FOLLOW_INTERVAL = 0.25
 PAGE = 1 << 20  # --max-bytes by default
@@ -19,7 +22,7 @@ def _when(ts: float | None) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
-def _command(cmd: Any) -> str:
+def _command(cmd: str | list[str]) -> str:
     text = cmd if isinstance(cmd, str) else " ".join(cmd)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -111,7 +114,7 @@ def poll(obj: Ctx, /, run_id: str, follow: bool, stdout_offset: int, stderr_offs
             time.sleep(FOLLOW_INTERVAL)
 
 
-def _cut_loudly(res: dict[str, Any]) -> None:
+def _cut_loudly(res: wire.OutputPage) -> None:
     """Once all that was kept is read: a stored copy cut at the disk cap fails the command."""
     run = res["run"]
     if not (res["done"] and run.get("truncated")):
@@ -139,8 +142,8 @@ def _cut_runs_loudly(obj: Ctx, sandbox: str, seen: set[str]) -> None:
         raise SystemExit(EXIT_FAILED)
 
 
-def _more(res: dict[str, Any]) -> bool:
-    return any(res[n]["next_offset"] < res[n]["size"] for n in ("stdout", "stderr"))
+def _more(res: wire.OutputPage) -> bool:
+    return any(page["next_offset"] < page["size"] for page in (res["stdout"], res["stderr"]))
 
 
 @click.command()
@@ -223,7 +226,7 @@ def ps(obj: Ctx, /, sandbox: str) -> None:
             str(p["ppid"]),
             p["user"],
             p["state"],
-            f"{p['cpu_seconds']:.2f}",
+            f"{p['cpu_seconds']:.2f}" if "cpu_seconds" in p else "-",  # not every provider can tell
             human_bytes(p["rss"]),
             p["command"][:80],
         ]

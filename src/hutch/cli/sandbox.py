@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 import click
 
 from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs, table
-from hutch.cli.network import describe_network, network_options, network_spec, resolve_secrets
-from hutch.errors import HutchError, InvalidError
+from hutch.cli.network import describe_network, network_options, resolve_secrets
+from hutch.errors import HutchError
 from hutch.units import format_duration, format_size
+from hutch.wire.build import sandbox_spec
+
+if TYPE_CHECKING:
+    from hutch import wire
+
+    class DestroyFailed(TypedDict):
+        """One sandbox of ``destroy A B`` (or ``--all``) that failed; the others go on."""
+
+        sandbox: str
+        name: str | None
+        destroyed: Literal[False]
+        error: wire.ErrorDetail
 
 
 def create_options(f: Any) -> Any:
@@ -85,22 +96,6 @@ def lifetime_options(f: Any) -> Any:
     return f
 
 
-def lifetime_spec(
-    ttl: float | None, idle: float | None, on_expire: str | None, require_approval: tuple[str, ...]
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
-    if ttl:
-        spec["ttl"] = ttl
-    if idle:
-        spec["idle_timeout"] = idle
-    if on_expire:
-        spec["on_expire"] = on_expire
-    actions = [a.strip() for item in require_approval for a in item.split(",") if a.strip()]
-    if actions:
-        spec["require_approval"] = actions
-    return spec
-
-
 def build_spec(
     obj: Ctx,
     name: str | None,
@@ -120,38 +115,41 @@ def build_spec(
     tenant: str | None = None,
     image: str | None = None,
     metro: str | None = None,
-) -> dict[str, Any]:
-    s = obj.settings
-    spec: dict[str, Any] = {
-        "provider": provider or s.provider,
-        "limits": {
-            "memory": memory or s.memory,
-            "pids": pids if pids is not None else s.pids,
-            "cpus": cpus if cpus is not None else s.cpus,
-        },
-        "env": parse_pairs(env, "env", from_env=True),
-        "labels": parse_pairs(labels, "label"),
-        "mounts": [],
-        "network": network_spec(network, allow_hosts, allow_ports, allow_cidrs),
-        "secrets": resolve_secrets(secrets),
-    }
-    for m in mounts:
-        parts = m.split(":")
-        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("ro", "rw")) or not parts[0] or not parts[1]:
-            raise InvalidError(f"invalid --mount {m!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
-        source = os.path.abspath(os.path.expanduser(parts[0]))
-        spec["mounts"].append({"source": source, "target": parts[1], "readonly": len(parts) == 3 and parts[2] == "ro"})
-    if name:
-        spec["name"] = name
-    if workdir:
-        spec["workdir"] = workdir
-    if tenant:
-        spec["tenant"] = tenant
-    if image:
-        spec["image"] = image
-    if metro:
-        spec["provider_options"] = {"metro": metro}
-    return spec
+    *,
+    ttl: float | None = None,
+    idle: float | None = None,
+    on_expire: str | None = None,
+    require_approval: tuple[str, ...] = (),
+    ssh: bool = False,
+) -> wire.SandboxSpec:
+    """The spec of the command line's options (``K=V`` pairs, secrets read here), built as every
+    edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
+    return sandbox_spec(
+        obj.settings,
+        name=name,
+        provider=provider,
+        memory=memory,
+        pids=pids,
+        cpus=cpus,
+        env=parse_pairs(env, "env", from_env=True),
+        labels=parse_pairs(labels, "label"),
+        mounts=mounts,
+        mount_flag="--mount",
+        workdir=workdir,
+        network=network,
+        allow_hosts=allow_hosts,
+        allow_ports=allow_ports,
+        allow_cidrs=allow_cidrs,
+        secrets=resolve_secrets(secrets),
+        tenant=tenant,
+        image=image,
+        metro=metro,
+        ssh=ssh,
+        ttl=ttl,
+        idle_timeout=idle,
+        on_expire=on_expire,
+        require_approval=[a.strip() for item in require_approval for a in item.split(",") if a.strip()],
+    )
 
 
 @click.command()
@@ -171,14 +169,16 @@ def create(
     **kw: Any,
 ) -> None:
     """Create a sandbox and print its id."""
-    spec = build_spec(obj, **kw) | lifetime_spec(ttl, idle, on_expire, require_approval)
-    if use_ssh:
-        spec["provider_options"] = spec.get("provider_options", {}) | {"ssh": "true"}
+    spec = build_spec(obj, **kw, ttl=ttl, idle=idle, on_expire=on_expire, require_approval=require_approval, ssh=use_ssh)
     rec = obj.client.create(spec)
     if obj.json:
         emit(rec)
     else:
         click.echo(rec["id"])
+
+
+def _missing(credential: wire.CredentialStatus | None) -> bool:
+    return credential is not None and credential["state"] == "missing"
 
 
 def _age(ts: float) -> str:
@@ -227,8 +227,8 @@ def list_(
             r["id"],
             r.get("name") or "-",
             r["provider"],
-            r["state"] + (", credential missing" if (r.get("credential") or {}).get("state") == "missing" else ""),
-            format_size(r["spec"]["limits"]["memory"]),
+            r["state"] + (", credential missing" if _missing(r.get("credential")) else ""),
+            format_size(int(r["spec"]["limits"]["memory"])),
             _age(r["created_at"]),
         ]
         for r in recs
@@ -254,17 +254,18 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("provider", r["provider"]),
         ("state", r["state"]),
         ("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))),
-        ("memory", f"{format_size(lim['memory'])} ({enf.get('memory', 'not enforced')})"),
+        ("memory", f"{format_size(int(lim['memory']))} ({enf.get('memory', 'not enforced')})"),
         ("pids", f"{lim['pids']} ({enf.get('pids', 'not enforced')})"),
         ("cpus", f"{lim['cpus'] if lim.get('cpus') else 'unlimited'}" + (f" ({enf['cpus']})" if "cpus" in enf else "")),
         ("workdir", r["spec"]["workdir"]),
         *(describe_network(r) if r["provider"] != "unikraft" else [("network", "the instance's own (not filtered by hutch)")]),
         *_lifetime_lines(r),
     ]
-    if r["spec"].get("image"):
-        lines.append(("image", r["spec"]["image"]))
+    image = r["spec"].get("image")
+    if image:
+        lines.append(("image", image))
     if r["spec"].get("provider_options", {}).get("ssh"):
-        ssh = r.get("ssh") or {}
+        ssh = r.get("ssh")
         lines.append(("ssh", f"enabled ({ssh['fqdn']}:{ssh['port']}; hutch ssh {r['id']})" if ssh else "enabled"))
     if "seccomp" in enf:
         lines.append(("seccomp", enf["seccomp"]))
@@ -272,24 +273,26 @@ def get(obj: Ctx, sandbox: str) -> None:
         lines.append(("mount", f"{m['source']} -> {m['target']}{' (ro)' if m['readonly'] else ''}"))
     for k, v in r["spec"].get("labels", {}).items():
         lines.append(("label", f"{k}={v}"))
-    if r.get("credential"):
+    credential, error = r.get("credential"), r.get("error")
+    if credential:
         from hutch.credentials import describe
 
-        lines.append(("credential", describe(r["credential"])))
-    if r.get("error"):
-        lines.append(("error", r["error"]))
+        lines.append(("credential", describe(credential)))
+    if error:
+        lines.append(("error", error))
     for k, v in lines:
         click.echo(f"{k + ':':<10} {v}")
 
 
-def _lifetime_lines(r: dict[str, Any]) -> list[tuple[str, str]]:
+def _lifetime_lines(r: wire.SandboxRecord) -> list[tuple[str, str]]:
     spec, lines = r["spec"], []
     if spec.get("parent"):
         lines.append(("parent", f"{spec['parent']} (workspace {spec.get('workspace') or 'rw'})"))
-    if r.get("expires_at"):
-        lines.append(("expires", f"in {format_duration(max(0.0, r['expires_at'] - time.time()))} ({spec['on_expire']})"))
-    if spec.get("idle_timeout"):
-        lines.append(("idle", f"expires after {format_duration(spec['idle_timeout'])} without activity ({spec['on_expire']})"))
+    expires, idle = r.get("expires_at"), spec.get("idle_timeout")  # records carry seconds
+    if expires:
+        lines.append(("expires", f"in {format_duration(max(0.0, expires - time.time()))} ({spec['on_expire']})"))
+    if idle:
+        lines.append(("idle", f"expires after {format_duration(float(idle))} without activity ({spec['on_expire']})"))
     if spec.get("require_approval"):
         lines.append(("approval", "required for " + ", ".join(spec["require_approval"])))
     return lines
@@ -310,6 +313,7 @@ def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool, approval: s
     if not sandboxes and not destroy_all:
         raise click.UsageError("give one or more sandboxes, or --all")
     names: dict[str, str | None] = dict.fromkeys(sandboxes)
+    results: list[wire.DestroyResult | DestroyFailed]
     if destroy_all:
         names |= {r["id"]: r.get("name") for r in obj.client.list()}
     if len(names) == 1 and not destroy_all:  # one sandbox: its failure is the command's error document
@@ -322,7 +326,7 @@ def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool, approval: s
     else:
         for r in results:
             if "error" in r:
-                err = r["error"]
+                err = cast("DestroyFailed", r)["error"]
                 click.secho(f"hutch: {r['sandbox']}: {err['kind']}: {err['message']}", fg="red", err=True)
                 if err.get("hint"):
                     click.echo(f"hint: {err['hint']}", err=True)
@@ -334,10 +338,10 @@ def destroy(obj: Ctx, sandboxes: tuple[str, ...], destroy_all: bool, approval: s
         raise SystemExit(EXIT_FAILED)
 
 
-def _destroy_one(obj: Ctx, ref: str, name: str | None, approval: str | None) -> dict[str, Any]:
+def _destroy_one(obj: Ctx, ref: str, name: str | None, approval: str | None) -> wire.DestroyResult | DestroyFailed:
     """One sandbox's outcome; a failure is reported in it (``destroyed: false`` and ``error``),
     not raised, so that the others are still tried."""
     try:
         return obj.client.destroy(ref, approval)
     except HutchError as exc:
-        return {"sandbox": ref, "name": name, "destroyed": False} | exc.to_dict()
+        return {"sandbox": ref, "name": name, "destroyed": False, "error": exc.to_dict()["error"]}

@@ -6,11 +6,14 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from hutch.cli.common import Ctx, SandboxCommand, count, emit, human_bytes, json_option, table
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
 @contextlib.contextmanager
@@ -26,12 +29,12 @@ def progress_bar(obj: Ctx, label: str) -> Iterator[Callable[[int], None] | None]
         yield lambda n: bar.advance(task, n)
 
 
-def do_push(obj: Ctx, ref: str, directory: str, **kw: Any) -> dict[str, Any]:
+def do_push(obj: Ctx, ref: str, directory: str, **kw: Any) -> wire.PushSummary:
     with progress_bar(obj, "pushing") as advance:
         return obj.client.push(ref, directory, progress=advance, **kw)
 
 
-def show_push(obj: Ctx, r: dict[str, Any]) -> None:
+def show_push(obj: Ctx, r: wire.PushSummary) -> None:
     if obj.json:
         emit(r)
         return
@@ -51,7 +54,7 @@ def show_push(obj: Ctx, r: dict[str, Any]) -> None:
             click.echo(f"  - {p}")
 
 
-def show_pull(obj: Ctx, r: dict[str, Any]) -> None:
+def show_pull(obj: Ctx, r: wire.PullSummary) -> None:
     if obj.json:
         emit(r)
         return

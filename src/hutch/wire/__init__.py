@@ -204,6 +204,8 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """``wire.ExecResult`` at run time: loaded from its module on first use."""
+    if name not in __all__:  # a submodule (``from hutch.wire import build``), or nothing
+        raise AttributeError(f"module 'hutch.wire' has no attribute {name!r}")
     for module in MODULES:
         found = importlib.import_module(f"hutch.wire.{module}")
         if name in found.__all__:

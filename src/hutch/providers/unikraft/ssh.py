@@ -21,7 +21,7 @@ import shutil
 import ssl
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +141,7 @@ def _client_class(pin: Path) -> Any:
 class Target:
     """Where and how to reach one sandbox's SSH server."""
 
-    def __init__(self, home: Path, rec: dict[str, Any], connect: str = "", ca_file: str = "") -> None:
+    def __init__(self, home: Path, rec: Mapping[str, Any], connect: str = "", ca_file: str = "") -> None:
         ssh = rec.get("ssh") or {}
         if rec.get("provider") != "unikraft" or not ssh:
             raise InvalidError(
