@@ -68,6 +68,18 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         monkeypatch.setattr(Client, name, sync)
         monkeypatch.setattr(AsyncClient, name, asynchronous)
     monkeypatch.setattr(Client, "get", lambda self, ref: RECORD)
+
+    def stream(self: Any, ref: str, req: Any) -> Any:  # the CLI's foreground runs are streamed
+        got["exec"].append(req)
+        yield {"type": "run", "run_id": "run_1", "sandbox_id": ref}
+        yield {"type": "exit", **{k: v for k, v in RESULT.items() if k not in ("stdout", "stderr")}}
+
+    monkeypatch.setattr(Client, "exec_stream", stream)
+
+    def no_daemon(*args: Any) -> None:
+        raise AssertionError("this test talks to no daemon")
+
+    monkeypatch.setattr("hutch.client.ensure_daemon", no_daemon)
     return got
 
 
@@ -155,7 +167,7 @@ def test_the_builders_decide_what_the_edges_must() -> None:
 
 
 def test_ps_shows_a_process_whose_cpu_time_the_provider_cannot_tell(
-    monkeypatch: pytest.MonkeyPatch, capsys: Any, clean_env: pytest.MonkeyPatch
+    sent: dict[str, list[Any]], tuned: Settings, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     procs = [{"pid": 1, "ppid": 0, "user": "root", "state": "S", "rss": 4096, "command": "init"}]  # unikraft's ps
     monkeypatch.setattr(Client, "ps", lambda self, ref: procs)

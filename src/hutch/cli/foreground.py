@@ -22,6 +22,7 @@ import click
 
 from hutch.cli.common import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for
 from hutch.errors import HutchError, InvalidError, TimeoutError_, UnavailableError
+from hutch.wire.build import with_stdin
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -196,7 +197,7 @@ def events_for(obj: Ctx, ref: str, req: wire.ExecRequest, interactive: bool, tty
         if first.get("type") != "error" or first.get("error", {}).get("kind") != "invalid":
             return attached
         attached.close()  # refused (no live input there, or bad input): the plain request says which
-        req = {**req, "stdin": base64.b64encode(_whole_stdin(ref)).decode(), "stdin_base64": True}
+        req = with_stdin(req, _whole_stdin(ref))
     return cast(Generator[dict[str, Any], None, None], obj.client.exec_stream(ref, req))
 
 

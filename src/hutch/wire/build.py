@@ -43,6 +43,7 @@ __all__ = [
     "policy_change",
     "sandbox_spec",
     "subagent_request",
+    "with_stdin",
 ]
 
 LOGIN_SHELL = ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]  # hutch shell, sbx.pty()
@@ -226,8 +227,7 @@ def exec_request(
     if max_output is not None:
         req["max_output"] = max_output
     if stdin is not None:
-        raw = stdin.encode() if isinstance(stdin, str) else stdin
-        req["stdin"], req["stdin_base64"] = base64.b64encode(raw).decode(), True
+        req = with_stdin(req, stdin.encode() if isinstance(stdin, str) else stdin)
     if background:
         req["background"] = True
     if secrets:
@@ -237,6 +237,11 @@ def exec_request(
     if approval:
         req["approval"] = approval
     return req
+
+
+def with_stdin(req: ExecRequest, data: bytes) -> ExecRequest:
+    """``req`` with ``data`` as the command's whole standard input (base64 in the JSON)."""
+    return {**req, "stdin": base64.b64encode(data).decode(), "stdin_base64": True}
 
 
 def attach_start(req: ExecRequest, *, tty: bool, rows: int, cols: int) -> AttachStart:
