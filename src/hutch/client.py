@@ -59,8 +59,8 @@ def _page(resp: Response | httpx.Response) -> tuple[bytes, bool, int | None]:
 
 def _event_params(
     ref: str | None, types: list[str] | None, since: float | None, after: int, limit: int, run: str | None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"after": after, "limit": limit}
+) -> dict[str, object]:
+    params: dict[str, object] = {"after": after, "limit": limit}
     for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
         if value:
             params[key] = value

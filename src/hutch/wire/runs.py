@@ -2,11 +2,13 @@
 exec and the messages of the attach WebSocket, output pages, the transcript, events and ps.
 
 The exec request keeps one shape from the edge to the Service: the CLI, SDK and MCP build an
-:class:`ExecRequest` with :func:`hutch.wire.build.exec_request`; the server validates the
-same keys (``hutch.models.ExecRequest``) and the Service hands the provider one ``ExecSpec``
-whose fields keep these names: ``argv`` (the command, a shell string run as
-``/bin/sh -c``), ``env`` (with the secrets), ``cwd``, ``stdin`` (bytes), ``timeout``,
-``idle_timeout``, ``max_output`` and ``redact`` (the secrets to redact, or none).
+:class:`ExecRequest` with :func:`hutch.wire.build.exec_request` (an attach start is the same
+request with a terminal's size); the server validates the same keys (``hutch.models.
+ExecRequest``, held to this one by tests/unit/test_wire.py). Past the Service the run is one
+``hutch.provider.ExecSpec`` whose fields keep these names: ``argv`` (``command``; a string
+runs as ``/bin/sh -c``), ``env`` (with ``secrets``), ``cwd``, ``stdin`` (bytes, decoded from
+``stdin_base64``), ``timeout``, ``idle_timeout``, ``max_output`` and ``redact`` (the secrets
+to redact, or None for ``redact: false``), plus the run id and how it is watched.
 """
 
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
