@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import pytest
 from tests.conftest import sweep
 
-from hutch import transfer
+from hutch.client import transfer
 from hutch.config import Settings
 from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
 from hutch.provider import Capabilities, Interactive

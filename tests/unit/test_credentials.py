@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hutch import credentials
-from hutch.client_transport import Endpoint
+from hutch.client.endpoint import Endpoint
 from hutch.config import Settings
 from hutch.credentials import HEADER, Credential, decode, encode, fingerprint, gather, load_file
 from hutch.errors import InvalidError

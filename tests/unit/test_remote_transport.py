@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hutch.client_transport import Endpoint
+from hutch.client.endpoint import Endpoint
 from hutch.config import Settings
 from hutch.errors import InvalidError
 from hutch.server.remote import listener, parse_listen

@@ -8,7 +8,7 @@ import pytest
 
 import hutch
 from hutch.sdk import AsyncFiles, AsyncRun, AsyncRuns, AsyncSandbox, Files, Run, Runs, Sandbox
-from hutch.sdk_policy import AsyncPolicy, Policy
+from hutch.sdk.policy import AsyncPolicy, Policy
 
 SYNC_TO_ASYNC_DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 

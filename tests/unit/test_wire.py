@@ -197,7 +197,7 @@ def test_each_route_carries_its_wire_bodies(openapi: dict[str, Any], route: Any)
 
 
 def test_the_sdk_results_carry_the_wire_fields() -> None:
-    from hutch.sdk_results import ExecResult, FileInfo
+    from hutch.sdk.results import ExecResult, FileInfo
 
     result = {f.name for f in dataclasses.fields(ExecResult)}
     keys = set(wire.ExecResult.__annotations__) | set(wire.ExecSummary.__annotations__)

@@ -10,7 +10,7 @@ import string
 from pathlib import Path
 from typing import Any
 
-from hutch import transfer, wire
+from hutch.client import transfer, wire
 from hutch.wire.build import exec_request, sandbox_spec
 from hutch.wire.routes import ROUTES, Route
 from hutch.wire_pydantic import adapter

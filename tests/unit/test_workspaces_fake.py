@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hutch import transfer
+from hutch.client import transfer
 from hutch.errors import ConflictError, InvalidError, NotFoundError, PolicyError
 from hutch.models import SandboxSpec, SandboxState
 from hutch.providers.fake import FakeProvider

@@ -1,7 +1,7 @@
 """``Idempotency-Key``: a POST that may be sent again (create, background exec) is performed once.
 
 The clients put a fresh key on each such request and send the same key again when the
-connection dropped before the answer came (see hutch.client_retry). A repeat of a key the
+connection dropped before the answer came (see hutch.client.retry). A repeat of a key the
 daemon has seen gets the first request's outcome: its result, or its error (a repeat that
 arrives while the first is still being performed waits for it). Keys live in the daemon's
 memory for ``TTL`` seconds, at most ``MAX_KEYS`` of them; a key sent again with a different

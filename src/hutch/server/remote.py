@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch.client_transport import TOKEN_RECIPE, is_loopback, read_token
+from hutch.client.endpoint import TOKEN_RECIPE, is_loopback, read_token
 from hutch.config import Settings
 from hutch.errors import InvalidError, UnauthorizedError
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Unpack, cast
 from urllib.parse import quote, urlencode
 
-from hutch.client_lifecycle import AsyncLifecycleAPI, LifecycleAPI
-from hutch.client_retry import ATTEMPTS, dropped, may_retry, new_key
-from hutch.client_transport import Endpoint
-from hutch.client_workspace import AsyncWorkspaceAPI, WorkspaceAPI
+from hutch.client.endpoint import Endpoint
+from hutch.client.lifecycle import AsyncLifecycleAPI, LifecycleAPI
+from hutch.client.retry import ATTEMPTS, dropped, may_retry, new_key
+from hutch.client.workspaces import AsyncWorkspaceAPI, WorkspaceAPI
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.server.launcher import ensure_daemon

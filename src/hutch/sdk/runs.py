@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
 from hutch.client import AsyncClient, Client
-from hutch.sdk_results import ExecResult, OutputChunk
+from hutch.sdk.results import ExecResult, OutputChunk
 
 if TYPE_CHECKING:
     from hutch import wire

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Literal, overload
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
-from hutch.sdk_lifecycle import _AsyncLifecycle, _Lifecycle
-from hutch.sdk_policy import AsyncPolicy, Policy
-from hutch.sdk_pty import AsyncPty, Pty, _attach_path, _pty_start
-from hutch.sdk_results import ExecResult, FileInfo, OutputChunk, _data
-from hutch.sdk_runs import AsyncRun, AsyncRuns, Run, Runs
-from hutch.sdk_workspace import AsyncSandboxWorkspace, SandboxWorkspace
+from hutch.sdk.lifecycle import _AsyncLifecycle, _Lifecycle
+from hutch.sdk.policy import AsyncPolicy, Policy
+from hutch.sdk.pty import AsyncPty, Pty, _attach_path, _pty_start
+from hutch.sdk.results import ExecResult, FileInfo, OutputChunk, _data
+from hutch.sdk.runs import AsyncRun, AsyncRuns, Run, Runs
+from hutch.sdk.workspace import AsyncSandboxWorkspace, SandboxWorkspace
 from hutch.wire.build import exec_request, sandbox_spec
 
 if TYPE_CHECKING:

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
-from hutch.client_lifecycle import _path
+from hutch.client.lifecycle import _path
 
 if TYPE_CHECKING:
     from hutch import wire
-    from hutch.transfer import Progress
+    from hutch.client.transfer import Progress
 
 
 def _clean(params: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +47,7 @@ class WorkspaceAPI:
         progress: Progress | None = None,
         approval: str | None = None,
     ) -> wire.PushSummary:
-        from hutch import transfer
+        from hutch.client import transfer
 
         kept = cast("wire.Manifest", self.json("GET", _path(ref) + "/manifest"))["files"]
         plan = transfer.plan_push(Path(root), exclude, kept)
@@ -56,7 +56,7 @@ class WorkspaceAPI:
         return plan.summary(cast("wire.PushResult", self.json("POST", _path(ref) + "/push", params=params, content=body)))
 
     def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
-        from hutch import transfer
+        from hutch.client import transfer
 
         data = self.request("GET", _path(ref) + "/pull").content
         return transfer.pull_into(data, Path(dest), force=force, dry_run=dry_run)
@@ -102,7 +102,7 @@ class AsyncWorkspaceAPI:
     ) -> wire.PushSummary:
         import asyncio
 
-        from hutch import transfer
+        from hutch.client import transfer
 
         kept = cast("wire.Manifest", await self.json("GET", _path(ref) + "/manifest"))["files"]
         plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
@@ -114,7 +114,7 @@ class AsyncWorkspaceAPI:
     async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         import asyncio
 
-        from hutch import transfer
+        from hutch.client import transfer
 
         data = (await self.request("GET", _path(ref) + "/pull")).content
         return await asyncio.to_thread(transfer.pull_into, data, Path(dest), force=force, dry_run=dry_run)

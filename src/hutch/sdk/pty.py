@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import HutchError
-from hutch.sdk_results import _data
+from hutch.sdk.results import _data
 from hutch.wire.build import LOGIN_SHELL, attach_start, exec_request
 
 if TYPE_CHECKING:
