@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi.responses import Response
+from pydantic import BaseModel
 
 from hutch._version import __version__
 from hutch.checks import MAX_INT64, check_mode, check_path
-from hutch.errors import HutchError, InvalidError
+from hutch.errors import InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
-from hutch.server import idempotency, openapi
+from hutch.server import errors, idempotency, openapi
 from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
-from hutch.server.edge import App, ClientGone, too_large, unless_gone
+from hutch.server.edge import App, unless_gone
 from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.runs import router as runs_router
 from hutch.server.workspaces import router as workspaces_router
 from hutch.service import MAX_FILE, Service
 
 MAX_JSON = 96 << 20  # a JSON request body: room for a 64 MiB --stdin-file, base64-encoded
-log = logging.getLogger("hutch.daemon")
 
 
 class DestroyResult(BaseModel):
@@ -47,14 +43,6 @@ class CleanupRequest(BaseModel):
     forget_missing: bool = False
 
 
-def _validation_message(exc: ValidationError | RequestValidationError) -> str:
-    parts = []
-    for e in exc.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        parts.append(f"{loc}: {e.get('msg')}" if loc else str(e.get("msg")))
-    return "; ".join(parts) or "invalid request"
-
-
 def create_app(service: Service) -> FastAPI:
     app = App(
         title="hutch",
@@ -68,45 +56,7 @@ def create_app(service: Service) -> FastAPI:
     app.state.shutdown = None
     once = app.state.idempotency = idempotency.Idempotency()
 
-    @app.exception_handler(HutchError)
-    async def hutch_error(request: Request, exc: HutchError) -> JSONResponse:
-        if exc.kind == "internal":  # a bug, or a failure nobody translated: the log keeps where it came from
-            log.error("internal error on %s %s: %s", request.method, request.url.path, exc.message, exc_info=exc)
-        return JSONResponse(exc.to_dict(), status_code=exc.status)
-
-    @app.exception_handler(ClientGone)
-    async def client_gone(_: Request, __: ClientGone) -> Response:
-        return Response(status_code=499)  # nobody reads it: the client hung up
-
-    @app.exception_handler(RequestValidationError)
-    async def request_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = InvalidError(_validation_message(exc), hint="see hutch COMMAND --help")
-        return JSONResponse(err.to_dict(), status_code=400)
-
-    @app.exception_handler(ValidationError)
-    async def model_invalid(_: Request, exc: ValidationError) -> JSONResponse:
-        err = InvalidError(_validation_message(exc), hint="see hutch COMMAND --help")
-        return JSONResponse(err.to_dict(), status_code=400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 413:  # a body over its route's limit (max_body_size), refused while it was read
-            return JSONResponse(too_large(request.scope).to_dict(), status_code=413)
-        kind = {404: "not_found", 405: "invalid"}.get(exc.status_code, "invalid" if exc.status_code < 500 else "internal")
-        if exc.status_code in (404, 405):  # no such route or method: a client newer than the daemon
-            hint = "the daemon may be older than this client: restart it with hutch daemon stop"
-        elif exc.status_code < 500:  # the request itself: a body that does not parse, ...
-            hint = "send the body the API documents (GET /openapi.json; docs/api.md)"
-        else:
-            hint = "see hutch daemon logs"
-        body = {"error": {"kind": kind, "message": f"{exc.status_code}: {exc.detail}", "hint": hint}}
-        return JSONResponse(body, status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-        body = {"error": {"kind": "internal", "message": f"{exc.__class__.__name__}: {exc}", "hint": "see hutch daemon logs"}}
-        return JSONResponse(body, status_code=500)
+    errors.install(app)
 
     @app.get("/v1/health")
     async def health() -> dict[str, Any]:

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +19,7 @@ from hutch.models import ExecRequest, ExecResult, RunRecord
 from hutch.provider import Interactive
 from hutch.server import idempotency
 from hutch.server.edge import unless_gone
+from hutch.server.errors import error_body
 from hutch.service import Service
 
 NDJSON = "application/x-ndjson"
@@ -109,15 +109,11 @@ def router(service: Service, once: idempotency.Idempotency) -> APIRouter:
         limit: int = Query(1000, ge=1, le=100000),
         run: str | None = None,
     ) -> list[dict[str, Any]]:
-        sandbox_id = service.get(sandbox).id if sandbox else None
-        if since is not None and since > time.time() + 86400:
-            raise InvalidError("--since is in the future", hint="give a past time, e.g. 10m or 2026-11-29T10:00")
-        run_id = service.runs.get(run)["id"] if run else None  # a short run id works too
-        return service.store.events.all(sandbox_id, limit, types=type, since=since, after_seq=after, run_id=run_id)
+        return service.events.list(sandbox, limit, types=type, since=since, after=after, run=run)
 
     @r.get("/v1/sandboxes/{ref}/events")
     async def sandbox_events(ref: str, limit: int = Query(1000, ge=1, le=100000)) -> list[dict[str, Any]]:
-        return service.store.events.all(service.get(ref).id, limit)
+        return service.events.list(ref, limit)
 
     @r.get("/v1/sandboxes/{ref}/ps")
     async def ps(ref: str) -> list[dict[str, Any]]:
@@ -152,12 +148,10 @@ def attach_route(r: APIRouter, service: Service) -> None:
             interactive = Interactive(asyncio.Queue(INBOX), tty=bool(start.get("tty")), rows=rows, cols=cols)
             events = service.runs.stream(ref, req, interactive)
             first = await anext(events)
-        except HutchError as exc:
-            await ws.send_json(exc.to_dict() | {"type": "error"})
-            await ws.close()
-            return
-        except (ValidationError, ValueError, TypeError) as exc:
-            await ws.send_json({"type": "error", "error": {"kind": "invalid", "message": str(exc)}})
+        except (HutchError, ValidationError, ValueError, TypeError) as exc:
+            if not isinstance(exc, (HutchError, ValidationError)):  # a bad terminal size, a start that is not an object
+                exc = InvalidError(str(exc), hint="send the attach messages docs/api.md describes")
+            await ws.send_json({"type": "error"} | error_body(exc)[1])
             await ws.close()
             return
 

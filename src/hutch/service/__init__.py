@@ -33,6 +33,7 @@ from hutch.policy import apply_change
 from hutch.provider import CheckResult, Provider, load_provider
 from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, StepHook, no_step
+from hutch.service.events import Events
 from hutch.service.hints import no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
@@ -60,6 +61,7 @@ class Service:
         self.lifecycle = Lifecycle(self)
         self.approvals = Approvals(self)
         self.claims = Claims(self)
+        self.events = Events(self)  # the audit stream, read back
         self.keyring = Keyring(self)  # provider credentials: in memory only
         self._deferred: set[str] = set()  # sandboxes whose runs are adopted once their credential is back
 
