@@ -38,6 +38,34 @@ if TYPE_CHECKING:
     from hutch.config import Settings
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExecSpec:
+    """One run, as the Service hands it to :meth:`Provider.exec`: everything a provider
+    needs to start, feed, bound and report it.
+
+    ``env`` holds only the run's own variables (the command's ``--env`` and secrets): the
+    sandbox's environment is the provider's to add, from what it kept at create. ``stdin``
+    None means ``/dev/null``. ``timeout`` is the wall limit and ``idle_timeout`` the limit
+    without output (None: none); the provider kills the whole process tree and reports
+    which one fired. ``redact`` maps secret names to values to replace by
+    ``[redacted:NAME]`` in the output (None: no redaction for this run). ``stream`` False
+    is a background run nobody watches live."""
+
+    run_id: str
+    argv: list[str]
+    cwd: str
+    max_output: int
+    env: dict[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    timeout: float | None = None
+    idle_timeout: float | None = None
+    stream: bool = True
+    on_output: OnOutput | None = None
+    on_start: OnStart | None = None
+    interactive: Interactive | None = None
+    redact: dict[str, str] | None = None
+
+
 @dataclass(frozen=True)
 class Capabilities:
     mounts: bool = False
@@ -83,33 +111,17 @@ class Provider(Protocol):
         """Re-adopt after a daemon restart: is this sandbox still there and answering?"""
         ...
 
-    async def exec(
-        self,
-        rec: SandboxRecord,
-        run_id: str,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdin: bytes | None,
-        timeout: float | None,
-        idle_timeout: float | None,
-        max_output: int,
-        stream: bool = True,
-        on_output: OnOutput | None = None,
-        interactive: Interactive | None = None,
-        redact: dict[str, str] | None = None,
-        on_start: OnStart | None = None,
-    ) -> RawOutput:
-        """Run to the end (enforcing both timeouts), keeping at most ``max_output`` bytes
-        per stream; ``on_output`` sees every chunk as it comes (after redaction), and may
-        wait: a slow client slows the run rather than losing output. ``stdout_bytes`` and
-        ``stderr_bytes`` count what was (or would have been) passed to it. The run's output
-        is also kept by the provider (see :meth:`read_output`), so it outlives this call.
+    async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
+        """Run ``spec`` to the end (enforcing both timeouts), keeping at most
+        ``spec.max_output`` bytes per stream; ``spec.on_output`` sees every chunk as it comes
+        (after redaction), and may wait: a slow client slows the run rather than losing
+        output. ``stdout_bytes`` and ``stderr_bytes`` count what was (or would have been)
+        passed to it. The run's output is also kept by the provider (see
+        :meth:`read_output`), so it outlives this call.
 
-        ``on_start`` is called once the run exists in the sandbox on its own (its process
-        started, or it could not start and its final status is kept): from then on it
-        survives the daemon and :meth:`runs_alive` / :meth:`run_status` know it. A
+        ``spec.on_start`` is called once the run exists in the sandbox on its own (its
+        process started, or it could not start and its final status is kept): from then on
+        it survives the daemon and :meth:`runs_alive` / :meth:`run_status` know it. A
         background exec is acknowledged only then."""
         ...
 

@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, CopyReport, Death, Interactive, OnGone, OnOutput, OnStart
+from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -208,28 +208,12 @@ class FakeProvider:
             raise NotFoundError(f"fake sandbox {rec.id} is gone")
         return self.sandboxes[rec.id]
 
-    async def exec(
-        self,
-        rec: SandboxRecord,
-        run_id: str,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdin: bytes | None,
-        timeout: float | None,
-        idle_timeout: float | None,
-        max_output: int,
-        stream: bool = True,
-        on_output: OnOutput | None = None,
-        interactive: Interactive | None = None,
-        redact: dict[str, str] | None = None,
-        on_start: OnStart | None = None,
-    ) -> RawOutput:
+    async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         files = self._files(rec)
         self.calls.append(("exec", rec.id))
-        job = self.jobs[run_id] = Job(rec.id, argv)
-        hidden = {} if redact is None else self.secrets.get(rec.id, {}) | redact
+        run_id, on_output = spec.run_id, spec.on_output
+        job = self.jobs[run_id] = Job(rec.id, spec.argv)
+        hidden = {} if spec.redact is None else self.secrets.get(rec.id, {}) | spec.redact
         marks = [(v.encode(), f"[redacted:{k}]".encode()) for k, v in hidden.items() if len(v) >= 4]
 
         async def emit(name: str, data: bytes) -> None:
@@ -242,13 +226,14 @@ class FakeProvider:
                 if on_output is not None:
                     await on_output(name, data)
 
-        inbox = interactive.inbox if interactive is not None else None
-        shell = Shell(files, self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | env, cwd, stdin, emit, inbox)
-        job.task = asyncio.ensure_future(shell.run(argv))
-        if on_start is not None:  # the run exists on its own now
-            on_start()
+        inbox = spec.interactive.inbox if spec.interactive is not None else None
+        env = self.env.get(rec.id, {}) | self.secrets.get(rec.id, {}) | spec.env
+        shell = Shell(files, env, spec.cwd, spec.stdin, emit, inbox)
+        job.task = asyncio.ensure_future(shell.run(spec.argv))
+        if spec.on_start is not None:  # the run exists on its own now
+            spec.on_start()
         try:
-            await self._supervise(job, timeout, idle_timeout)
+            await self._supervise(job, spec.timeout, spec.idle_timeout)
         finally:
             job.task.cancel()  # a no-op once it ended; the run goes when its caller goes
         out, err = bytes(job.out["stdout"]), bytes(job.out["stderr"])
@@ -261,7 +246,7 @@ class FakeProvider:
             raw = RawOutput(exit_code=code, spawn_error=spawn_error)
         raw = raw.model_copy(update={"stdout_bytes": len(out), "stderr_bytes": len(err), "finished_at": time.time()})
         self.status[run_id] = raw
-        return raw.model_copy(update={"stdout": out[:max_output], "stderr": err[:max_output]})
+        return raw.model_copy(update={"stdout": out[: spec.max_output], "stderr": err[: spec.max_output]})
 
     @staticmethod
     async def _supervise(job: Job, timeout: float | None, idle_timeout: float | None) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
-from hutch.provider import Interactive
+from hutch.provider import ExecSpec, Interactive
 from hutch.service.adoption import WATCH_INTERVAL, Adoption
 from hutch.service.approvals import command_text
 from hutch.service.hints import no_terminal
@@ -192,10 +192,9 @@ class Runs(Adoption):
                 await queue.put((name, chunk))
 
         try:
-            raw = await self.svc.provider(rec.provider).exec(
-                rec,
-                run_id,
-                argv,
+            spec = ExecSpec(
+                run_id=run_id,
+                argv=argv,
                 env=req.env | req.secrets,
                 cwd=req.cwd or rec.spec.workdir,
                 stdin=stdin,
@@ -208,6 +207,7 @@ class Runs(Adoption):
                 redact=req.secrets if req.redact else None,
                 on_start=None if started is None else (lambda: _resolve(started)),
             )
+            raw = await self.svc.provider(rec.provider).exec(rec, spec)
         except asyncio.CancelledError:
             raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it
         except BaseException as exc:

@@ -25,11 +25,11 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
-from hutch.provider import Capabilities, CheckResult, Interactive, OnGone, OnStart
+from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, freeze, mounts, seccomp
 from hutch.providers.local.agentops import AgentOpsMixin
-from hutch.providers.local.channel import Channel, OnOutput, run_exec
+from hutch.providers.local.channel import Channel, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
@@ -436,46 +436,29 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
     def _cgroup(self, rec: SandboxRecord) -> cgroups.SandboxCgroup:
         return cgroups.SandboxCgroup([Path(d) for d in rec.data.get("cgroups", [])], v2=False)
 
-    async def exec(
-        self,
-        rec: SandboxRecord,
-        run_id: str,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdin: bytes | None,
-        timeout: float | None,
-        idle_timeout: float | None,
-        max_output: int,
-        stream: bool = True,
-        on_output: OnOutput | None = None,
-        interactive: Interactive | None = None,
-        redact: dict[str, str] | None = None,
-        on_start: OnStart | None = None,
-    ) -> RawOutput:
+    async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         cg = self._cgroup(rec)
         ooms_before = cg.oom_kills()
-        if rec.spec.network.mode != "none":
-            env = proxy_env(run_id) | env
+        env = proxy_env(spec.run_id) | spec.env if rec.spec.network.mode != "none" else spec.env
         header = {
             "op": "exec",
-            "run_id": run_id,
-            "argv": argv,
+            "run_id": spec.run_id,
+            "argv": spec.argv,
             "env": env,
-            "redact": redact,  # None: no redaction for this run
-            "cwd": cwd,
-            "timeout": timeout,
-            "idle_timeout": idle_timeout,
-            "stream": stream,
+            "redact": spec.redact,  # None: no redaction for this run
+            "cwd": spec.cwd,
+            "timeout": spec.timeout,
+            "idle_timeout": spec.idle_timeout,
+            "stream": spec.stream,
             "disk_cap": self.settings.disk_cap,
-            "live_limit": None if on_output is not None else max_output,  # nobody watches live: send what is kept
+            "live_limit": None if spec.on_output is not None else spec.max_output,  # nobody watches live: send what is kept
         }
         inbox = None
-        if interactive is not None:
+        if (interactive := spec.interactive) is not None:
             header |= {"interactive": True, "tty": interactive.tty, "rows": interactive.rows, "cols": interactive.cols}
             inbox = interactive.inbox
-        reply, out = await run_exec(rec.data["socket"], header, stdin, max_output, on_output, inbox, on_start)
+        socket_path = rec.data["socket"]
+        reply, out = await run_exec(socket_path, header, spec.stdin, spec.max_output, spec.on_output, inbox, spec.on_start)
         return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), cg.oom_kills() > ooms_before)
 
     @staticmethod

@@ -26,7 +26,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, InvalidError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, Interactive, OnOutput, OnStart
+from hutch.provider import Capabilities, CheckResult, ExecSpec
 from hutch.providers.unikraft.api import Reply
 from hutch.providers.unikraft.connection import ConnectionMixin
 from hutch.providers.unikraft.files import FilesMixin
@@ -192,24 +192,9 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
             raise api.fail(reply, what)
         return reply
 
-    async def exec(
-        self,
-        rec: SandboxRecord,
-        run_id: str,
-        argv: list[str],
-        *,
-        env: dict[str, str],
-        cwd: str,
-        stdin: bytes | None,
-        timeout: float | None,
-        idle_timeout: float | None,
-        max_output: int,
-        stream: bool = True,
-        on_output: OnOutput | None = None,
-        interactive: Interactive | None = None,
-        redact: dict[str, str] | None = None,
-        on_start: OnStart | None = None,
-    ) -> RawOutput:
+    async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
+        run_id, argv, stdin, redact, on_output = spec.run_id, spec.argv, spec.stdin, spec.redact, spec.on_output
+        timeout, idle_timeout = spec.timeout, spec.idle_timeout
         scrub = scrubber(redact)
         shown = {"stdout": 0, "stderr": 0}  # bytes passed to on_output (after scrubbing)
         if on_output is not None:
@@ -221,12 +206,12 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
                 await raw_output(name, chunk)
 
             on_output = on_scrubbed
-        if interactive is not None:
+        if spec.interactive is not None:
             raise InvalidError("the unikraft provider has no interactive runs", hint=NO_TERMINAL)
         nonce = secrets.token_hex(8)
-        body: dict[str, Any] = {"cmd": wrap(argv, nonce, stdin is not None), "cwd": cwd}
-        if env:
-            body["env"] = env
+        body: dict[str, Any] = {"cmd": wrap(argv, nonce, stdin is not None), "cwd": spec.cwd}
+        if spec.env:
+            body["env"] = spec.env
         reply = await self._plugin(rec, "POST", "/commands", "starting the command", body=body)
         cmd = str(reply.data.get("uuid") or "")
         if not cmd:
@@ -236,8 +221,8 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
         if stdin is not None:
             data = base64.b64encode(stdin).decode()
             await self._plugin(rec, "POST", f"/commands/{cmd}/stdin", "feeding stdin", body={"data": data, "eof": True})
-        if on_start is not None:  # the command runs in the instance and its record is on disk
-            on_start()
+        if spec.on_start is not None:  # the command runs in the instance and its record is on disk
+            spec.on_start()
         sent = {"stdout": 0, "stderr": 0}
         deadline = time.monotonic() + timeout if timeout else None
         last_output = time.monotonic()
@@ -275,7 +260,7 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
                 await self._plugin(rec, "POST", f"/commands/{cmd}/signal", "stopping the command", body={"signal": 9})
                 await self._plugin(rec, "POST", f"/commands/{cmd}/wait_timeout", "waiting", ok=(200, 408), body={"timeout_s": 10})
                 break
-        raw = await self._finish(rec, run_id, cmd, nonce, max_output, reason, scrub)
+        raw = await self._finish(rec, run_id, cmd, nonce, spec.max_output, reason, scrub)
         if on_output is not None:  # the rest of the output, whole (not only what the result keeps)
             totals = {"stdout": raw.stdout_bytes, "stderr": raw.stderr_bytes}
             await self._drain(rec, cmd, sent, totals, on_output)
@@ -409,17 +394,14 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
         return records, offset + len(records), len(lines)
 
     async def _sh(self, rec: SandboxRecord, script: str, timeout: float = 60.0) -> RawOutput:
-        return await self.exec(
-            rec,
-            "run_internal" + secrets.token_hex(6),
-            ["/bin/sh", "-c", script],
-            env={},
+        spec = ExecSpec(
+            run_id="run_internal" + secrets.token_hex(6),
+            argv=["/bin/sh", "-c", script],
             cwd="/",
-            stdin=None,
             timeout=timeout,
-            idle_timeout=None,
             max_output=8 << 20,
         )
+        return await self.exec(rec, spec)
 
     async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
         raw = await self._sh(rec, "ps -eo pid=,ppid=,user=,stat=,rss=,args= 2>/dev/null")

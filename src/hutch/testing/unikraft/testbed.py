@@ -13,7 +13,7 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
-from hutch.provider import Interactive
+from hutch.provider import ExecSpec, Interactive
 
 IMAGES = {"debian-slim:latest", "hutch/sandbox:latest", "nginx:latest"}
 
@@ -96,19 +96,16 @@ class Backend:
                 cmd.out[stream] += chunk
 
             try:
-                raw = await prov.exec(
-                    rec,
-                    cmd.run_id,
-                    ["/bin/sh", "-c", cmd.cmdline],
+                spec = ExecSpec(
+                    run_id=cmd.run_id,
+                    argv=["/bin/sh", "-c", cmd.cmdline],
                     env=cmd.run_env,
                     cwd=cmd.cwd or "/",
-                    stdin=None,
-                    timeout=None,
-                    idle_timeout=None,
                     max_output=16 << 20,
                     on_output=collect,
                     interactive=Interactive(cmd.inbox) if self.kind == "local" else None,
                 )
+                raw = await prov.exec(rec, spec)
                 if self.kind != "local":  # the fake provider does not stream
                     cmd.out["stdout"][:] = raw.stdout
                     cmd.out["stderr"][:] = raw.stderr
