@@ -8,7 +8,17 @@ import time
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from hutch import wire
@@ -196,7 +206,13 @@ class SandboxSpec(BaseModel):
             self.secret_names = sorted(set(self.secret_names) | set(self.secrets))
 
     tenant: str | None = None  # a persistent sandbox line: its /workspace outlives the sandbox
-    session: str | None = None  # auto mode: the reuse key (profile + working directory)
+    # auto mode (hutch run --reuse): one sandbox per key (provider + working directory). Stored records
+    # and requests of earlier releases call it "session", still read.
+    reuse_key: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("reuse_key", "session"),
+        description="auto mode (hutch run --reuse): one sandbox per key; its old name session is still accepted",
+    )
 
     @field_validator("tenant")
     @classmethod

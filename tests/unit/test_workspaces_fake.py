@@ -202,12 +202,12 @@ def test_fork_of_a_destroyed_sandbox_makes_nothing(service: Service) -> None:
 
 
 def test_auto_mode_reuses_then_recreates(service: Service) -> None:
-    spec = SandboxSpec(provider="fake", session="k1")
+    spec = SandboxSpec(provider="fake", reuse_key="k1")
     first, created = run(service.workspaces.ensure(spec))
     assert created
     again, created = run(service.workspaces.ensure(spec))
     assert (again.id, created) == (first.id, False)
-    other, created = run(service.workspaces.ensure(SandboxSpec(provider="fake", session="k2")))
+    other, created = run(service.workspaces.ensure(SandboxSpec(provider="fake", reuse_key="k2")))
     assert created and other.id != first.id
     del fake(service).sandboxes[first.id]  # the sandbox vanished
     third, created = run(service.workspaces.ensure(spec))

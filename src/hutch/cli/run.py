@@ -174,7 +174,7 @@ def exec_(
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
 
 
-def session_key(provider: str) -> str:
+def reuse_key(provider: str) -> str:
     """Auto mode's key: one sandbox per provider (profile) and working directory."""
     import hashlib
 
@@ -223,10 +223,10 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
     "--file", "code_file", type=click.Path(dir_okay=False), help="Run this local script (language from --lang or its suffix)."
 )
 @click.option("--keep", is_flag=True, help="Keep the sandbox after the command (its id goes to stderr).")
-@click.option("--session-id", "reuse", metavar="SANDBOX", help="Run in this existing sandbox instead of a new one.")
+@click.option("--session-id", "sandbox", metavar="SANDBOX", help="Run in this existing sandbox instead of a new one.")
 @click.option(
     "--reuse",
-    "auto",
+    "reuse",
     is_flag=True,
     envvar="HUTCH_REUSE",
     help="Auto mode: one kept sandbox per provider and working directory, made on first use (env HUTCH_REUSE=1).",
@@ -234,15 +234,15 @@ def snippet(lang: str | None, file: str | None, command: tuple[str, ...]) -> tup
 @click.option("--sync", "sync_dir", metavar="DIR", help="Push DIR into /workspace before the command (see hutch push).")
 @click.option("--pull", "pull_after", is_flag=True, help="With --sync: pull /workspace back into DIR afterwards.")
 @json_option
-@old_spelling("--sandbox", "--session-id", "reuse", metavar="SANDBOX")
+@old_spelling("--sandbox", "--session-id", "sandbox", metavar="SANDBOX")
 @click.pass_obj
 def run(
     obj: Ctx,
     /,
     command: tuple[str, ...],
     keep: bool,
-    reuse: str | None,
-    auto: bool,
+    sandbox: str | None,
+    reuse: bool,
     sync_dir: str | None,
     pull_after: bool,
     cwd: str | None,
@@ -264,7 +264,6 @@ def run(
     command that may have started is never run twice (a sandbox that dies under it gives
     a lost run).
     """
-    sbx: str | None = None
     try:
         argv, script, interpreter = (None, None, None) if not (lang or code_file) else snippet(lang, code_file, command)
         if not command and argv is None and script is None:
@@ -280,20 +279,20 @@ def run(
             max_output,
             no_redact,
         )
-        if (reuse or auto or create_kw.get("tenant")) and create_kw.get("secrets"):
+        if (sandbox or reuse or create_kw.get("tenant")) and create_kw.get("secrets"):
             # a sandbox that may already exist: the secrets go with this run, not its creation
             req["secrets"] = resolve_secrets(create_kw.pop("secrets"))
         if argv:
             req["command"] = argv  # code is never re-split by a shell
         if pull_after and not sync_dir:
             raise InvalidError("--pull needs --sync DIR", hint="hutch run --sync . --pull -- make")
-        persistent = bool(reuse or auto or create_kw.get("tenant"))
-        if reuse:
-            sbx = reuse
-        elif auto or create_kw.get("tenant"):
+        persistent = bool(sandbox or reuse or create_kw.get("tenant"))
+        if sandbox:
+            sbx = sandbox
+        elif reuse or create_kw.get("tenant"):
             spec = build_spec(obj, **create_kw)
             if not spec.get("tenant"):
-                spec["session"] = session_key(spec["provider"])
+                spec["reuse_key"] = reuse_key(spec["provider"])
             sbx = obj.client.ensure(spec)["sandbox"]["id"]
         else:
             sbx = obj.client.create(build_spec(obj, **create_kw))["id"]

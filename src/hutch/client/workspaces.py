@@ -1,4 +1,4 @@
-"""Client methods for workspaces: sessions, push/pull, snapshots, fork (mixed into
+"""Client methods for workspaces: kept sandboxes (auto and tenant mode), push/pull, snapshots, fork (mixed into
 :class:`hutch.client.Client` and :class:`hutch.client.AsyncClient`)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HTTP routes for workspaces: sessions (auto/tenant), push/pull, snapshots, fork, tenants.
+"""HTTP routes for workspaces: kept sandboxes (auto and tenant mode), push/pull, snapshots, fork, tenants.
 
 A push is one request: ``<length>\\n<manifest JSON><tar>`` (``application/x-hutch-push``),
 spooled to a file under the state dir, so the whole tree travels as one tar stream.
@@ -80,7 +80,7 @@ def router(service: Service) -> APIRouter:
 
     @r.post("/v1/sessions")
     async def ensure(spec: SandboxSpec) -> dict[str, Any]:
-        """Auto (``session``) or tenant mode: the live sandbox, or a new one."""
+        """Auto (``reuse_key``) or tenant mode: the live sandbox, or a new one."""
         rec, created = await ws.ensure(spec)
         return {"sandbox": rec.model_dump(mode="json"), "created": created}
 

@@ -1,4 +1,4 @@
-"""Workspace use-cases: session modes (auto, tenant), push/pull, snapshots, fork.
+"""Workspace use-cases: the kept sandboxes of auto and tenant mode, push/pull, snapshots, fork.
 
 The Service decides (plans, guards, records, events); providers with the ``workspace``
 capability move tars. Everything that can be refused is refused before any mutation.
@@ -30,9 +30,9 @@ DELETE_MAX_SHARE = 0.2
 MAX_FORK = 32
 SETTLE_WAIT = 30.0
 ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
-# Not carried from a source sandbox to a fork or a restore: its session line, and values
+# Not carried from a source sandbox to a fork or a restore: its reuse key or tenant, and values
 # the store never holds (env values are redacted there, secrets are not stored at all).
-UNCOPIED: dict[str, Any] = {"tenant": None, "session": None, "env": {}, "secrets": {}, "secret_names": []}
+UNCOPIED: dict[str, Any] = {"tenant": None, "reuse_key": None, "env": {}, "secrets": {}, "secret_names": []}
 
 
 def check_rel(path: str) -> str:
@@ -65,20 +65,20 @@ class Workspaces:
         tmp.mkdir(mode=0o700, exist_ok=True)
         return tmp / f"{new_id('tmp')}{suffix}"
 
-    # -- session modes -------------------------------------------------------------------
+    # -- kept sandboxes ------------------------------------------------------------------
 
     async def ensure(self, spec: SandboxSpec) -> tuple[SandboxRecord, bool]:
-        """Auto and tenant modes: the live sandbox of this session key or tenant, or a new one.
+        """Auto and tenant modes: the live sandbox of this reuse key or tenant, or a new one.
 
         A sandbox that is gone is marked lost and replaced; nothing is ever re-run here.
         """
-        if not (spec.session or spec.tenant):
-            raise InvalidError("ensure needs a session key or a tenant", hint="use --reuse or --tenant NAME")
+        if not (spec.reuse_key or spec.tenant):
+            raise InvalidError("ensure needs a reuse key or a tenant", hint="use --reuse or --tenant NAME")
         async with self._ensure_lock:
             return await self._ensure(spec)
 
     async def _ensure(self, spec: SandboxSpec) -> tuple[SandboxRecord, bool]:
-        for rec in self._session_sandboxes(spec):
+        for rec in self._kept_sandboxes(spec):
             if rec.state == SandboxState.running and await self.service.provider(rec.provider).alive(rec):
                 return rec, False
             if rec.state == SandboxState.running:
@@ -87,18 +87,18 @@ class Workspaces:
                 self.store.events.append("sandbox_lost", rec.id)
         return await self.service.create(spec), True
 
-    def _session_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
+    def _kept_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
         live = self.store.sandboxes.all(LIVE_STATES)
         if spec.tenant:
             return [r for r in live if r.spec.tenant == spec.tenant]
-        return [r for r in live if r.spec.session == spec.session and r.spec.provider == spec.provider]
+        return [r for r in live if r.spec.reuse_key == spec.reuse_key and r.spec.provider == spec.provider]
 
     def check_tenant(self, spec: SandboxSpec) -> None:
         """Before create: a tenant has at most one live sandbox; its provider must keep workspaces."""
         if not spec.tenant:
             return
         workspace_provider(self.service.provider(spec.provider))
-        for rec in self._session_sandboxes(spec):
+        for rec in self._kept_sandboxes(spec):
             raise ConflictError(
                 f"tenant {spec.tenant!r} already has a live sandbox {rec.id}",
                 hint=f"use it (hutch exec {rec.id} -- ...), or destroy it first: hutch destroy {rec.id}",

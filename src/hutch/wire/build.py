@@ -123,7 +123,7 @@ def sandbox_spec(
     allow_cidrs: Iterable[str] = (),
     secrets: Mapping[str, str] | None = None,
     tenant: str | None = None,
-    session: str | None = None,
+    reuse_key: str | None = None,
     image: str | None = None,
     metro: str | None = None,
     ssh: bool = False,
@@ -132,7 +132,7 @@ def sandbox_spec(
     on_expire: str | None = None,
     require_approval: Sequence[str] = (),
 ) -> SandboxSpec:
-    """The body of create (and of a session: ``tenant`` or ``session``)."""
+    """The body of create (and of ``POST /v1/sessions``: with ``tenant`` or ``reuse_key``)."""
     spec: SandboxSpec = {
         "provider": provider or defaults.provider,
         "limits": limits(defaults, memory, pids, cpus),
@@ -148,8 +148,8 @@ def sandbox_spec(
         spec["workdir"] = workdir
     if tenant:
         spec["tenant"] = tenant
-    if session:
-        spec["session"] = session
+    if reuse_key:
+        spec["reuse_key"] = reuse_key
     if image:
         spec["image"] = image
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})

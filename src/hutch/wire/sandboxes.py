@@ -93,7 +93,7 @@ class SandboxSpec(TypedDict, total=False):
     secrets: dict[str, str]  # request only: never stored or returned
     secret_names: list[str]
     tenant: str | None  # a persistent sandbox line: its /workspace outlives the sandbox
-    session: str | None  # auto mode (hutch run --reuse): the reuse key
+    reuse_key: str | None  # auto mode (hutch run --reuse): one sandbox per key; "session" is its old name, still read
     ttl: float | str | None
     idle_timeout: float | str | None
     on_expire: OnExpire
