@@ -27,7 +27,7 @@ os.environ["HUTCH_MAX_BACKGROUND_RUNS"] = "100000"
 
 from hutch.client import Client  # noqa: E402
 from hutch.config import Settings  # noqa: E402
-from hutch.server.launcher import socket_answers  # noqa: E402
+from hutch.server.home import socket_answers  # noqa: E402
 
 
 def main() -> None:

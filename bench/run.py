@@ -62,7 +62,7 @@ from hutch.client import Client  # noqa: E402
 from hutch.config import Settings  # noqa: E402
 from hutch.providers.local import bwrap as bw  # noqa: E402
 from hutch.providers.local import cgroups  # noqa: E402
-from hutch.server.launcher import prepare_home  # noqa: E402
+from hutch.server.home import prepare_home  # noqa: E402
 
 PAYLOAD = "100M"  # head -c 100M: 100 MiB
 PAYLOAD_BYTES = 100 << 20

@@ -16,7 +16,7 @@ import pytest
 
 from hutch.client import Client
 from hutch.config import Settings
-from hutch.server.launcher import socket_answers
+from hutch.server.home import socket_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 

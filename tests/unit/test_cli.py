@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from hutch.cli import main
-from hutch.server.launcher import socket_answers
+from hutch.server.home import socket_answers
 
 UNSET = "HUTCH_TEST_SURELY_UNSET_VARIABLE"
 

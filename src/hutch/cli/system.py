@@ -13,9 +13,10 @@ import click
 
 from hutch.cli.common import DURATION, Ctx, count, emit, json_option
 from hutch.client import Client
+from hutch.client.launcher import ensure_daemon
 from hutch.config import Settings
 from hutch.errors import HutchError, NotFoundError, UnavailableError
-from hutch.server.launcher import daemon_pid, ensure_daemon, socket_answers
+from hutch.server.home import daemon_pid, socket_answers
 
 
 def _local(obj: Ctx) -> Settings:

@@ -1,14 +1,26 @@
 """The HTTP client of the hutch API, used by the CLI, the SDK and the MCP server.
 
 :class:`Client` (standard library only, for the CLI's start-up budget) and
-:class:`AsyncClient` (httpx) speak JSON to the daemon's unix socket, starting the daemon on
-demand, or over TCP to ``HUTCH_HOST`` (:class:`Endpoint`). They return :mod:`hutch.wire`
-bodies: the edges never import the server, the Service or a provider.
+:class:`AsyncClient` (httpx) have one method per call of the API and return its
+:mod:`hutch.wire` body: the edges never import the Service or a provider. Each sends
+through its transport::
+
+    sync.py       Client          the calls, sync
+    aio.py        AsyncClient     the calls the async SDK and the MCP server make, awaited
+    paths.py                      the URLs and query parameters both build
+    transport.py  Transport       one connection per request; AsyncTransport: an httpx pool
+    retry.py                      which requests are sent again after a dropped connection
+    endpoint.py   Endpoint        where the daemon is: the unix socket or HUTCH_HOST (+ token, TLS)
+    launcher.py   ensure_daemon   start the local daemon on demand
+    transfer.py                   push and pull: the local tree's manifest, the tar, a safe pull
 """
 
 from __future__ import annotations
 
+from hutch.client.aio import AsyncClient
 from hutch.client.endpoint import Endpoint
-from hutch.client.sync import AsyncClient, Client
+from hutch.client.launcher import ensure_daemon
+from hutch.client.sync import Client
+from hutch.client.transport import Response
 
-__all__ = ["AsyncClient", "Client", "Endpoint"]
+__all__ = ["AsyncClient", "Client", "Endpoint", "Response", "ensure_daemon"]

@@ -1,95 +1,37 @@
-"""The HTTP client of the hutch API, used by the CLI, the SDK and the MCP server.
+"""The synchronous client: one method per call of the API, each returning its wire body.
 
-Speaks JSON over the daemon's unix socket (starting the daemon on demand) or over TCP
-to a gateway. Returns plain dicts: the edges never import the Service or providers.
+The requests go through a :class:`~hutch.client.transport.Transport` (standard library
+only: the CLI's start-up budget); :class:`~hutch.client.aio.AsyncClient` has the same
+methods over httpx.
 """
 
 from __future__ import annotations
 
 import builtins
-import http.client
-import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack, cast
-from urllib.parse import quote, urlencode
 
+from hutch.client import paths
 from hutch.client.endpoint import Endpoint
-from hutch.client.lifecycle import AsyncLifecycleAPI, LifecycleAPI
-from hutch.client.retry import ATTEMPTS, dropped, may_retry, new_key
-from hutch.client.workspaces import AsyncWorkspaceAPI, WorkspaceAPI
+from hutch.client.retry import new_key
+from hutch.client.transport import Response, Transport
 from hutch.config import Settings
-from hutch.errors import HutchError, InternalError, UnavailableError
-from hutch.server.launcher import ensure_daemon
 
 if TYPE_CHECKING:
-    import httpx
-
     from hutch import wire
-
-MAX_RESPONSE = 256 << 20
-
-
-class Response:
-    """The part of an HTTP response the client needs."""
-
-    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
-        self.status_code = status_code
-        self.headers = headers
-        self.content = content
-
-    def json(self) -> Any:
-        return json.loads(self.content)
+    from hutch.client.transfer import Progress
 
 
-def _raise_for(resp: Response | httpx.Response) -> None:
-    if resp.status_code < 400:
-        return
-    try:
-        body = resp.json()
-    except (json.JSONDecodeError, ValueError):
-        text = resp.content[:200].decode(errors="replace")
-        raise InternalError(f"daemon answered HTTP {resp.status_code}: {text}", hint="see hutch daemon logs") from None
-    raise HutchError.from_dict(body)
+class Client:
+    """Synchronous client over the daemon's unix socket (starting the daemon on demand unless
+    ``autostart=False``), or over TCP to ``HUTCH_HOST``."""
 
-
-def _page(resp: Response | httpx.Response) -> tuple[bytes, bool, int | None]:
-    size = resp.headers.get("x-hutch-size")
-    return resp.content, resp.headers.get("x-hutch-truncated") == "1", int(size) if size else None
-
-
-def _event_params(
-    ref: str | None, types: list[str] | None, since: float | None, after: int, limit: int, run: str | None
-) -> dict[str, object]:
-    params: dict[str, object] = {"after": after, "limit": limit}
-    for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
-        if value:
-            params[key] = value
-    return params
-
-
-def _path(ref: str) -> str:
-    return "/v1/sandboxes/" + quote(ref, safe="")
-
-
-class _Base:
     def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
         self.settings = settings or Settings.load()
         self.endpoint = Endpoint.from_settings(self.settings)
-        self.autostart = autostart and not self.endpoint.remote  # never start a daemon for HUTCH_HOST
-
-    def _unavailable(self, exc: Exception) -> UnavailableError:
-        return self.endpoint.unavailable(exc)
-
-
-class Client(_Base, LifecycleAPI, WorkspaceAPI):
-    """Synchronous client over the daemon's unix socket, or over TCP to ``HUTCH_HOST``.
-
-    Built on the standard library's http.client: importing httpx costs about 115 ms,
-    which alone would exceed the CLI's latency budget. The async client uses httpx.
-    """
-
-    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
-        super().__init__(settings, autostart)
+        # never start a daemon for HUTCH_HOST
+        self.transport = Transport(self.settings, self.endpoint, autostart and not self.endpoint.remote)
 
     def close(self) -> None:
         """Nothing to release: each request uses its own connection."""
@@ -99,24 +41,6 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    def _send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
-        # One connection per request: a kept-alive connection the daemon closed while idle
-        # would fail a POST in a way that cannot be retried safely. Connecting costs ~50 us.
-        conn = self.endpoint.connection()
-        try:
-            try:
-                conn.request(method, url, body=body, headers=headers)
-            except (BrokenPipeError, ConnectionResetError):
-                if not body:
-                    raise  # with a body, the daemon may have answered before reading it all (over its limit)
-            raw = conn.getresponse()
-            content = raw.read(MAX_RESPONSE + 1)
-        finally:
-            conn.close()
-        if len(content) > MAX_RESPONSE:
-            raise InternalError("response from the daemon is larger than 256 MiB")
-        return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
 
     def request(
         self,
@@ -128,68 +52,16 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
         content: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        if params:
-            url += _query(params)
-        headers = self.endpoint.headers() | (headers or {})
-        body = content
-        if json is not None:
-            body = _dumps(json)
-            headers["content-type"] = "application/json"
-        for attempt in range(ATTEMPTS):  # see client_retry: which requests are sent again
-            try:
-                resp = self._send(method, url, body, headers)
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                if attempt == 0 and self.autostart:
-                    ensure_daemon(self.settings)
-                    continue
-                raise self._unavailable(exc) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                if attempt + 1 < ATTEMPTS and dropped(exc) and may_retry(method, headers):
-                    continue
-                raise self._unavailable(exc) from exc
-            _raise_for(resp)
-            return resp
-        raise AssertionError("unreachable")
+        return self.transport.request(method, url, params=params, json=json, content=content, headers=headers)
 
     def stream(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Iterator[Any]:
         """An NDJSON response, one parsed line at a time, as the daemon sends them."""
-        if params:
-            url += _query(params)
-        body = _dumps(json) if json is not None else None
-        headers = self.endpoint.headers() | ({"content-type": "application/json"} if json is not None else {})
-        for attempt in (0, 1):
-            conn = self.endpoint.connection()
-            try:
-                conn.request(method, url, body=body, headers=headers)
-                raw = conn.getresponse()
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                conn.close()
-                if attempt == 0 and self.autostart:
-                    ensure_daemon(self.settings)
-                    continue
-                raise self._unavailable(exc) from exc
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                raise self._unavailable(exc) from exc
-            try:
-                if raw.status >= 400:
-                    _raise_for(Response(raw.status, {}, raw.read(MAX_RESPONSE)))
-                while True:
-                    try:
-                        line = raw.readline(MAX_RESPONSE)
-                    except (OSError, http.client.HTTPException) as exc:
-                        raise self._unavailable(exc) from exc
-                    if not line:
-                        return
-                    yield _loads(line)
-            finally:
-                conn.close()
-        raise AssertionError("unreachable")
+        return self.transport.stream(method, url, params=params, json=json)
 
     def json(self, method: str, url: str, **kw: Any) -> Any:
         return self.request(method, url, **kw).json()
 
-    # -- API -------------------------------------------------------------------------
+    # -- the daemon ---------------------------------------------------------------------
     def health(self) -> wire.Health:
         return cast("wire.Health", self.json("GET", "/v1/health"))
 
@@ -199,73 +71,12 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
     def shutdown(self) -> wire.Shutdown:
         return cast("wire.Shutdown", self.json("POST", "/v1/shutdown"))
 
-    def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
-        return cast("wire.SandboxRecord", self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
-
-    def list(
-        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
-    ) -> builtins.list[wire.SandboxRecord]:
-        return cast(
-            "builtins.list[wire.SandboxRecord]",
-            self.json("GET", "/v1/sandboxes", params=_list_params(include_all, labels, state)),
-        )
-
-    def get(self, ref: str) -> wire.SandboxRecord:
-        return cast("wire.SandboxRecord", self.json("GET", _path(ref)))
-
-    def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
-        return cast("wire.DestroyResult", self.json("DELETE", _path(ref), params={"approval": approval}))
-
-    def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> wire.SandboxStatus:
-        return cast("wire.SandboxStatus", self.json("GET", _path(ref) + "/status", params={"wait": wait, "timeout": timeout}))
-
     def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> wire.Inventory:
         params: dict[str, Any] = {"all": include_all} | ({"metro": metro} if metro else {})
-        return cast("wire.Inventory", self.json("GET", f"/v1/providers/{quote(provider, safe='')}/inventory", params=params))
+        return cast("wire.Inventory", self.json("GET", paths.provider(provider) + "/inventory", params=params))
 
     def cleanup(self, **req: Unpack[wire.CleanupRequest]) -> wire.CleanupReport:
         return cast("wire.CleanupReport", self.json("POST", "/v1/cleanup", json=req))
-
-    def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
-        """Run in the foreground: the result (a background run: :meth:`start`)."""
-        return cast(
-            "wire.ExecResult",
-            self.json("POST", _path(ref) + "/exec", json=req, headers=new_key() if req.get("background") else None),
-        )
-
-    def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
-        """Start in the background: the run's record at once (the request is sent once per key)."""
-        body = {**req, "background": True}
-        return cast("wire.RunRecord", self.json("POST", _path(ref) + "/exec", json=body, headers=new_key()))
-
-    def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
-        return cast("wire.SandboxRecord", self.json("POST", _path(ref) + "/policy", json=change, params={"approval": approval}))
-
-    def exec_stream(self, ref: str, req: wire.ExecRequest) -> Iterator[wire.ExecFrame]:
-        return self.stream("POST", _path(ref) + "/exec", params={"stream": True}, json=req)
-
-    def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
-        return cast(
-            "builtins.list[wire.RunRecord]", self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None)
-        )
-
-    def run(self, run_id: str) -> wire.RunRecord:
-        return cast("wire.RunRecord", self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
-
-    def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
-        params = {"timeout": timeout} if timeout is not None else None
-        return cast("wire.RunRecord", self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
-
-    def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
-        return cast("wire.KillResult", self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal}))
-
-    def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
-        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
-        return cast("wire.OutputPage", self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
-
-    def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
-        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
-        return cast("wire.Transcript", self.json("GET", _path(ref) + "/logs", params=params))
 
     def events(
         self,
@@ -277,181 +88,173 @@ class Client(_Base, LifecycleAPI, WorkspaceAPI):
         limit: int = 1000,
         run: str | None = None,
     ) -> builtins.list[wire.Event]:
-        params = _event_params(ref, types, since, after, limit, run)
+        params = paths.event_params(ref, types, since, after, limit, run)
         return cast("builtins.list[wire.Event]", self.json("GET", "/v1/events", params=params))
 
-    def ps(self, ref: str) -> builtins.list[wire.Process]:
-        return cast("builtins.list[wire.Process]", self.json("GET", _path(ref) + "/ps"))
+    # -- sandboxes ----------------------------------------------------------------------
+    def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
 
+    def list(
+        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
+    ) -> builtins.list[wire.SandboxRecord]:
+        params = paths.list_params(include_all, labels, state)
+        return cast("builtins.list[wire.SandboxRecord]", self.json("GET", "/v1/sandboxes", params=params))
+
+    def get(self, ref: str) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("GET", paths.sandbox(ref)))
+
+    def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
+        return cast("wire.DestroyResult", self.json("DELETE", paths.sandbox(ref), params={"approval": approval}))
+
+    def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> wire.SandboxStatus:
+        params = {"wait": wait, "timeout": timeout}
+        return cast("wire.SandboxStatus", self.json("GET", paths.sandbox(ref) + "/status", params=params))
+
+    def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
+        params = {"approval": approval}
+        return cast("wire.SandboxRecord", self.json("POST", paths.sandbox(ref) + "/policy", json=change, params=params))
+
+    def pause(self, ref: str) -> wire.StateChange:
+        return cast("wire.StateChange", self.json("POST", paths.sandbox(ref) + "/pause"))
+
+    def resume(self, ref: str) -> wire.StateChange:
+        return cast("wire.StateChange", self.json("POST", paths.sandbox(ref) + "/resume"))
+
+    def keepalive(self, ref: str, ttl: str | float | None = None) -> wire.Deadlines:
+        return cast("wire.Deadlines", self.json("POST", paths.sandbox(ref) + "/keepalive", json={"ttl": ttl}))
+
+    def subagent(self, ref: str, req: wire.SubagentRequest) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("POST", paths.sandbox(ref) + "/subagents", json=req))
+
+    def label(self, ref: str, set_: dict[str, str], remove: builtins.list[str]) -> wire.SandboxRecord:
+        body = {"set": set_, "remove": remove}
+        return cast("wire.SandboxRecord", self.json("POST", paths.sandbox(ref) + "/labels", json=body))
+
+    def ps(self, ref: str) -> builtins.list[wire.Process]:
+        return cast("builtins.list[wire.Process]", self.json("GET", paths.sandbox(ref) + "/ps"))
+
+    # -- runs ---------------------------------------------------------------------------
+    def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
+        """Run in the foreground: the result (a background run: :meth:`start`)."""
+        headers = new_key() if req.get("background") else None
+        return cast("wire.ExecResult", self.json("POST", paths.sandbox(ref) + "/exec", json=req, headers=headers))
+
+    def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
+        """Start in the background: the run's record at once (the request is sent once per key)."""
+        body = {**req, "background": True}
+        return cast("wire.RunRecord", self.json("POST", paths.sandbox(ref) + "/exec", json=body, headers=new_key()))
+
+    def exec_stream(self, ref: str, req: wire.ExecRequest) -> Iterator[wire.ExecFrame]:
+        return self.stream("POST", paths.sandbox(ref) + "/exec", params={"stream": True}, json=req)
+
+    def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
+        params = {"status": status} if status else None
+        return cast("builtins.list[wire.RunRecord]", self.json("GET", paths.sandbox(ref) + "/runs", params=params))
+
+    def run(self, run_id: str) -> wire.RunRecord:
+        return cast("wire.RunRecord", self.json("GET", paths.run(run_id)))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
+        params = {"timeout": timeout} if timeout is not None else None
+        return cast("wire.RunRecord", self.json("POST", paths.run(run_id) + "/wait", params=params))
+
+    def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
+        return cast("wire.KillResult", self.json("POST", paths.run(run_id) + "/kill", json={"signal": signal}))
+
+    def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
+        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
+        return cast("wire.OutputPage", self.json("GET", paths.run(run_id) + "/output", params=params))
+
+    def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
+        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
+        return cast("wire.Transcript", self.json("GET", paths.sandbox(ref) + "/logs", params=params))
+
+    # -- files --------------------------------------------------------------------------
     def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
-        resp = self.request("GET", _path(ref) + "/files", params={"path": path})
-        return resp.content, resp.headers.get("x-hutch-truncated") == "1"
+        resp = self.request("GET", paths.sandbox(ref) + "/files", params={"path": path})
+        return resp.content, paths.truncated(resp)
 
     def read_page(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
         """``limit`` bytes from ``offset``; whether more follow; the file's size when known."""
-        resp = self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
-        return _page(resp)
+        params = {"path": path, "offset": offset, "limit": limit}
+        return paths.page(self.request("GET", paths.sandbox(ref) + "/files", params=params))
 
     def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> wire.FileWritten:
-        return cast(
-            "wire.FileWritten", self.json("PUT", _path(ref) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data)
-        )
+        params = {"path": path, "mode": f"{mode:o}"}
+        return cast("wire.FileWritten", self.json("PUT", paths.sandbox(ref) + "/files", params=params, content=data))
 
     def list_files(self, ref: str, path: str | None = None) -> builtins.list[wire.FileEntry]:
-        return cast("builtins.list[wire.FileEntry]", self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {}))
+        params = {"path": path} if path else {}
+        return cast("builtins.list[wire.FileEntry]", self.json("GET", paths.sandbox(ref) + "/ls", params=params))
 
+    # -- workspaces ---------------------------------------------------------------------
+    def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
+        return cast("wire.Session", self.json("POST", "/v1/sessions", json=spec))
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj).encode()
+    def tenants(self) -> builtins.list[wire.Tenant]:
+        return cast("builtins.list[wire.Tenant]", self.json("GET", "/v1/tenants"))
 
+    def delete_tenant(self, name: str) -> wire.TenantDeleted:
+        return cast("wire.TenantDeleted", self.json("DELETE", paths.tenant(name)))
 
-def _loads(data: bytes) -> Any:
-    return json.loads(data)
-
-
-def _list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, object]:
-    return {"all": include_all, "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None, "state": state}
-
-
-def _query(params: dict[str, object]) -> str:
-    clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
-    return "?" + urlencode(clean, doseq=True) if clean else ""
-
-
-class AsyncClient(_Base, AsyncLifecycleAPI, AsyncWorkspaceAPI):
-    """Asynchronous client with the same methods as :class:`Client`."""
-
-    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
-        import httpx
-
-        super().__init__(settings, autostart)
-        self._httpx = httpx
-        ep = self.endpoint
-        if ep.scheme == "unix":
-            transport = httpx.AsyncHTTPTransport(uds=ep.address)
-        else:
-            transport = httpx.AsyncHTTPTransport(verify=ep.ssl_context() if ep.scheme == "https" else True)
-        # idle connections are dropped well before the daemon would close them (it keeps them http_keepalive)
-        limits = httpx.Limits(max_keepalive_connections=20, keepalive_expiry=self.settings.http_keepalive / 2)
-        self.http = httpx.AsyncClient(
-            transport=transport, base_url=ep.base_url, headers=ep.headers(), timeout=httpx.Timeout(10.0, read=None), limits=limits
-        )
-
-    async def close(self) -> None:
-        await self.http.aclose()
-
-    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
-        h = self._httpx
-        for attempt in range(ATTEMPTS):  # see client_retry: which requests are sent again
-            try:
-                resp = await self.http.request(method, url, **kw)
-            except (h.ConnectError, FileNotFoundError) as exc:
-                if attempt == 0 and self.autostart:
-                    import asyncio
-
-                    await asyncio.to_thread(ensure_daemon, self.settings)
-                    continue
-                raise self._unavailable(exc) from exc
-            except (h.RemoteProtocolError, h.ReadError, h.WriteError) as exc:  # the daemon dropped the connection
-                if attempt + 1 < ATTEMPTS and may_retry(method, kw.get("headers")):
-                    continue
-                raise self._unavailable(exc) from exc
-            except h.TransportError as exc:
-                raise self._unavailable(exc) from exc
-            _raise_for(resp)
-            return resp
-        raise AssertionError("unreachable")
-
-    async def json(self, method: str, url: str, **kw: Any) -> Any:
-        return (await self.request(method, url, **kw)).json()
-
-    async def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
-        return cast("wire.SandboxRecord", await self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
-
-    async def list(
-        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
-    ) -> builtins.list[wire.SandboxRecord]:
-        params = {k: v for k, v in _list_params(include_all, labels, state).items() if v is not None}
-        return cast("builtins.list[wire.SandboxRecord]", await self.json("GET", "/v1/sandboxes", params=params))
-
-    async def get(self, ref: str) -> wire.SandboxRecord:
-        return cast("wire.SandboxRecord", await self.json("GET", _path(ref)))
-
-    async def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
-        return cast(
-            "wire.DestroyResult", await self.json("DELETE", _path(ref), params={"approval": approval} if approval else None)
-        )
-
-    async def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
-        """Run in the foreground: the result (a background run: :meth:`start`)."""
-        headers = new_key() if req.get("background") else None
-        return cast("wire.ExecResult", await self.json("POST", _path(ref) + "/exec", json=req, headers=headers))
-
-    async def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
-        """Start in the background: the run's record at once (the request is sent once per key)."""
-        body = {**req, "background": True}
-        return cast("wire.RunRecord", await self.json("POST", _path(ref) + "/exec", json=body, headers=new_key()))
-
-    async def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
-        params = {"approval": approval} if approval else None
-        return cast("wire.SandboxRecord", await self.json("POST", _path(ref) + "/policy", json=change, params=params))
-
-    async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
-        resp = await self.request("GET", _path(ref) + "/files", params={"path": path})
-        return resp.content, resp.headers.get("x-hutch-truncated") == "1"
-
-    async def read_page(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
-        """``limit`` bytes from ``offset``; whether more follow; the file's size when known."""
-        resp = await self.request("GET", _path(ref) + "/files", params={"path": path, "offset": offset, "limit": limit})
-        return _page(resp)
-
-    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> wire.FileWritten:
-        params = {"path": path, "mode": f"{mode:o}"}
-        return cast("wire.FileWritten", await self.json("PUT", _path(ref) + "/files", params=params, content=data))
-
-    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[wire.FileEntry]:
-        return cast(
-            "builtins.list[wire.FileEntry]", await self.json("GET", _path(ref) + "/ls", params={"path": path} if path else {})
-        )
-
-    async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
-        return cast(
-            "builtins.list[wire.RunRecord]",
-            await self.json("GET", _path(ref) + "/runs", params={"status": status} if status else None),
-        )
-
-    async def run(self, run_id: str) -> wire.RunRecord:
-        return cast("wire.RunRecord", await self.json("GET", "/v1/runs/" + quote(run_id, safe="")))
-
-    async def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
-        params = {"timeout": timeout} if timeout is not None else None
-        return cast("wire.RunRecord", await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/wait", params=params))
-
-    async def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
-        return cast(
-            "wire.KillResult", await self.json("POST", "/v1/runs/" + quote(run_id, safe="") + "/kill", json={"signal": signal})
-        )
-
-    async def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
-        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
-        return cast("wire.OutputPage", await self.json("GET", "/v1/runs/" + quote(run_id, safe="") + "/output", params=params))
-
-    async def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
-        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
-        return cast("wire.Transcript", await self.json("GET", _path(ref) + "/logs", params=params))
-
-    async def ps(self, ref: str) -> builtins.list[wire.Process]:
-        return cast("builtins.list[wire.Process]", await self.json("GET", _path(ref) + "/ps"))
-
-    async def events(
+    def push(
         self,
-        ref: str | None = None,
+        ref: str,
+        root: str,
         *,
-        types: builtins.list[str] | None = None,
-        since: float | None = None,
-        after: int = 0,
-        limit: int = 1000,
-        run: str | None = None,
-    ) -> builtins.list[wire.Event]:
-        params = _event_params(ref, types, since, after, limit, run)
-        return cast("builtins.list[wire.Event]", await self.json("GET", "/v1/events", params=params))
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+        approval: str | None = None,
+    ) -> wire.PushSummary:
+        from hutch.client import transfer
+
+        kept = cast("wire.Manifest", self.json("GET", paths.sandbox(ref) + "/manifest"))["files"]
+        plan = transfer.plan_push(Path(root), exclude, kept)
+        body = transfer.push_body(Path(root), plan.manifest, [] if dry_run else plan.send, progress)
+        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
+        answer = self.json("POST", paths.sandbox(ref) + "/push", params=params, content=body)
+        return plan.summary(cast("wire.PushResult", answer))
+
+    def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
+        from hutch.client import transfer
+
+        data = self.request("GET", paths.sandbox(ref) + "/pull").content
+        return transfer.pull_into(data, Path(dest), force=force, dry_run=dry_run)
+
+    def snapshot_save(self, ref: str, name: str) -> wire.SnapshotRecord:
+        return cast("wire.SnapshotRecord", self.json("POST", paths.sandbox(ref) + "/snapshots", json={"name": name}))
+
+    def snapshots(self) -> builtins.list[wire.SnapshotRecord]:
+        return cast("builtins.list[wire.SnapshotRecord]", self.json("GET", "/v1/snapshots"))
+
+    def snapshot_restore(self, name: str, new_name: str | None = None) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", self.json("POST", paths.snapshot(name) + "/restore", json={"name": new_name}))
+
+    def snapshot_delete(self, name: str) -> wire.SnapshotDeleted:
+        return cast("wire.SnapshotDeleted", self.json("DELETE", paths.snapshot(name)))
+
+    def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> wire.ForkResult:
+        body = {"count": count, "name_prefix": name_prefix}
+        return cast("wire.ForkResult", self.json("POST", paths.sandbox(ref) + "/fork", json=body))
+
+    # -- approvals ----------------------------------------------------------------------
+    def request_approval(self, req: wire.ApprovalRequest) -> wire.ApprovalRecord:
+        return cast("wire.ApprovalRecord", self.json("POST", "/v1/approvals", json=req))
+
+    def approvals(self, pending: bool = False, sandbox: str | None = None) -> builtins.list[wire.ApprovalRecord]:
+        params = {"pending": pending, "sandbox": sandbox}
+        return cast("builtins.list[wire.ApprovalRecord]", self.json("GET", "/v1/approvals", params=params))
+
+    def approval(self, approval_id: str) -> wire.ApprovalRecord:
+        return cast("wire.ApprovalRecord", self.json("GET", paths.approval(approval_id)))
+
+    def wait_approval(self, approval_id: str, timeout: float | None = None) -> wire.ApprovalRecord:
+        return cast("wire.ApprovalRecord", self.json("POST", paths.approval(approval_id) + "/wait", params={"timeout": timeout}))
+
+    def decide(self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None) -> wire.ApprovalRecord:
+        body = {"approve": approve, "reason": reason, "by": by}
+        return cast("wire.ApprovalRecord", self.json("POST", paths.approval(approval_id) + "/decision", json=body))

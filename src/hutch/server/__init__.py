@@ -1,1 +1,1 @@
-"""The HTTP edge of the Service (:mod:`hutch.server.app`) and the daemon launcher."""
+"""The HTTP edge of the Service (:mod:`hutch.server.app`), the daemon that serves it, and its state directory."""

@@ -20,7 +20,7 @@ from hutch.config import Settings
 from hutch.credentials import Credential, load_file
 from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
-from hutch.server.launcher import prepare_home, socket_answers
+from hutch.server.home import prepare_home, socket_answers
 from hutch.server.remote import Listener, TokenAuth, bind, listener
 from hutch.service import Service
 from hutch.service.claims import StepHook, no_step

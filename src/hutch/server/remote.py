@@ -13,9 +13,9 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch.client.endpoint import TOKEN_RECIPE, is_loopback, read_token
 from hutch.config import Settings
 from hutch.errors import InvalidError, UnauthorizedError
+from hutch.tokens import TOKEN_RECIPE, is_loopback, read_token
 
 Scope = dict[str, Any]
 ASGIApp = Any

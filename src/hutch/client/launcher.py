@@ -1,6 +1,7 @@
-"""Start the local daemon on demand, and talk to its pid/lock files.
+"""Start the local daemon on demand: ``hutch serve`` in the background, once, under a lock.
 
-Light on imports on purpose: the CLI imports this on every call.
+The clients call it when the socket does not answer (never for ``HUTCH_HOST``), and so
+does ``hutch daemon start``. Light on imports on purpose: the CLI imports this on every call.
 """
 
 from __future__ import annotations
@@ -8,50 +9,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from hutch.config import Settings
 from hutch.errors import UnavailableError
-
-
-def socket_answers(path: Path) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(1.0)
-    try:
-        s.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-def daemon_pid(settings: Settings) -> int | None:
-    try:
-        pid = int((settings.home / "hutchd.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:
-        pass
-    return pid
-
-
-def prepare_home(home: Path) -> None:
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        os.chmod(home, 0o711 if os.geteuid() == 0 else 0o700)
-    except OSError as exc:
-        raise UnavailableError(
-            f"cannot use the state directory {home}: {exc.strerror}", hint="set HUTCH_HOME to a writable directory"
-        ) from exc
+from hutch.server.home import prepare_home, socket_answers
 
 
 def ensure_daemon(settings: Settings) -> None:

@@ -1,0 +1,212 @@
+"""The asynchronous client: the methods of :class:`~hutch.client.Client` the SDK's
+``AsyncSandbox`` and the MCP server use, awaited, over an httpx connection pool
+(:class:`~hutch.client.transport.AsyncTransport`)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from hutch.client import paths
+from hutch.client.endpoint import Endpoint
+from hutch.client.retry import new_key
+from hutch.client.transport import AsyncTransport
+from hutch.config import Settings
+
+if TYPE_CHECKING:
+    import httpx
+
+    from hutch import wire
+    from hutch.client.transfer import Progress
+
+
+class AsyncClient:
+    """Asynchronous client with the same methods as :class:`~hutch.client.Client`."""
+
+    def __init__(self, settings: Settings | None = None, autostart: bool = True) -> None:
+        self.settings = settings or Settings.load()
+        self.endpoint = Endpoint.from_settings(self.settings)
+        # never start a daemon for HUTCH_HOST
+        self.transport = AsyncTransport(self.settings, self.endpoint, autostart and not self.endpoint.remote)
+        self.http = self.transport.http  # the httpx.AsyncClient
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        return await self.transport.request(method, url, **kw)
+
+    async def json(self, method: str, url: str, **kw: Any) -> Any:
+        return (await self.request(method, url, **kw)).json()
+
+    async def events(
+        self,
+        ref: str | None = None,
+        *,
+        types: builtins.list[str] | None = None,
+        since: float | None = None,
+        after: int = 0,
+        limit: int = 1000,
+        run: str | None = None,
+    ) -> builtins.list[wire.Event]:
+        params = paths.event_params(ref, types, since, after, limit, run)
+        return cast("builtins.list[wire.Event]", await self.json("GET", "/v1/events", params=params))
+
+    # -- sandboxes ----------------------------------------------------------------------
+    async def create(self, spec: wire.SandboxSpec) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("POST", "/v1/sandboxes", json=spec, headers=new_key()))
+
+    async def list(
+        self, include_all: bool = False, labels: dict[str, str] | None = None, state: str | None = None
+    ) -> builtins.list[wire.SandboxRecord]:
+        params = {k: v for k, v in paths.list_params(include_all, labels, state).items() if v is not None}
+        return cast("builtins.list[wire.SandboxRecord]", await self.json("GET", "/v1/sandboxes", params=params))
+
+    async def get(self, ref: str) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("GET", paths.sandbox(ref)))
+
+    async def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
+        params = {"approval": approval} if approval else None
+        return cast("wire.DestroyResult", await self.json("DELETE", paths.sandbox(ref), params=params))
+
+    async def policy(self, ref: str, change: wire.PolicyChange, approval: str | None = None) -> wire.SandboxRecord:
+        params = {"approval": approval} if approval else None
+        return cast("wire.SandboxRecord", await self.json("POST", paths.sandbox(ref) + "/policy", json=change, params=params))
+
+    async def pause(self, ref: str) -> wire.StateChange:
+        return cast("wire.StateChange", await self.json("POST", paths.sandbox(ref) + "/pause"))
+
+    async def resume(self, ref: str) -> wire.StateChange:
+        return cast("wire.StateChange", await self.json("POST", paths.sandbox(ref) + "/resume"))
+
+    async def keepalive(self, ref: str, ttl: str | float | None = None) -> wire.Deadlines:
+        return cast("wire.Deadlines", await self.json("POST", paths.sandbox(ref) + "/keepalive", json={"ttl": ttl}))
+
+    async def subagent(self, ref: str, req: wire.SubagentRequest) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("POST", paths.sandbox(ref) + "/subagents", json=req))
+
+    async def label(self, ref: str, set_: dict[str, str], remove: builtins.list[str]) -> wire.SandboxRecord:
+        body = {"set": set_, "remove": remove}
+        return cast("wire.SandboxRecord", await self.json("POST", paths.sandbox(ref) + "/labels", json=body))
+
+    async def ps(self, ref: str) -> builtins.list[wire.Process]:
+        return cast("builtins.list[wire.Process]", await self.json("GET", paths.sandbox(ref) + "/ps"))
+
+    # -- runs ---------------------------------------------------------------------------
+    async def exec(self, ref: str, req: wire.ExecRequest) -> wire.ExecResult:
+        """Run in the foreground: the result (a background run: :meth:`start`)."""
+        headers = new_key() if req.get("background") else None
+        return cast("wire.ExecResult", await self.json("POST", paths.sandbox(ref) + "/exec", json=req, headers=headers))
+
+    async def start(self, ref: str, req: wire.ExecRequest) -> wire.RunRecord:
+        """Start in the background: the run's record at once (the request is sent once per key)."""
+        body = {**req, "background": True}
+        return cast("wire.RunRecord", await self.json("POST", paths.sandbox(ref) + "/exec", json=body, headers=new_key()))
+
+    async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
+        params = {"status": status} if status else None
+        return cast("builtins.list[wire.RunRecord]", await self.json("GET", paths.sandbox(ref) + "/runs", params=params))
+
+    async def run(self, run_id: str) -> wire.RunRecord:
+        return cast("wire.RunRecord", await self.json("GET", paths.run(run_id)))
+
+    async def wait(self, run_id: str, timeout: float | None = None) -> wire.RunRecord:
+        params = {"timeout": timeout} if timeout is not None else None
+        return cast("wire.RunRecord", await self.json("POST", paths.run(run_id) + "/wait", params=params))
+
+    async def kill(self, run_id: str, signal: str | int = "TERM") -> wire.KillResult:
+        return cast("wire.KillResult", await self.json("POST", paths.run(run_id) + "/kill", json={"signal": signal}))
+
+    async def output(self, run_id: str, stdout_offset: int = 0, stderr_offset: int = 0, limit: int = 1 << 20) -> wire.OutputPage:
+        params = {"stdout_offset": stdout_offset, "stderr_offset": stderr_offset, "limit": limit}
+        return cast("wire.OutputPage", await self.json("GET", paths.run(run_id) + "/output", params=params))
+
+    async def logs(self, ref: str, run: str | None = None, offset: int = 0, limit: int = 1 << 20) -> wire.Transcript:
+        params: dict[str, Any] = {"offset": offset, "limit": limit} | ({"run": run} if run else {})
+        return cast("wire.Transcript", await self.json("GET", paths.sandbox(ref) + "/logs", params=params))
+
+    # -- files --------------------------------------------------------------------------
+    async def read_file(self, ref: str, path: str) -> tuple[bytes, bool]:
+        resp = await self.request("GET", paths.sandbox(ref) + "/files", params={"path": path})
+        return resp.content, paths.truncated(resp)
+
+    async def read_page(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        """``limit`` bytes from ``offset``; whether more follow; the file's size when known."""
+        params = {"path": path, "offset": offset, "limit": limit}
+        return paths.page(await self.request("GET", paths.sandbox(ref) + "/files", params=params))
+
+    async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> wire.FileWritten:
+        params = {"path": path, "mode": f"{mode:o}"}
+        return cast("wire.FileWritten", await self.json("PUT", paths.sandbox(ref) + "/files", params=params, content=data))
+
+    async def list_files(self, ref: str, path: str | None = None) -> builtins.list[wire.FileEntry]:
+        params = {"path": path} if path else {}
+        return cast("builtins.list[wire.FileEntry]", await self.json("GET", paths.sandbox(ref) + "/ls", params=params))
+
+    # -- workspaces ---------------------------------------------------------------------
+    async def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
+        return cast("wire.Session", await self.json("POST", "/v1/sessions", json=spec))
+
+    async def push(
+        self,
+        ref: str,
+        root: str,
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+        progress: Progress | None = None,
+        approval: str | None = None,
+    ) -> wire.PushSummary:
+        import asyncio
+
+        from hutch.client import transfer
+
+        kept = cast("wire.Manifest", await self.json("GET", paths.sandbox(ref) + "/manifest"))["files"]
+        plan = await asyncio.to_thread(transfer.plan_push, Path(root), exclude, kept)
+        body = await asyncio.to_thread(transfer.push_body, Path(root), plan.manifest, [] if dry_run else plan.send, progress)
+        params = {"delete": delete, "force": force, "dry_run": dry_run, "approval": approval}
+        answer = await self.json("POST", paths.sandbox(ref) + "/push", params=paths.clean(params), content=body)
+        return plan.summary(cast("wire.PushResult", answer))
+
+    async def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
+        import asyncio
+
+        from hutch.client import transfer
+
+        data = (await self.request("GET", paths.sandbox(ref) + "/pull")).content
+        return await asyncio.to_thread(transfer.pull_into, data, Path(dest), force=force, dry_run=dry_run)
+
+    async def snapshot_save(self, ref: str, name: str) -> wire.SnapshotRecord:
+        return cast("wire.SnapshotRecord", await self.json("POST", paths.sandbox(ref) + "/snapshots", json={"name": name}))
+
+    async def snapshot_restore(self, name: str, new_name: str | None = None) -> wire.SandboxRecord:
+        return cast("wire.SandboxRecord", await self.json("POST", paths.snapshot(name) + "/restore", json={"name": new_name}))
+
+    async def fork(self, ref: str, count: int = 1, name_prefix: str | None = None) -> wire.ForkResult:
+        body = {"count": count, "name_prefix": name_prefix}
+        return cast("wire.ForkResult", await self.json("POST", paths.sandbox(ref) + "/fork", json=body))
+
+    # -- approvals ----------------------------------------------------------------------
+    async def request_approval(self, req: wire.ApprovalRequest) -> wire.ApprovalRecord:
+        return cast("wire.ApprovalRecord", await self.json("POST", "/v1/approvals", json=req))
+
+    async def approvals(self, pending: bool = False, sandbox: str | None = None) -> builtins.list[wire.ApprovalRecord]:
+        params: dict[str, Any] = {"pending": pending} | ({"sandbox": sandbox} if sandbox else {})
+        return cast("builtins.list[wire.ApprovalRecord]", await self.json("GET", "/v1/approvals", params=params))
+
+    async def approval(self, approval_id: str) -> wire.ApprovalRecord:
+        return cast("wire.ApprovalRecord", await self.json("GET", paths.approval(approval_id)))
+
+    async def wait_approval(self, approval_id: str, timeout: float | None = None) -> wire.ApprovalRecord:
+        params = {"timeout": timeout} if timeout is not None else None
+        return cast("wire.ApprovalRecord", await self.json("POST", paths.approval(approval_id) + "/wait", params=params))
+
+    async def decide(
+        self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None
+    ) -> wire.ApprovalRecord:
+        body = {"approve": approve, "reason": reason, "by": by}
+        return cast("wire.ApprovalRecord", await self.json("POST", paths.approval(approval_id) + "/decision", json=body))

@@ -1,0 +1,65 @@
+"""The URLs and query parameters of the API, shared by :class:`~hutch.client.Client` and
+:class:`~hutch.client.AsyncClient` (the route table with its bodies: :mod:`hutch.wire.routes`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    import httpx
+
+    from hutch.client.transport import Response
+
+
+def sandbox(ref: str) -> str:
+    return "/v1/sandboxes/" + quote(ref, safe="")
+
+
+def run(run_id: str) -> str:
+    return "/v1/runs/" + quote(run_id, safe="")
+
+
+def approval(approval_id: str) -> str:
+    return "/v1/approvals/" + quote(approval_id, safe="")
+
+
+def snapshot(name: str) -> str:
+    return "/v1/snapshots/" + quote(name, safe="")
+
+
+def tenant(name: str) -> str:
+    return "/v1/tenants/" + quote(name, safe="")
+
+
+def provider(name: str) -> str:
+    return "/v1/providers/" + quote(name, safe="")
+
+
+def list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, object]:
+    return {"all": include_all, "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None, "state": state}
+
+
+def event_params(
+    ref: str | None, types: list[str] | None, since: float | None, after: int, limit: int, run: str | None
+) -> dict[str, object]:
+    params: dict[str, object] = {"after": after, "limit": limit}
+    for key, value in (("sandbox", ref), ("type", types), ("since", since), ("run", run)):
+        if value:
+            params[key] = value
+    return params
+
+
+def clean(params: dict[str, Any]) -> dict[str, Any]:
+    """Booleans as the daemon reads them, unset values left out (httpx would send them empty)."""
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+
+
+def truncated(resp: Response | httpx.Response) -> bool:
+    return resp.headers.get("x-hutch-truncated") == "1"
+
+
+def page(resp: Response | httpx.Response) -> tuple[bytes, bool, int | None]:
+    """A ranged read's bytes, whether more follow, and the file's size when known."""
+    size = resp.headers.get("x-hutch-size")
+    return resp.content, truncated(resp), int(size) if size else None

@@ -1,0 +1,209 @@
+"""How the clients send a request to the daemon, and what they make of its answer.
+
+:class:`Transport` (the sync client's, standard library only: importing httpx costs about
+115 ms, which alone would exceed the CLI's latency budget) opens one connection per
+request; :class:`AsyncTransport` keeps a pool of httpx connections. Both start the local
+daemon when its socket does not answer (:mod:`hutch.client.launcher`), send a request
+again only as :mod:`hutch.client.retry` allows, bound the answer, and raise the daemon's
+``{"error": ...}`` as its :class:`~hutch.errors.HutchError`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from hutch.client.endpoint import Endpoint
+from hutch.client.launcher import ensure_daemon
+from hutch.client.retry import ATTEMPTS, dropped, may_retry
+from hutch.config import Settings
+from hutch.errors import HutchError, InternalError
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_RESPONSE = 256 << 20
+
+
+class Response:
+    """The part of an HTTP response the client needs."""
+
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+def raise_for(resp: Response | httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except (json.JSONDecodeError, ValueError):
+        text = resp.content[:200].decode(errors="replace")
+        raise InternalError(f"daemon answered HTTP {resp.status_code}: {text}", hint="see hutch daemon logs") from None
+    raise HutchError.from_dict(body)
+
+
+def query(params: dict[str, object]) -> str:
+    clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+    return "?" + urlencode(clean, doseq=True) if clean else ""
+
+
+class Transport:
+    """The sync client's HTTP: over the endpoint's socket, one connection per request."""
+
+    def __init__(self, settings: Settings, endpoint: Endpoint, autostart: bool) -> None:
+        self.settings = settings
+        self.endpoint = endpoint
+        self.autostart = autostart
+
+    def send(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
+        # One connection per request: a kept-alive connection the daemon closed while idle
+        # would fail a POST in a way that cannot be retried safely. Connecting costs ~50 us.
+        conn = self.endpoint.connection()
+        try:
+            try:
+                conn.request(method, url, body=body, headers=headers)
+            except (BrokenPipeError, ConnectionResetError):
+                if not body:
+                    raise  # with a body, the daemon may have answered before reading it all (over its limit)
+            raw = conn.getresponse()
+            content = raw.read(MAX_RESPONSE + 1)
+        finally:
+            conn.close()
+        if len(content) > MAX_RESPONSE:
+            raise InternalError("response from the daemon is larger than 256 MiB")
+        return Response(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        if params:
+            url += query(params)
+        headers = self.endpoint.headers() | (headers or {})
+        body = content
+        if json is not None:
+            body = _dumps(json)
+            headers["content-type"] = "application/json"
+        for attempt in range(ATTEMPTS):  # see retry.py: which requests are sent again
+            try:
+                resp = self.send(method, url, body, headers)
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                if attempt == 0 and self.autostart:
+                    ensure_daemon(self.settings)
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                if attempt + 1 < ATTEMPTS and dropped(exc) and may_retry(method, headers):
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            raise_for(resp)
+            return resp
+        raise AssertionError("unreachable")
+
+    def stream(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Iterator[Any]:
+        """An NDJSON response, one parsed line at a time, as the daemon sends them."""
+        if params:
+            url += query(params)
+        body = _dumps(json) if json is not None else None
+        headers = self.endpoint.headers() | ({"content-type": "application/json"} if json is not None else {})
+        for attempt in (0, 1):
+            conn = self.endpoint.connection()
+            try:
+                conn.request(method, url, body=body, headers=headers)
+                raw = conn.getresponse()
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                conn.close()
+                if attempt == 0 and self.autostart:
+                    ensure_daemon(self.settings)
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise self.endpoint.unavailable(exc) from exc
+            try:
+                if raw.status >= 400:
+                    raise_for(Response(raw.status, {}, raw.read(MAX_RESPONSE)))
+                while True:
+                    try:
+                        line = raw.readline(MAX_RESPONSE)
+                    except (OSError, http.client.HTTPException) as exc:
+                        raise self.endpoint.unavailable(exc) from exc
+                    if not line:
+                        return
+                    yield _loads(line)
+            finally:
+                conn.close()
+        raise AssertionError("unreachable")
+
+
+class AsyncTransport:
+    """The async client's HTTP: a pool of httpx connections over the endpoint's socket."""
+
+    def __init__(self, settings: Settings, endpoint: Endpoint, autostart: bool) -> None:
+        import httpx
+
+        self.settings = settings
+        self.endpoint = endpoint
+        self.autostart = autostart
+        self._httpx = httpx
+        if endpoint.scheme == "unix":
+            transport = httpx.AsyncHTTPTransport(uds=endpoint.address)
+        else:
+            transport = httpx.AsyncHTTPTransport(verify=endpoint.ssl_context() if endpoint.scheme == "https" else True)
+        # idle connections are dropped well before the daemon would close them (it keeps them http_keepalive)
+        limits = httpx.Limits(max_keepalive_connections=20, keepalive_expiry=settings.http_keepalive / 2)
+        self.http = httpx.AsyncClient(
+            transport=transport,
+            base_url=endpoint.base_url,
+            headers=endpoint.headers(),
+            timeout=httpx.Timeout(10.0, read=None),
+            limits=limits,
+        )
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        h = self._httpx
+        for attempt in range(ATTEMPTS):  # see retry.py: which requests are sent again
+            try:
+                resp = await self.http.request(method, url, **kw)
+            except (h.ConnectError, FileNotFoundError) as exc:
+                if attempt == 0 and self.autostart:
+                    import asyncio
+
+                    await asyncio.to_thread(ensure_daemon, self.settings)
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            except (h.RemoteProtocolError, h.ReadError, h.WriteError) as exc:  # the daemon dropped the connection
+                if attempt + 1 < ATTEMPTS and may_retry(method, kw.get("headers")):
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            except h.TransportError as exc:
+                raise self.endpoint.unavailable(exc) from exc
+            raise_for(resp)
+            return resp
+        raise AssertionError("unreachable")
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def _loads(data: bytes) -> Any:
+    return json.loads(data)
