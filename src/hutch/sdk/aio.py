@@ -1,0 +1,328 @@
+"""``AsyncSandbox``: the asynchronous twin of :class:`~hutch.sdk.sync.Sandbox`, kept in step
+by tests/unit/test_sdk_parity.py."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal, Self, overload
+
+from hutch.client import AsyncClient
+from hutch.config import Settings
+from hutch.errors import HutchError
+from hutch.sdk import forks
+from hutch.sdk.files import AsyncFiles
+from hutch.sdk.policy import AsyncPolicy
+from hutch.sdk.pty import AsyncPty, _attach_path, _pty_start
+from hutch.sdk.results import ExecResult
+from hutch.sdk.runs import AsyncRun, AsyncRuns
+from hutch.wire.build import approval_request, exec_request, sandbox_spec, subagent_request
+
+if TYPE_CHECKING:
+    from hutch import wire
+
+
+class AsyncSandbox:
+    """The asynchronous twin of :class:`~hutch.sdk.sync.Sandbox`."""
+
+    _forks: builtins.list[AsyncSandbox]  # children made by fork(), destroyed when an ``async with`` block on this sandbox ends
+
+    def __init__(self, info: wire.SandboxRecord, client: AsyncClient) -> None:
+        self.info = info
+        self.client = client
+        self.files = AsyncFiles(self)
+        self.runs = AsyncRuns(self)
+        self.policy = AsyncPolicy(self)
+        self._forks = []
+
+    @property
+    def _cap(self) -> int:
+        return self.client.settings.output_cap
+
+    @property
+    def id(self) -> str:
+        return str(self.info["id"])
+
+    @property
+    def name(self) -> str | None:
+        return self.info.get("name")
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox(id={self.id!r}, name={self.name!r}, state={self.info.get('state')!r})"
+
+    @classmethod
+    async def create(
+        cls,
+        *,
+        name: str | None = None,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpus: float | None = None,
+        env: dict[str, str] | None = None,
+        mounts: builtins.list[str] | None = None,
+        labels: dict[str, str] | None = None,
+        workdir: str | None = None,
+        provider: str | None = None,
+        network: str | None = None,
+        allow_hosts: builtins.list[str] | None = None,
+        allow_ports: builtins.list[int] | None = None,
+        allow_cidrs: builtins.list[str] | None = None,
+        secrets: dict[str, str] | None = None,
+        ttl: str | float | None = None,
+        idle_timeout: str | float | None = None,
+        on_expire: Literal["destroy", "pause"] | None = None,
+        require_approval: builtins.list[str] | None = None,
+        image: str | None = None,
+        unikraft_metro: str | None = None,
+        settings: Settings | None = None,
+    ) -> AsyncSandbox:
+        client = AsyncClient(settings)
+        spec = sandbox_spec(
+            client.settings,
+            network=network,
+            allow_hosts=allow_hosts or (),
+            allow_ports=allow_ports or (),
+            allow_cidrs=allow_cidrs or (),
+            secrets=secrets,
+            image=image,
+            metro=unikraft_metro,
+            name=name,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            mounts=mounts or (),
+            labels=labels,
+            workdir=workdir,
+            provider=provider,
+            ttl=ttl,
+            idle_timeout=idle_timeout,
+            on_expire=on_expire,
+            require_approval=require_approval or (),
+        )
+        return cls(await client.create(spec), client)
+
+    @classmethod
+    async def connect(cls, ref: str, *, settings: Settings | None = None) -> AsyncSandbox:
+        client = AsyncClient(settings)
+        return cls(await client.get(ref), client)
+
+    @classmethod
+    async def list(
+        cls,
+        *,
+        labels: dict[str, str] | None = None,
+        state: str | None = None,
+        include_all: bool = False,
+        settings: Settings | None = None,
+    ) -> builtins.list[AsyncSandbox]:
+        """Sandboxes (live ones unless ``include_all`` or a ``state`` is given), optionally
+        only those carrying all of ``labels`` or in ``state``."""
+        client = AsyncClient(settings)
+        return [cls(info, client) for info in await client.list(include_all, labels, state)]
+
+    async def refresh(self) -> wire.SandboxRecord:
+        self.info = await self.client.get(self.id)
+        return self.info
+
+    @property
+    def network(self) -> wire.NetworkPolicy:
+        """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""
+        return self.info["spec"].get("network") or {"mode": "none"}
+
+    @overload
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
+        background: Literal[False] = False,
+        approval: str | None = None,
+    ) -> ExecResult: ...
+
+    @overload
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
+        background: Literal[True],
+        approval: str | None = None,
+    ) -> AsyncRun: ...
+
+    async def exec(
+        self,
+        command: str | builtins.list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        idle_timeout: float | None = None,
+        secrets: dict[str, str] | None = None,
+        redact: bool = True,
+        background: bool = False,
+        approval: str | None = None,
+    ) -> ExecResult | AsyncRun:
+        """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
+        cap = self._cap if max_output is None else max_output
+        req = exec_request(
+            command,
+            env=env,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=stdin,
+            max_output=cap,
+            idle_timeout=idle_timeout,
+            secrets=secrets,
+            redact=redact,
+            approval=approval,
+        )
+        if background:
+            return AsyncRun(await self.client.start(self.id, req), self.client)
+        return ExecResult.from_dict(await self.client.exec(self.id, req))
+
+    async def pty(
+        self,
+        command: str | builtins.list[str] | None = None,
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+    ) -> AsyncPty:
+        """A terminal session running ``command`` (default: a login shell); ``timeout`` as for exec."""
+        await self.client.get(self.id)
+        ws = await self.client.endpoint.ws_connect_async(_attach_path(self.id))
+        await ws.send(_pty_start(command, rows, cols, env, cwd, timeout))
+        return AsyncPty(ws)
+
+    @classmethod
+    async def restore(cls, snapshot: str, *, name: str | None = None, settings: Settings | None = None) -> Self:
+        """A new sandbox whose workspace is ``snapshot``."""
+        client = AsyncClient(settings)
+        return cls(await client.snapshot_restore(snapshot, name), client)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    async def pause(self) -> wire.StateChange:
+        """Freeze every process of the sandbox (``state`` becomes ``paused``)."""
+        out = await self.client.pause(self.id)
+        self.info = await self.client.get(self.id)
+        return out
+
+    async def resume(self) -> wire.StateChange:
+        out = await self.client.resume(self.id)
+        self.info = await self.client.get(self.id)
+        return out
+
+    async def keepalive(self, ttl: str | float | None = None) -> wire.Deadlines:
+        """Reset the idle timer; with ``ttl`` (``"30m"``), a new deadline that long from now."""
+        return await self.client.keepalive(self.id, ttl)
+
+    async def label(self, set: dict[str, str] | None = None, remove: builtins.list[str] | None = None) -> wire.SandboxRecord:  # noqa: A002
+        self.info = await self.client.label(self.id, set or {}, remove or [])
+        return self.info
+
+    async def subagent(
+        self,
+        *,
+        name: str | None = None,
+        workspace: Literal["rw", "ro"] | None = None,
+        memory: str | int | None = None,
+        pids: int | None = None,
+        cpus: float | None = None,
+        env: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        ttl: str | float | None = None,
+    ) -> Self:
+        """A child sandbox sharing this one's /workspace (``"ro"``: read-only) with its own processes."""
+        req = subagent_request(
+            self.client.settings,
+            name=name,
+            workspace=workspace,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            env=env,
+            labels=labels,
+            ttl=ttl,
+        )
+        return type(self)(await self.client.subagent(self.id, req), self.client)
+
+    async def confirm(
+        self, action: str, *, reason: str | None = None, timeout: float | None = None, wait: bool = True
+    ) -> wire.ApprovalRecord:
+        """Ask a human to approve ``action``; with ``wait``, block until decided or expired (read ``status``)."""
+        apr = await self.client.request_approval(approval_request(action, self.id, reason, timeout))
+        while wait and apr["status"] == "pending":
+            apr = await self.client.wait_approval(apr["id"], 60.0)
+        return apr
+
+    # -- the workspace ------------------------------------------------------------------
+    async def push(
+        self,
+        directory: str = ".",
+        *,
+        delete: bool = False,
+        exclude: Iterable[str] = (),
+        dry_run: bool = False,
+        force: bool = False,
+    ) -> wire.PushSummary:
+        """Send a local tree into /workspace (only what changed); returns the summary."""
+        return await self.client.push(self.id, directory, delete=delete, exclude=exclude, dry_run=dry_run, force=force)
+
+    async def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
+        """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
+        return await self.client.pull(self.id, directory, dry_run=dry_run, force=force)
+
+    async def snapshot(self, name: str) -> wire.SnapshotRecord:
+        """Save the workspace as snapshot ``name``."""
+        return await self.client.snapshot_save(self.id, name)
+
+    async def fork(
+        self, count: int = 1, *, name_prefix: str | None = None, keep: bool = False
+    ) -> builtins.list[Self | HutchError]:
+        """``count`` new sandboxes starting from a copy of this workspace; a child that
+        failed is its :class:`HutchError` in the list, the others are sandboxes. In an
+        ``async with`` block on this sandbox, the children are destroyed with it when the
+        block ends, unless ``keep``."""
+        result = await self.client.fork(self.id, count, name_prefix)
+        out: builtins.list[Self | HutchError] = []
+        for c in forks.children(result):
+            out.append(c if isinstance(c, HutchError) else type(self)(await self.client.get(c), self.client))
+        if not keep:
+            self._forks.extend(c for c in out if not isinstance(c, HutchError))
+        return out
+
+    async def destroy(self, approval: str | None = None) -> wire.DestroyResult:
+        return await self.client.destroy(self.id, approval)
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Destroy the sandbox and the children ``fork`` made from it (unless ``keep=True``),
+        then close the HTTP client."""
+        try:
+            await forks.destroy_all_async(self._forks)
+        finally:
+            try:
+                await self.destroy()
+            finally:
+                await self.client.close()

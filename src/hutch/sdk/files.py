@@ -1,0 +1,47 @@
+"""``sbx.files``: read, write and list files in a sandbox."""
+
+from __future__ import annotations
+
+import builtins
+from typing import TYPE_CHECKING
+
+from hutch.sdk.results import FileInfo, _data
+
+if TYPE_CHECKING:
+    from hutch import wire
+    from hutch.sdk.aio import AsyncSandbox
+    from hutch.sdk.sync import Sandbox
+
+
+class Files:
+    def __init__(self, sbx: Sandbox) -> None:
+        self._sbx = sbx
+
+    def write(self, path: str, data: bytes | str, mode: int = 0o644) -> wire.FileWritten:
+        return self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
+
+    def read(self, path: str) -> bytes:
+        return self._sbx.client.read_file(self._sbx.id, path)[0]
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode()
+
+    def list(self, path: str | None = None) -> builtins.list[FileInfo]:
+        return [FileInfo(**e) for e in self._sbx.client.list_files(self._sbx.id, path)]
+
+
+class AsyncFiles:
+    def __init__(self, sbx: AsyncSandbox) -> None:
+        self._sbx = sbx
+
+    async def write(self, path: str, data: bytes | str, mode: int = 0o644) -> wire.FileWritten:
+        return await self._sbx.client.write_file(self._sbx.id, path, _data(data), mode)
+
+    async def read(self, path: str) -> bytes:
+        return (await self._sbx.client.read_file(self._sbx.id, path))[0]
+
+    async def read_text(self, path: str) -> str:
+        return (await self.read(path)).decode()
+
+    async def list(self, path: str | None = None) -> builtins.list[FileInfo]:
+        return [FileInfo(**e) for e in await self._sbx.client.list_files(self._sbx.id, path)]
