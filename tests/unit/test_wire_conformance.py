@@ -10,10 +10,11 @@ import string
 from pathlib import Path
 from typing import Any
 
-from hutch.client import transfer, wire
+from hutch import wire
+from hutch.client import transfer
 from hutch.wire.build import exec_request, sandbox_spec
+from hutch.wire.pydantic import adapter
 from hutch.wire.routes import ROUTES, Route
-from hutch.wire_pydantic import adapter
 
 CLAIMED_ONLY = {("GET", "/v1/providers/{name}/inventory"), ("POST", "/v1/cleanup")}
 
