@@ -44,7 +44,7 @@ from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
 from hutch.units import format_size, parse_duration, parse_size
-from hutch.wire_pydantic import typeddict
+from hutch.wire.pydantic import typeddict
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512

@@ -19,7 +19,7 @@ from tests.conftest import Daemon, hutch_env
 from tests.integration.ukc_support import ACCOUNT, SPECS, TOKEN, TestServer, validate_log
 
 from hutch import wire
-from hutch.wire_pydantic import adapter
+from hutch.wire.pydantic import adapter
 
 pytest.importorskip("asyncssh")
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not SPECS.is_dir(), reason=f"no specs at {SPECS}")]

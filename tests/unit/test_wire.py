@@ -18,8 +18,8 @@ import pytest
 from pydantic import BaseModel, TypeAdapter
 
 from hutch import wire
+from hutch.wire.pydantic import pydantic_type
 from hutch.wire.routes import ROUTES
-from hutch.wire_pydantic import pydantic_type
 
 # modules whose pydantic models are bodies of the API (RawOutput is a provider's outcome, not a body)
 MODEL_MODULES = (

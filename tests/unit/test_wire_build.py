@@ -19,7 +19,7 @@ from hutch.client import AsyncClient, Client
 from hutch.config import Settings
 from hutch.errors import InvalidError
 from hutch.wire import build
-from hutch.wire_pydantic import adapter
+from hutch.wire.pydantic import adapter
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "hutch"
 EDGES = [*sorted((SRC / "cli").glob("*.py")), *sorted(SRC.glob("sdk*.py")), SRC / "mcp.py", *sorted(SRC.glob("client*.py"))]

@@ -15,8 +15,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from hutch import wire
+from hutch.wire.pydantic import schema as wire_schema
 from hutch.wire.routes import ROUTES
-from hutch.wire_pydantic import schema as wire_schema
 
 NDJSON = "application/x-ndjson"
 STATUSES = {

@@ -13,10 +13,12 @@ daemon sends validate against them.
 - :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
 - :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
+- :mod:`hutch.wire.pydantic`: these TypedDicts as pydantic types, for the server side only
 
-Standard library only, and cheap: the types are only for type checkers at the edges
-(``if TYPE_CHECKING: from hutch import wire``), so the CLI's hot path loads just
-:mod:`hutch.wire.build`. Reading an attribute here (``wire.ExecResult``) loads its module.
+Standard library only (but :mod:`hutch.wire.pydantic`, which no edge imports), and cheap:
+the types are only for type checkers at the edges (``if TYPE_CHECKING: from hutch import
+wire``), so the CLI's hot path loads just :mod:`hutch.wire.build`. Reading an attribute
+here (``wire.ExecResult``) loads its module.
 """
 
 from __future__ import annotations
