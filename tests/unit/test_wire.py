@@ -27,6 +27,7 @@ MODEL_MODULES = (
     "hutch.netpolicy",
     "hutch.server.app",
     "hutch.server.lifecycle",
+    "hutch.server.oneshot",
     "hutch.server.runs",
     "hutch.server.workspaces",
 )

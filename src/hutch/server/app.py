@@ -19,6 +19,7 @@ from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, unless_gone
 from hutch.server.lifecycle import router as lifecycle_router
+from hutch.server.oneshot import router as oneshot_router
 from hutch.server.runs import router as runs_router
 from hutch.server.workspaces import router as workspaces_router
 from hutch.service import MAX_FILE, Service
@@ -153,6 +154,7 @@ def create_app(service: Service) -> FastAPI:
         return await service.cleanup(req.provider, req.metro, req.dry_run, req.keep, req.forget_missing)
 
     app.include_router(runs_router(service, once))
+    app.include_router(oneshot_router(service))
     app.include_router(workspaces_router(service))
     app.include_router(lifecycle_router(service))
     app.include_router(credentials_router(service))

@@ -39,6 +39,7 @@ CAPACITY = {
     ("post", "/v1/sandboxes/{ref}/subagents"),
     ("post", "/v1/sandboxes/{ref}/fork"),
     ("post", "/v1/sessions"),
+    ("post", "/v1/run"),
     ("post", "/v1/snapshots/{name}/restore"),
     ("post", "/v1/sandboxes/{ref}/snapshots"),
     ("post", "/v1/sandboxes/{ref}/push"),
@@ -49,6 +50,16 @@ RAW_BODIES = {  # routes that read their body themselves
     ("post", "/v1/sandboxes/{ref}/push"): (
         "application/x-hutch-push",
         "the manifest's length in decimal, a newline, the manifest (JSON), then a tar of the files sent",
+    ),
+}
+
+FRAMED_BODIES: dict[tuple[str, str], tuple[object, str, str]] = {  # JSON alone, or framed with the bytes it announces
+    ("post", "/v1/run"): (
+        wire.RunOnceRequest,
+        "application/x-hutch-run",
+        "the request's length in decimal, a newline, the request (JSON), then push_size bytes of push body "
+        "(as POST /v1/sandboxes/{ref}/push takes it), then with stream_input the command's input, "
+        "as much as the input frames allow",
     ),
 }
 
@@ -97,6 +108,15 @@ def fix(schema: dict[str, Any]) -> dict[str, Any]:
     answers(schema, schemas)
     for path, ops in schema.get("paths", {}).items():
         for method, op in ops.items():
+            framed = FRAMED_BODIES.get((method, path))
+            if framed is not None:
+                tp, media, what = framed
+                json_body = {"schema": wire_schema(tp, schemas)}
+                op["requestBody"] = {
+                    "required": True,
+                    "description": what,
+                    "content": {"application/json": json_body, media: {"schema": BINARY}},
+                }
             raw = RAW_BODIES.get((method, path))
             if raw is not None:
                 media, what = raw

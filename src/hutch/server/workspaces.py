@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,14 @@ class ForkRequest(BaseModel):
     name_prefix: str | None = None
 
 
-async def _spool(request: Request, dest: Path) -> dict[str, Any]:
-    """Read the push body: the manifest into memory, the tar into ``dest``."""
+async def spool(chunks: AsyncIterator[bytes], dest: Path) -> dict[str, Any]:
+    """Read a push body: the manifest into memory, the tar into ``dest`` (hutch run's request
+    carries one too)."""
     head = b""
     manifest: dict[str, Any] | None = None
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
-        async for chunk in request.stream():
+        async for chunk in chunks:
             if manifest is None:
                 head += chunk
                 if b"\n" not in head[:20]:
@@ -108,7 +110,7 @@ def router(service: Service) -> APIRouter:
         service.live(ref)  # a missing sandbox answers before the body is read
         tar = ws.tmp_path(".push.tar")
         try:
-            body = await _spool(request, tar)
+            body = await spool(request.stream(), tar)
             has_tar = tar.stat().st_size > 0
             files, tar_path = body["files"], tar if has_tar else None
             return await ws.push(ref, files, tar_path, delete=delete, force=force, dry_run=dry_run, approval=approval)

@@ -37,6 +37,7 @@ from hutch.service.events import Events
 from hutch.service.hints import no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
+from hutch.service.oneshot import OneShot
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -62,6 +63,7 @@ class Service:
         self.approvals = Approvals(self)
         self.claims = Claims(self)
         self.events = Events(self)  # the audit stream, read back
+        self.oneshot = OneShot(self)  # hutch run: make, push, run, pull, destroy
         self.keyring = Keyring(self)  # provider credentials: in memory only
         self._deferred: set[str] = set()  # sandboxes whose runs are adopted once their credential is back
 
@@ -145,6 +147,7 @@ class Service:
             log.info("settled %d claims of account %s at %s", len(settled), scope[2], scope[1])
 
     async def close(self) -> None:
+        await self.oneshot.settle()  # hutch runs in progress destroy the sandboxes they made
         await self.keyring.close()
         await self.lifecycle.stop_reaper()
         await self.workspaces.settle()  # a fork cancelled by the stop removes its children first

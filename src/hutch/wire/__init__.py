@@ -9,6 +9,7 @@ daemon sends validate against them.
 
 - :mod:`hutch.wire.sandboxes`: the spec, the sandbox record, lifecycle and policy bodies
 - :mod:`hutch.wire.runs`: the exec request and result, run records, stream frames, output, events
+- :mod:`hutch.wire.oneshot`: ``hutch run`` in one request (``POST /v1/run``) and its frames
 - :mod:`hutch.wire.workspaces`: files, push/pull, snapshots, fork, tenants
 - :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
@@ -27,6 +28,16 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hutch.wire.oneshot import (
+        DoneFrame,
+        InputFrame,
+        PullFrame,
+        PushedFrame,
+        RunOnceFrame,
+        RunOnceRequest,
+        SandboxFrame,
+        UploadFile,
+    )
     from hutch.wire.runs import (
         AttachEof,
         AttachMessage,
@@ -117,7 +128,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "workspaces", "system")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system")
 
 __all__ = [
     "AccountCredential",
@@ -139,6 +150,7 @@ __all__ = [
     "Deadlines",
     "DestroyResult",
     "Doctor",
+    "DoneFrame",
     "Error",
     "ErrorDetail",
     "ErrorFrame",
@@ -155,6 +167,7 @@ __all__ = [
     "ForkRequest",
     "ForkResult",
     "Health",
+    "InputFrame",
     "Inventory",
     "InventoryItem",
     "KeepaliveRequest",
@@ -173,14 +186,19 @@ __all__ = [
     "PolicyChange",
     "Process",
     "ProviderCleanup",
+    "PullFrame",
     "PullSummary",
     "PushManifest",
     "PushResult",
     "PushSummary",
+    "PushedFrame",
     "RestoreRequest",
     "RunFrame",
+    "RunOnceFrame",
+    "RunOnceRequest",
     "RunRecord",
     "RunStatus",
+    "SandboxFrame",
     "SandboxRecord",
     "SandboxSpec",
     "SandboxState",
@@ -200,6 +218,7 @@ __all__ = [
     "TenantDeleted",
     "Transcript",
     "TranscriptRecord",
+    "UploadFile",
     "WorkspaceView",
 ]
 

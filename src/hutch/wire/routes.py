@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
 from hutch.wire.runs import (
     Event,
     ExecFrame,
@@ -79,6 +80,8 @@ class Route(NamedTuple):
 BYTES = "application/octet-stream"
 TAR = "application/x-tar"
 PUSH = "application/x-hutch-push"
+RUN_FRAMED = "application/x-hutch-run"
+NDJSON = "application/x-ndjson"
 SBX = "/v1/sandboxes/{ref}"
 RUN = "/v1/runs/{run_id}"
 APR = "/v1/approvals/{approval_id}"
@@ -111,6 +114,8 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/events", None, list[Event]),
     Route("GET", SBX + "/events", None, list[Event]),
     Route("GET", SBX + "/ps", None, list[Process]),
+    # hutch run: <length>\n<RunOnceRequest JSON>[push body][input] when bytes travel with it (wire.oneshot)
+    Route("POST", "/v1/run", RunOnceRequest, None, stream=RunOnceFrame, media=NDJSON, request_media=RUN_FRAMED),
     # files and workspaces
     Route("GET", SBX + "/files", None, None, media=BYTES),
     Route("PUT", SBX + "/files", None, FileWritten, request_media=BYTES),
