@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import graphlib
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -68,3 +70,122 @@ def _root_version(node: ast.AST) -> bool:
     if isinstance(node, ast.Attribute):
         return node.attr == "__version__" and isinstance(node.value, ast.Name) and node.value.id == "hutch"
     return False
+
+
+# -- the layers -----------------------------------------------------------------------
+
+# Top-level packages and modules of hutch, from the edges down: each may import its own
+# layer and the layers below it, never one above (DESIGN.md: edges -> client -> server ->
+# service -> providers/store -> wire/models/errors). hutch.testing sits above everything:
+# the doubles may use any layer, and production never imports them (tested above).
+LAYERS: list[tuple[str, set[str]]] = [
+    ("testing", {"testing"}),
+    ("edges", {"__init__", "__main__", "cli", "mcp", "sdk"}),
+    ("client", {"client"}),
+    ("server", {"server"}),
+    ("service", {"service"}),
+    ("providers/store", {"provider", "providers", "store"}),
+    # the floor: the wire contract, the models, the errors, and the pure helpers all use
+    (
+        "wire/models/errors",
+        {"wire", "models", "netpolicy", "policy", "checks", "units", "config", "credentials", "tokens", "errors", "_version"},
+    ),
+]
+RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}
+
+# Module sizes: none over 500 lines (the agent is being split into a package of its own).
+MAX_LINES = 500
+OVERSIZED = {"hutch/providers/local/agent.py"}
+
+
+def _unit(module: str) -> str:
+    """The top-level package or module of hutch that ``module`` (``hutch.x.y``) is in."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _units() -> set[str]:
+    return {p.stem if p.suffix == ".py" else p.name for p in SRC.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+
+
+def unit_imports() -> Iterator[tuple[str, str, str]]:
+    """(importing file, its unit, the unit it imports) for every import of hutch code, in
+    functions and under ``if TYPE_CHECKING`` too: a type-only import follows the rule as well."""
+    units = _units()
+    for name, tree in modules():
+        me = _unit(name.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                yield name, me, "relative import"  # none are used: every import names its module
+            elif isinstance(node, ast.ImportFrom) and node.module == "hutch":
+                # ``from hutch import wire`` imports the module; ``from hutch import Sandbox`` the root
+                yield from ((name, me, a.name if a.name in units else "__init__") for a in node.names)
+            else:
+                for module in imported_modules(node):
+                    if module == "hutch" or module.startswith("hutch."):
+                        yield name, me, _unit(module)
+
+
+def imported_modules(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return [node.module]
+    return []
+
+
+def test_every_top_level_module_has_a_layer() -> None:
+    assert _units() - set(RANK) == set(), "add it to LAYERS in this test, in the layer it belongs to"
+
+
+def test_imports_flow_from_the_edges_down() -> None:
+    """edges (cli, mcp, sdk) -> client -> server -> service -> providers/store -> wire/models/errors."""
+    upward = sorted(
+        f"{name} imports hutch.{target} ({LAYERS[RANK[target]][0]}, above {LAYERS[RANK[me]][0]})"
+        for name, me, target in unit_imports()
+        if target == "relative import" or RANK.get(target, len(LAYERS)) < RANK.get(me, -1)
+    )
+    assert upward == []
+
+
+def test_no_import_cycles_between_top_level_packages() -> None:
+    graph: dict[str, set[str]] = {unit: set() for unit in _units()}
+    for _, me, target in unit_imports():
+        if target != me:
+            graph[me].add(target)
+    try:
+        order = list(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        raise AssertionError(f"import cycle: {' -> '.join(exc.args[1])}") from None
+    assert set(order) == _units()
+
+
+def test_the_edges_never_import_providers_or_the_store() -> None:
+    """The CLI, the SDK, the MCP server and the client speak to the daemon. Two lazy imports
+    are known: ``hutch doctor`` runs the checks in this process (the Service), and ``hutch
+    ssh`` uses the Unikraft provider's SSH client."""
+    edges = {"cli", "mcp", "sdk", "client"}
+    found = {(name, target) for name, me, target in unit_imports() if me in edges and target in {"providers", "store", "service"}}
+    assert found == {("hutch/cli/system.py", "service"), ("hutch/cli/ssh.py", "providers")}
+
+
+def test_no_packages_in_disguise() -> None:
+    """No flat sibling modules with a common prefix (``client_*.py``, ``sdk_*.py``, ``store_*.py``,
+    ``wire_*.py``): they are a package's modules."""
+    flat = sorted(p.stem for p in SRC.glob("*.py") if not p.stem.startswith("_"))
+    prefixes: dict[str, list[str]] = {}
+    for stem in flat:
+        if "_" in stem:
+            prefixes.setdefault(stem.split("_")[0], []).append(stem)
+    packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    assert {prefix: stems for prefix, stems in prefixes.items() if prefix in packages or prefix in flat or len(stems) > 1} == {}
+    assert {"client", "sdk", "store", "wire", "testing"} <= packages
+
+
+def test_module_sizes() -> None:
+    """No module over 500 lines; the median under 150 (``find src -name '*.py' | xargs wc -l``)."""
+    sizes = {p.relative_to(SRC.parent).as_posix(): len(p.read_text().splitlines()) for p in SRC.rglob("*.py")}
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES and name not in OVERSIZED} == {}
+    for name in OVERSIZED & set(sizes):
+        assert sizes[name] > MAX_LINES, f"{name} is no longer oversized: drop it from OVERSIZED"
+    assert statistics.median(sizes.values()) < 150
