@@ -142,7 +142,7 @@ class AsyncRun:
             if state == "done":
                 return
             if state == "idle":
-                import asyncio  # here, not at the top: the CLI imports this module and asyncio costs ~30 ms
+                import asyncio  # here, not at the top: the sync SDK never pays for asyncio (~30 ms)
 
                 await asyncio.sleep(interval)
 
