@@ -1,4 +1,7 @@
-"""Specs, records and states: the vocabulary every layer speaks (pydantic)."""
+"""Specs, records and states as pydantic models: what the server validates requests into and
+the Service, the store and the providers work with. The edges never import this module (the
+CLI's import budget): they speak the same bodies as :mod:`hutch.wire` TypedDicts, and
+tests/unit/test_wire.py holds each model here to its wire body of the same name."""
 
 from __future__ import annotations
 
