@@ -41,6 +41,11 @@ TOKEN_HINT = (
     "request and the daemon keeps it in memory), or set unikraft_token in config.toml; "
     "an unattended daemon can read an owner-only file: hutch serve --credentials-file PATH"
 )
+HOLD_HINT = (  # an account's resources need its credential, and the daemon holds none
+    "run any hutch command with this account's token in the environment (UKC_TOKEN or HUTCH_UNIKRAFT_TOKEN): "
+    "it travels with the request and the daemon keeps it in memory; an unattended daemon can read an owner-only "
+    "file (hutch serve --credentials-file PATH)"
+)
 
 
 @dataclass(frozen=True)

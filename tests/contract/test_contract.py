@@ -264,9 +264,7 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
 
 
 def test_files_write_read_list_ranges_and_modes(target: Target, shared: SandboxRecord) -> None:
-    if not target.capabilities.files:
-        refused(target, lambda: target.write(shared.id, "f", b"x"))
-        return
+    """Files are core: every provider reads (also a page, ``ranged_reads`` or not), writes and lists."""
     blob = bytes(range(256)) * 16
     wrote = target.write(shared.id, "files/a.txt", b"alpha\n")
     assert (wrote["path"], wrote["size"]) == (f"{shared.spec.workdir}/files/a.txt", 6)
@@ -419,6 +417,19 @@ def test_mounts_where_declared(target: Target, new: New) -> None:
         shutil.rmtree(src)
 
 
+def test_provider_options_only_where_declared(target: Target, new: New) -> None:
+    """A spec's provider options: each key the provider does not declare is refused before
+    anything is made (naming who takes it); a value it cannot take is refused the same way."""
+    known = {"metro": "fra", "ssh": "true"}  # the built-in providers' options
+    for key, value in {"no-such-option": "x", **known}.items():
+        if key not in target.capabilities.options:
+            err = refused(target, lambda key=key, value=value: target.create(provider_options={key: value}))
+            assert repr(key) in err.message
+    if "metro" in target.capabilities.options:
+        err = refused(target, lambda: target.create(provider_options={"metro": "mars"}))
+        assert "metro" in err.message
+
+
 def test_images_where_declared(target: Target, new: New) -> None:
     image = "debian-slim:latest"  # one the test server knows
     if not target.capabilities.images:
@@ -468,7 +479,7 @@ def has_tree(target: Target, ref: str, files: dict[str, tuple[bytes, int]]) -> N
 def test_push_pull_snapshot_fork_where_declared(target: Target, new: New, tmp_path: Path) -> None:
     caps = target.capabilities
     files = workspace_tree(tmp_path)
-    rec = new(**({"provider_options": {"ssh": "true"}} if target.name == "unikraft" else {}))  # unikraft pushes over SSH
+    rec = new(**({"provider_options": {"ssh": "true"}} if "ssh" in caps.options else {}))  # unikraft pushes over SSH
     if not (caps.workspace or caps.transfer):
         refused(target, lambda: target.push(rec.id, tmp_path))
         refused(target, lambda: target.pull(rec.id))

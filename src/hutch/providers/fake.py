@@ -148,7 +148,6 @@ class FakeProvider:
     capabilities = Capabilities(
         mounts=False,
         limits=frozenset({"memory", "pids", "cpus"}),
-        files=True,
         secrets=True,
         workspace=True,
         pause=True,

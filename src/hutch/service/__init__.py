@@ -10,7 +10,6 @@ import builtins
 import functools
 import logging
 import os
-import shutil
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -30,11 +29,19 @@ from hutch.models import (
     new_id,
 )
 from hutch.policy import apply_change
-from hutch.provider import CheckResult, Provider, load_provider
+from hutch.provider import (
+    CheckResult,
+    Provider,
+    claims_provider,
+    event_source,
+    load_provider,
+    network_provider,
+    ranged_reads,
+)
 from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
-from hutch.service.hints import no_egress
+from hutch.service.hints import check_options, no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.oneshot import OneShot
@@ -70,12 +77,10 @@ class Service:
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
             provider = load_provider(name, self.settings)
-            bind = getattr(provider, "bind_events", None)
-            if bind is not None:
-                bind(self._provider_event)
-            if getattr(provider, "claims", False):
-                provider.on_step = self.on_step  # type: ignore[attr-defined]
-                provider.tokens = functools.partial(self.keyring.token, name)  # type: ignore[attr-defined]
+            if provider.capabilities.events:
+                event_source(provider).bind_events(self._provider_event)
+            if provider.capabilities.claims:
+                claims_provider(provider).bind_claims(functools.partial(self.keyring.token, name), self.on_step)
             self._providers[name] = provider
         return self._providers[name]
 
@@ -86,7 +91,7 @@ class Service:
     @staticmethod
     def claimed(provider: Provider) -> bool:
         """Resources that outlive us go through claims (service/claims.py)."""
-        return bool(getattr(provider, "claims", False))
+        return provider.capabilities.claims
 
     # -- start / adopt ---------------------------------------------------------------
 
@@ -142,7 +147,7 @@ class Service:
                 self._deferred.discard(sandbox_id)
                 if rec.state == SandboxState.running:
                     await self._adopt_runs(rec, provider)
-        settled = await self.claims.reconcile(provider, scope[1], scope[2])
+        settled = await self.claims.reconcile(claims_provider(provider), scope[1], scope[2])
         if settled:
             log.info("settled %d claims of account %s at %s", len(settled), scope[2], scope[1])
 
@@ -170,12 +175,9 @@ class Service:
             raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
         if spec.on_expire == "pause" and not caps.pause:
             raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
-        if spec.provider_options.get("ssh") and provider.name != "unikraft":
-            raise InvalidError(
-                f"the {provider.name} provider has no --ssh", hint="use hutch shell / exec; --ssh is for --provider unikraft"
-            )
-        if (spec.image or spec.provider_options) and not caps.images:
-            raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image / --unikraft-metro")
+        check_options(provider, spec)
+        if spec.image and not caps.images:
+            raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
         now = time.time()
         async with self._create_lock:
             self.workspaces.check_tenant(spec)
@@ -195,13 +197,13 @@ class Service:
             self.store.sandboxes.insert(rec)
         try:
             if self.claimed(provider):
-                data, enforcement = await self.claims.create(rec, provider)
+                data, enforcement = await self.claims.create(rec, claims_provider(provider))
             else:
                 data, enforcement = await provider.create(rec)
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
-            if spec.provider_options.get("ssh"):
-                shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
+            if self.claimed(provider):
+                claims_provider(provider).forget(rec)  # what the provider keeps here for it (hutch ssh's key)
             if self.store.sandboxes.get(rec.id).state == SandboxState.creating:  # not when a destroy came first
                 self.store.sandboxes.update(rec.id, state=SandboxState.failed, error=message)
             raise
@@ -226,10 +228,9 @@ class Service:
     # -- network policy ----------------------------------------------------------------
 
     async def _set_network(self, provider: Provider, rec: SandboxRecord) -> None:
-        apply = getattr(provider, "set_network", None)
-        if apply is None:
+        if not provider.capabilities.network:
             raise no_egress(provider, rec.spec.network)
-        await apply(rec)
+        await network_provider(provider).set_network(rec)
 
     async def policy(self, ref: str, approval: str | None = None, **changes: Any) -> SandboxRecord:
         """Change a live sandbox's network policy; new connections see it at once."""
@@ -310,7 +311,8 @@ class Service:
         existed, message = True, "destroyed"
         if self.claimed(provider):  # through its claim: delete by UUID, then prove it absent
             try:
-                outcome = await self.claims.destroy_claim(claim["id"], provider) if claim else {"existed": False}
+                claimed = claims_provider(provider)
+                outcome = await self.claims.destroy_claim(claim["id"], claimed) if claim else {"existed": False}
             except HutchError as exc:  # the claim keeps the truth; the sandbox stays as it was
                 self.store.sandboxes.update(rec.id, state=previous, error=f"destroy failed: {exc.message}")
                 raise
@@ -320,8 +322,8 @@ class Service:
             await provider.destroy(rec)
         self.store.runs.mark_lost(rec.id)
         self.store.sandboxes.update(rec.id, state=SandboxState.destroyed)
-        if rec.spec.provider_options.get("ssh"):
-            shutil.rmtree(self.settings.home / "ssh" / rec.id, ignore_errors=True)  # hutch ssh's key and pin
+        if self.claimed(provider):
+            claims_provider(provider).forget(rec)
         self.store.events.append("sandbox_destroyed", rec.id, cause=cause, children=children)
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}
@@ -329,23 +331,18 @@ class Service:
 
     # -- inventory, cleanup, status (claims live in service/claims.py) ------------------
 
-    def _claimed_provider(self, name: str) -> Provider:
-        provider = self.provider(name)
-        if not self.claimed(provider):
-            raise InvalidError(f"the {name} provider keeps no claims", hint="use hutch list for its sandboxes")
-        return provider
-
-    async def inventory(self, provider: str, metro: str | None = None, include_all: bool = False) -> dict[str, Any]:
+    async def inventory(self, provider: str, where: str | None = None, include_all: bool = False) -> dict[str, Any]:
         """Claim-first: claimed instances (pending intents and missing ones too); ``include_all``
-        adds the account's unclaimed instances (read-only)."""
-        prov = self._claimed_provider(provider)
-        endpoint = prov.endpoint_for_metro(self.keyring.metro(provider, metro))  # type: ignore[attr-defined]
+        adds the account's unclaimed instances (read-only). ``where``: a location the user
+        named (the provider reads it), else the caller's."""
+        prov = claims_provider(self.provider(provider))
+        endpoint = prov.endpoint(where, self.keyring.caller(provider))
         return await self.claims.inventory(prov, endpoint, include_all)
 
     async def cleanup(
         self,
         provider: str | None = None,
-        metro: str | None = None,
+        where: str | None = None,
         dry_run: bool = False,
         keep: builtins.list[str] | None = None,
         forget_missing: bool = False,
@@ -353,8 +350,8 @@ class Service:
         names = [provider] if provider else sorted({c["provider"] for c in self.store.claims.all()})
         reports = []
         for name in names:
-            prov = self._claimed_provider(name)
-            endpoint = prov.endpoint_for_metro(self.keyring.metro(name, metro))  # type: ignore[attr-defined]
+            prov = claims_provider(self.provider(name))
+            endpoint = prov.endpoint(where, self.keyring.caller(name))
             report = await self.claims.cleanup(prov, endpoint, dry_run=dry_run, keep=keep or [], forget_missing=forget_missing)
             reports.append({"provider": name} | report)
         return {"ok": all(r["ok"] for r in reports), "dry_run": dry_run, "providers": reports}
@@ -369,7 +366,7 @@ class Service:
             claim = self.store.claims.of_sandbox(rec.id)
             if claim:
                 out["claim"] = {k: claim[k] for k in ("id", "name", "state", "resource_id", "error")}
-            if rec.state == SandboxState.running and rec.provider != "local" and self.claimed(self.provider(rec.provider)):
+            if rec.state == SandboxState.running and self.claimed(self.provider(rec.provider)):
                 alive = await self.provider(rec.provider).alive(rec)
                 out["instance"] = "running" if alive else "gone"
             if not wait or rec.state == SandboxState.running:
@@ -444,9 +441,8 @@ class Service:
         full = self._path(rec, path)
         limit = min(limit, MAX_FILE)
         provider = self.provider(rec.provider)
-        ranged = getattr(provider, "read_range", None)
-        if ranged is not None:
-            data, more, total = await self._guarded(rec, ranged(rec, full, offset, limit))
+        if provider.capabilities.ranged_reads:
+            data, more, total = await self._guarded(rec, ranged_reads(provider).read_range(rec, full, offset, limit))
             size: int | None = int(total)
         else:
             whole, cut = await self._guarded(rec, provider.read_file(rec, full, min(offset + limit, MAX_FILE)))

@@ -1,6 +1,8 @@
 """Claims: the durable local record that we own a remote resource, written before it exists.
 
-The workflow for providers whose resources outlive us (``provider.claims``), after Crabbox:
+The workflow for providers whose resources outlive us (``capabilities.claims``: the
+provider is a :class:`~hutch.provider.ClaimsProvider`, whose single calls this drives),
+after Crabbox:
 
 - create: read the account scope (validates the token), record the *intent* (generated
   unique name, request hash, endpoint, account), then send one create. An ambiguous answer
@@ -30,7 +32,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import (
@@ -43,12 +45,14 @@ from hutch.errors import (
     UnavailableError,
 )
 from hutch.models import SandboxRecord, SandboxState, new_id
+from hutch.provider import AccountScope, ClaimsProvider, Instance, StepHook
 
 if TYPE_CHECKING:
     from hutch.service import Service
 
+__all__ = ["STEPS", "Claims", "StepHook", "no_step", "request_hash"]
+
 STEPS = ("after_intent", "create_sent", "create_answered", "delete_attempt", "delete_accepted", "mid_proof")
-StepHook = Callable[[str], None]
 LIVE = (SandboxState.creating, SandboxState.running, SandboxState.paused)
 log = logging.getLogger("hutch.service")
 LOCK_WAIT = 60.0
@@ -88,54 +92,56 @@ class Claims:
         finally:
             os.close(fd)
 
-    async def _scope(self, provider: Any, endpoint: str) -> dict[str, Any]:
+    async def _scope(self, provider: ClaimsProvider, endpoint: str) -> AccountScope:
         """The account of the credential new work uses (the caller's, else the daemon's own)."""
         return await self.svc.keyring.scope(provider.name, endpoint)
 
     # -- create ------------------------------------------------------------------------
 
-    async def create(self, rec: SandboxRecord, provider: Any) -> tuple[dict[str, Any], dict[str, str]]:
-        endpoint = provider.endpoint_for_metro(self.svc.keyring.metro(provider.name, rec.spec.provider_options.get("metro")))
+    async def create(self, rec: SandboxRecord, provider: ClaimsProvider) -> tuple[dict[str, Any], dict[str, str]]:
+        name = rec.provider
+        endpoint = provider.endpoint(provider.location(rec.spec), self.svc.keyring.caller(name))
         scope = await self._scope(provider, endpoint)
-        if scope.get("hard") is not None and scope.get("used") is not None and scope["used"] >= scope["hard"]:
+        used, hard = scope["used"], scope["hard"]
+        if used is not None and hard is not None and used >= hard:
             raise CapacityError(
-                f"the account's instance quota is used up ({scope['used']} of {scope['hard']})",
-                hint="destroy sandboxes (hutch cleanup --provider unikraft) or raise the quota",
+                f"the account's instance quota is used up ({used} of {hard})",
+                hint=f"destroy sandboxes (hutch cleanup --provider {name}) or raise the quota",
             )
-        name = "hutch-" + rec.id.removeprefix("sbx_").replace("_", "-").lower()
-        body = provider.plan(rec, name)
+        instance = "hutch-" + rec.id.removeprefix("sbx_").replace("_", "-").lower()
+        plan = provider.plan(rec, instance)
+        body = plan.body
         claim = self.store.claims.insert(
             {
                 "id": new_id("clm"),
-                "provider": provider.name,
+                "provider": name,
                 "sandbox_id": rec.id,
-                "name": name,
+                "name": instance,
                 "endpoint": endpoint,
                 "account": scope["account"],
                 "request_hash": request_hash(body),
                 "state": "intent",
             }
         )
-        self.store.events.append("claim_intent", rec.id, claim=claim["id"], name=name)
+        self.store.events.append("claim_intent", rec.id, claim=claim["id"], name=instance)
         self.svc.on_step("after_intent")
         async with self.lock(claim["id"]):
             inst = await self._send_create(claim, provider, body)
             self.svc.on_step("create_answered")
             claim = self.store.claims.update(claim["id"], claim["revision"], state="ready", resource_id=inst["uuid"])
         self.store.events.append("claim_ready", rec.id, claim=claim["id"], resource=inst["uuid"])
-        data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": name, "account": scope["account"], "claim": claim["id"]}
+        account = scope["account"]
+        data = {"endpoint": endpoint, "uuid": inst["uuid"], "instance": instance, "account": account, "claim": claim["id"]}
         try:
-            if rec.spec.provider_options.get("ssh"):
-                data["ssh"] = await provider.ssh_endpoint(endpoint, inst, account=scope["account"])
-            await provider.wait_ready(endpoint, inst["uuid"], rec.spec.workdir, account=scope["account"])
+            data |= await provider.ready(endpoint, inst, rec, account=account)
         except HutchError as exc:
             result = await self.destroy_claim(claim["id"], provider)
             raise UnavailableError(
                 f"{exc.message}; the instance was deleted ({result['message']})", hint=exc.hint or "check the image"
             ) from exc
-        return data, {"memory": f"instance memory {body['memory_mb']} MiB (Unikraft Cloud)"}
+        return data, plan.enforcement
 
-    async def _send_create(self, claim: dict[str, Any], provider: Any, body: dict[str, Any]) -> dict[str, Any]:
+    async def _send_create(self, claim: dict[str, Any], provider: ClaimsProvider, body: dict[str, Any]) -> Instance:
         try:
             return dict(await provider.create_instance(claim["endpoint"], body, account=claim["account"]))
         except (InvalidError, CapacityError, UnauthorizedError, NotFoundError, ConflictError):
@@ -158,14 +164,14 @@ class Claims:
             self.store.claims.update(claim["id"], claim["revision"], error=f"ambiguous create ({exc.message}); {why}")
             raise UnavailableError(
                 f"the create of {claim['name']} got no clear answer ({exc.message}); {why}. The claim is kept",
-                hint="hutch cleanup --provider unikraft settles it (adopts and deletes, or proves it absent)",
+                hint=f"hutch cleanup --provider {claim['provider']} settles it (adopts and deletes, or proves it absent)",
             ) from exc
 
-    async def _matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]]:
+    async def _matches(self, claim: dict[str, Any], provider: ClaimsProvider) -> list[Instance]:
         listing = await provider.inventory(claim["endpoint"], account=claim["account"])
         return [i for i in listing if i.get("name") == claim["name"]]
 
-    async def _safe_matches(self, claim: dict[str, Any], provider: Any) -> list[dict[str, Any]] | None:
+    async def _safe_matches(self, claim: dict[str, Any], provider: ClaimsProvider) -> list[Instance] | None:
         try:
             return await self._matches(claim, provider)
         except HutchError:
@@ -173,14 +179,14 @@ class Claims:
 
     # -- destroy -----------------------------------------------------------------------
 
-    async def destroy_claim(self, claim_id: str, provider: Any) -> dict[str, Any]:
+    async def destroy_claim(self, claim_id: str, provider: ClaimsProvider) -> dict[str, Any]:
         """Drive a claim to its end (resuming whatever step it is in); idempotent."""
         try:
             claim = self.store.claims.get(claim_id)
         except NotFoundError:
             return {"claim": claim_id, "existed": False, "message": "no claim (already gone)"}
         # the account's credential (the caller's, or the one the daemon holds), or a clear refusal
-        await self.svc.keyring.token(provider.name, claim["endpoint"], claim["account"])
+        await self.svc.keyring.token(claim["provider"], claim["endpoint"], claim["account"])
         async with self.lock(claim["id"]):
             try:
                 claim = self.store.claims.get(claim["id"])  # what another process may have done meanwhile
@@ -192,7 +198,7 @@ class Claims:
                 if len(matches) > 1:
                     raise ConflictError(
                         f"{len(matches)} instances are named {claim['name']}; the claim is kept",
-                        hint="inspect them with hutch list --provider unikraft --all",
+                        hint=f"inspect them with hutch list --provider {claim['provider']} --all",
                     )
                 if not matches:
                     if await self._matches(claim, provider):  # a second look before the intent goes
@@ -215,7 +221,7 @@ class Claims:
         self.store.events.append("claim_dropped", claim["sandbox_id"], claim=claim["id"], why="absence proven")
         return {"claim": claim["id"], "existed": existed, "message": "deleted, absence proven" if existed else "already gone"}
 
-    async def _prove_absent(self, claim: dict[str, Any], provider: Any) -> None:
+    async def _prove_absent(self, claim: dict[str, Any], provider: ClaimsProvider) -> None:
         uuid, name, account = claim["resource_id"], claim["name"], claim["account"]
         deadline = time.monotonic() + PROOF_DEADLINE
         while await provider.lookup(claim["endpoint"], uuid, account=account) is not None:
@@ -231,7 +237,7 @@ class Claims:
 
     # -- inventory and cleanup ---------------------------------------------------------
 
-    async def inventory(self, provider: Any, endpoint: str, include_all: bool) -> dict[str, Any]:
+    async def inventory(self, provider: ClaimsProvider, endpoint: str, include_all: bool) -> dict[str, Any]:
         scope = await self._scope(provider, endpoint)
         listing = await provider.inventory(endpoint, account=scope["account"])
         by_uuid = {i.get("uuid"): i for i in listing}
@@ -271,7 +277,7 @@ class Claims:
         return {"endpoint": endpoint, "account": scope["account"], "items": items}
 
     async def cleanup(
-        self, provider: Any, endpoint: str, *, dry_run: bool, keep: list[str], forget_missing: bool
+        self, provider: ClaimsProvider, endpoint: str, *, dry_run: bool, keep: list[str], forget_missing: bool
     ) -> dict[str, Any]:
         view = await self.inventory(provider, endpoint, include_all=False)
         actions = []
@@ -316,7 +322,7 @@ class Claims:
         ok = all("error" not in a for a in actions)
         return {"endpoint": endpoint, "account": view["account"], "dry_run": dry_run, "ok": ok, "actions": actions}
 
-    async def reconcile(self, provider: Any, endpoint: str, account: str) -> list[dict[str, Any]]:
+    async def reconcile(self, provider: ClaimsProvider, endpoint: str, account: str) -> list[dict[str, Any]]:
         """Once the daemon holds the account's credential again: settle the claims no live
         sandbox owns (deletes that were started, creates or destroys a restart interrupted).
         Live sandboxes are left to their owner and the reaper; nothing unclaimed is touched."""

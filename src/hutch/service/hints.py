@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from hutch.errors import InvalidError
-from hutch.models import SandboxRecord
+from hutch.models import SandboxRecord, SandboxSpec
 from hutch.netpolicy import NetworkPolicy
-from hutch.provider import Provider
+from hutch.provider import Provider, option_owners, options_provider, ssh_provider
 
 
 def no_egress(provider: Provider, policy: NetworkPolicy) -> InvalidError:
@@ -32,13 +32,27 @@ def no_egress(provider: Provider, policy: NetworkPolicy) -> InvalidError:
     )
 
 
-def no_terminal(rec: SandboxRecord, ref: str) -> InvalidError:
-    """An interactive run (exec -i/-t, shell) on a provider without them: what to use instead."""
+def no_terminal(provider: Provider, rec: SandboxRecord, ref: str) -> InvalidError:
+    """An interactive run (exec -i/-t, shell) on a provider without them: what to use
+    instead (``hutch ssh`` where the provider has it)."""
     one = f"run one command with hutch exec {ref} -- CMD (its input with --stdin-file)"
-    if rec.spec.provider_options.get("ssh"):
-        terminal = f"for a terminal, use hutch ssh {ref}"
-    else:
-        terminal = "for a terminal, create the sandbox with --ssh and use hutch ssh SANDBOX"
-    return InvalidError(
-        f"the {rec.provider} provider has no interactive runs (live input, a terminal)", hint=f"{one}; {terminal}"
-    )
+    if provider.capabilities.ssh and ssh_provider(provider).ssh_endpoint(rec) is not None:
+        one += f"; for a terminal, use hutch ssh {ref}"
+    elif provider.capabilities.ssh:
+        one += "; for a terminal, create the sandbox with --ssh and use hutch ssh SANDBOX"
+    return InvalidError(f"the {rec.provider} provider has no interactive runs (live input, a terminal)", hint=one)
+
+
+def check_options(provider: Provider, spec: SandboxSpec) -> None:
+    """The spec's provider options: each one the provider declares, and values it takes
+    (its ``validate_options``); refused with ``invalid`` before anything is made."""
+    caps = provider.capabilities
+    for key in sorted(spec.provider_options):
+        if key not in caps.options:
+            owners = option_owners(key)
+            given = " / ".join(sorted(set(owners.values())))
+            message = f"the {provider.name} provider has no {key!r} option" + (f" ({given})" if given else "")
+            hint = f"drop {given}; it is for --provider {' or '.join(owners)}" if owners else "drop it"
+            raise InvalidError(message, hint=hint)
+    if spec.provider_options:
+        options_provider(provider).validate_options(spec)

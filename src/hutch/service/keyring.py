@@ -25,10 +25,10 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from hutch.credentials import BRING, CALLER, MISSING, TOKEN_HINT, Credential, describe, gather
+from hutch.credentials import BRING, CALLER, HOLD_HINT, MISSING, TOKEN_HINT, Credential, describe, gather
 from hutch.errors import HutchError, UnauthorizedError
 from hutch.models import SandboxRecord, SandboxState
-from hutch.provider import CheckResult
+from hutch.provider import AccountScope, CheckResult, ClaimsProvider, claims_provider
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -41,11 +41,6 @@ OFFER_EVERY = 30.0  # a caller's token is checked against the accounts waiting a
 RETRY_OWN = 30.0  # after a failed look-up of one of the daemon's own tokens
 SETTLE_WAIT = 15.0
 NEEDS = (SandboxState.creating, SandboxState.running, SandboxState.paused, SandboxState.destroying, SandboxState.lost)
-HINT = (
-    "run any hutch command with this account's token in the environment (UKC_TOKEN or HUTCH_UNIKRAFT_TOKEN): "
-    "it travels with the request and the daemon keeps it in memory; an unattended daemon can read an owner-only "
-    "file (hutch serve --credentials-file PATH)"
-)
 
 
 @dataclass
@@ -110,13 +105,6 @@ class Keyring:
     def caller(provider: str) -> Credential | None:
         return CALLER.get().get(provider)
 
-    def metro(self, provider: str, explicit: str | None) -> str | None:
-        """Where the caller means (``--unikraft-metro``, else its UKC_METRO), or None for the daemon's default."""
-        if explicit:
-            return explicit
-        cred = self.caller(provider)
-        return cred.metro or None if cred is not None else None
-
     def offer(self, creds: dict[str, Credential]) -> None:
         """A request brought these credentials: check them (in the background) against the
         accounts that wait for one. Cheap: each token at most once per OFFER_EVERY."""
@@ -157,8 +145,8 @@ class Keyring:
         """The account ``cred`` belongs to at ``endpoint`` (asked once, then remembered)."""
         key = (provider, endpoint, cred.fingerprint)
         if key not in self._accounts:
-            scope = await self.svc.provider(provider).account(endpoint, cred.token)  # type: ignore[attr-defined]
-            self._remember(key, str(scope["account"]))
+            scope = await self._claims(provider).account(endpoint, cred.token)
+            self._remember(key, scope["account"])
         return self._accounts[key]
 
     def _remember(self, key: tuple[str, str, str], account: str) -> None:
@@ -180,17 +168,21 @@ class Keyring:
             if self.background:
                 self._spawn(self.svc.rearm(scope))
 
-    async def scope(self, provider: str, endpoint: str) -> dict[str, Any]:
+    def _claims(self, provider: str) -> ClaimsProvider:
+        return claims_provider(self.svc.provider(provider))
+
+    async def scope(self, provider: str, endpoint: str) -> AccountScope:
         """The account (and its quota) of the credential a new resource is made with: the
         caller's, else the daemon's own. Validates it; the daemon holds it from then on."""
         caller = self.caller(provider)
         choices = [(caller, "caller")] if caller is not None and caller.token else self.own(provider)
+        claimed = self._claims(provider)
         if not choices:
-            raise UnauthorizedError("no Unikraft Cloud token", hint=TOKEN_HINT)
+            raise UnauthorizedError(f"no {claimed.platform} token", hint=TOKEN_HINT)
         cred, origin = choices[0]
-        scope = dict(await self.svc.provider(provider).account(endpoint, cred.token))  # type: ignore[attr-defined]
-        self._remember((provider, endpoint, cred.fingerprint), str(scope["account"]))
-        self.hold((provider, endpoint, str(scope["account"])), cred, origin)
+        scope = await claimed.account(endpoint, cred.token)
+        self._remember((provider, endpoint, cred.fingerprint), scope["account"])
+        self.hold((provider, endpoint, scope["account"]), cred, origin)
         return scope
 
     async def token(self, provider: str, endpoint: str, account: str) -> str:
@@ -207,15 +199,16 @@ class Keyring:
                     return caller.token
         if await self.available((provider, endpoint, account)):
             return self._held[(provider, endpoint, account)].cred.token
+        platform = self._claims(provider).platform
         if theirs is not None:
             raise UnauthorizedError(
-                f"this belongs to Unikraft Cloud account {account}, another account than the token you sent ({theirs}), "
+                f"this belongs to {platform} account {account}, another account than the token you sent ({theirs}), "
                 "and the daemon holds no credential for it",
                 hint="use the token of the account that created it; hutch never touches another account's resources",
             )
         if failure is not None:
             raise failure
-        raise UnauthorizedError(f"no credential for Unikraft Cloud account {account} at {endpoint} in the daemon's memory", HINT)
+        raise UnauthorizedError(f"no credential for {platform} account {account} at {endpoint} in the daemon's memory", HOLD_HINT)
 
     async def available(self, scope: Scope) -> bool:
         """Whether the daemon holds (or can take from its own) a credential for ``scope``; no caller needed."""

@@ -17,10 +17,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from hutch.checks import MAX_LABELS, check_count, check_labels
+from hutch.credentials import HOLD_HINT
 from hutch.errors import ConflictError, HutchError, InvalidError, PolicyError
 from hutch.models import NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
-from hutch.provider import Death, watching_provider
-from hutch.service.keyring import HINT
+from hutch.provider import Death, pause_provider, watching_provider
 from hutch.units import format_size
 
 if TYPE_CHECKING:
@@ -146,12 +146,12 @@ class Lifecycle:
 
     def watch(self, rec: SandboxRecord) -> None:
         """Have the provider say at once when the sandbox dies on its own (if it can)."""
-        provider = watching_provider(self.svc.provider(rec.provider))
-        if provider is None:
+        provider = self.svc.provider(rec.provider)
+        if not provider.capabilities.watch:
             return
         self._watched[rec.id] = asyncio.get_running_loop().create_future()
         try:
-            following = provider.watch(rec, self.gone)
+            following = watching_provider(provider).watch(rec, self.gone)
         except Exception:  # the sandbox runs all the same: its death is then found by alive()
             log.exception("cannot watch sandbox %s", rec.id)
             following = False
@@ -218,19 +218,14 @@ class Lifecycle:
 
     # -- pause / resume --------------------------------------------------------------
 
-    def _pausable(self, rec: SandboxRecord) -> None:
-        provider = self.svc.provider(rec.provider)
-        if not provider.capabilities.pause:
-            raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="destroy it instead")
-
     async def pause(self, ref: str, reason: str = "requested") -> dict[str, Any]:
         rec = self.svc.get(ref)
         if rec.state == SandboxState.paused:
             return self._state(rec, "already paused", changed=False)
         if rec.state != SandboxState.running:
             raise ConflictError(f"sandbox {rec.id} is {rec.state.value}: only a running sandbox can be paused")
-        self._pausable(rec)
-        method = await self.svc._guarded(rec, self.svc.provider(rec.provider).pause(rec))
+        provider = pause_provider(self.svc.provider(rec.provider))
+        method = await self.svc._guarded(rec, provider.pause(rec))
         rec = self.store.sandboxes.update(rec.id, state=SandboxState.paused, data=rec.data | {"paused_by": method})
         self.store.events.append("sandbox_paused", rec.id, method=method, reason=reason)
         return self._state(rec, f"paused ({method})", changed=True)
@@ -241,7 +236,7 @@ class Lifecycle:
             return self._state(rec, "already running", changed=False)
         if rec.state != SandboxState.paused:
             raise ConflictError(f"sandbox {rec.id} is {rec.state.value}: only a paused sandbox can be resumed")
-        await self.svc.provider(rec.provider).resume(rec)
+        await pause_provider(self.svc.provider(rec.provider)).resume(rec)
         now = time.time()
         data = {k: v for k, v in rec.data.items() if k != "paused_by"}
         rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, last_active_at=now)
@@ -321,7 +316,7 @@ class Lifecycle:
         retry = 0.0 if credential else time.monotonic() + min(RETRY_MAX, 2.0**tries)
         self._waiting[rec.id] = (tries, retry)
         if tries == 1:
-            hint = HINT if credential else "the reaper retries; hutch destroy or hutch cleanup settle it by hand"
+            hint = HOLD_HINT if credential else "the reaper retries; hutch destroy or hutch cleanup settle it by hand"
             self.store.events.append("sandbox_expiry_pending", rec.id, reason=reason, why=why, hint=hint)
             log.warning("sandbox %s is past its deadline (%s) but cannot be expired yet: %s", rec.id, reason, why)
 

@@ -305,8 +305,9 @@ class Runs(Adoption):
         With ``interactive``, the client's input reaches the run while it runs (and a
         terminal when ``interactive.tty``)."""
         rec = self.svc.live(ref)
-        if interactive is not None and not self.svc.provider(rec.provider).capabilities.interactive:
-            raise no_terminal(rec, ref)
+        provider = self.svc.provider(rec.provider)
+        if interactive is not None and not provider.capabilities.interactive:
+            raise no_terminal(provider, rec, ref)
         run_id, argv, stdin = self._prepare(rec, req, background=False)
         queue = Feed()
         job = self._execute(rec, run_id, argv, stdin, req, stream=True, queue=queue, interactive=interactive)

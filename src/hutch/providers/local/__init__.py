@@ -46,15 +46,16 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
     capabilities = Capabilities(
         mounts=True,
         limits=frozenset({"memory", "pids", "cpus"}),
-        files=True,
         survives_daemon=True,
-        network=True,
         secrets=True,
-        workspace=True,
-        pause=True,
         shared_workspace=True,
         interactive=True,
+        network=True,
+        workspace=True,
+        pause=True,
         watch=True,
+        events=True,
+        ranged_reads=True,
     )
 
     def __init__(self, settings: Settings) -> None:
@@ -69,7 +70,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         self.watcher = Watcher()
 
     def bind_events(self, on_event: OnEvent) -> None:
-        """Where egress decisions go (the Service records them as events)."""
+        """Where egress decisions go (the Service records them as events): EventSource."""
         self.egress.on_event = on_event
 
     # -- probing ---------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 I/O only. The claim workflow (intent before create, adoption after an ambiguous create,
 delete by UUID with proof of absence) is the Service's (``hutch.service.claims``); this
-module offers the single calls it needs (:class:`ClaimOps`) and the ordinary Provider
-methods, which go through the platform's authenticated plugin API.
+module offers the single calls it needs (:mod:`.claims`) and the core Provider methods,
+which go through the platform's authenticated plugin API.
 
 A foreground exec costs three requests: start the command, wait for it, read its logs.
 The exit code rides at the end of stderr behind a per-run random marker (the wrapper
@@ -13,10 +13,8 @@ fourth request inspects the command.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -28,133 +26,38 @@ from hutch.errors import HutchError, InternalError, InvalidError, UnavailableErr
 from hutch.models import RawOutput, SandboxRecord
 from hutch.provider import Capabilities, CheckResult, ExecSpec
 from hutch.providers.unikraft.api import Reply
+from hutch.providers.unikraft.claims import OPTIONS, ClaimsMixin
 from hutch.providers.unikraft.connection import ConnectionMixin
 from hutch.providers.unikraft.files import FilesMixin
 from hutch.providers.unikraft.output import OutputMixin
+from hutch.providers.unikraft.settings import UnikraftSettings
 from hutch.providers.unikraft.ssh import SshTransferMixin
 from hutch.providers.unikraft.wire import HOLD, marker, scrubber, split_marker, wrap
 
-DEFAULT_IMAGE = "debian-slim:latest"
 NO_TERMINAL = (
     "run one command with hutch exec SANDBOX -- CMD (its input with --stdin-file); "
     "for a terminal, use hutch ssh SANDBOX on a sandbox created with --ssh"
 )
-PLUGIN = {"name": "sandbox", "image": "plugins/sandbox:latest", "config": {}}
 
 
-class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixin):
+class UnikraftProvider(ConnectionMixin, ClaimsMixin, SshTransferMixin, FilesMixin, OutputMixin):
+    """Core provider, plus claims (:mod:`.claims`), transfer over SSH (:mod:`.ssh`), SSH
+    endpoints and the ``metro`` and ``ssh`` provider options."""
+
     name = "unikraft"
     capabilities = Capabilities(
-        mounts=False, limits=frozenset({"memory"}), files=True, survives_daemon=True, images=True, transfer=True
+        limits=frozenset({"memory"}),
+        survives_daemon=True,
+        images=True,
+        options=OPTIONS,
+        transfer=True,
+        ssh=True,
+        claims=True,
     )
-    claims = True
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        ConnectionMixin.__init__(self, settings.unikraft_timeout)
-
-    # -- the calls the claim workflow makes -------------------------------------------------
-
-    def plan(self, rec: SandboxRecord, name: str) -> dict[str, Any]:
-        image = rec.spec.image or os.environ.get("UKC_SANDBOX_IMAGE") or self.settings.unikraft_image or DEFAULT_IMAGE
-        env = dict(rec.spec.env)
-        extra: dict[str, Any] = {}
-        if rec.spec.provider_options.get("ssh"):  # a fresh key: its public half goes to the image
-            from hutch.providers.unikraft import ssh
-
-            env[ssh.KEY_ENV] = ssh.make_key(self.settings.home, rec.id)
-            extra["service_group"] = ssh.service_group()
-        return {
-            "name": name,
-            "image": image,
-            "memory_mb": max(16, rec.spec.limits.memory >> 20),
-            "env": env,
-            **extra,
-            "autostart": True,
-            "plugins": [PLUGIN],
-            "scale_to_zero": {"policy": "idle", "stateful": True, "cooldown_time_ms": 60000},
-            "tags": ["hutch", f"hutch-sandbox={rec.id}"],
-        }
-
-    async def create_instance(self, endpoint: str, body: dict[str, Any], *, account: str) -> dict[str, Any]:
-        api = await self.api(endpoint, account)
-        reply = await api.request("POST", "/v1/instances", body=body)
-        if reply.status >= 400 or not isinstance(reply.body, dict):
-            raise api.fail(reply, f"creating instance {body['name']}")
-        items = reply.data.get("instances") or []
-        if len(items) != 1 or items[0].get("status", "success") != "success" or not items[0].get("uuid"):
-            raise api.fail(reply, f"creating instance {body['name']}")
-        return dict(items[0])
-
-    async def ssh_endpoint(self, endpoint: str, inst: dict[str, Any], *, account: str) -> dict[str, Any]:
-        from hutch.providers.unikraft.ssh import ssh_endpoint
-
-        return await ssh_endpoint(inst, lambda: self.lookup(endpoint, str(inst["uuid"]), account=account))
-
-    async def lookup(self, endpoint: str, uuid: str, *, account: str) -> dict[str, Any] | None:
-        api = await self.api(endpoint, account)
-        reply = await api.request("GET", f"/v1/instances/{uuid}")
-        if reply.status == 404:
-            return None
-        if reply.status >= 400:
-            raise api.fail(reply, f"looking up instance {uuid}")
-        items = reply.data.get("instances") or []
-        if items and isinstance(items[0], dict) and items[0].get("status", "success") != "success":
-            if items[0].get("error") == 404 or "not found" in str(items[0].get("message", "")).lower():
-                return None
-            raise api.fail(reply, f"looking up instance {uuid}")
-        return dict(items[0]) if items else None
-
-    async def inventory(self, endpoint: str, *, account: str) -> list[dict[str, Any]]:
-        """The account's complete instance listing."""
-        api = await self.api(endpoint, account)
-        reply = await api.call("GET", "/v1/instances", "listing instances", params={"details": "false"})
-        return [dict(i) for i in reply.data.get("instances") or [] if isinstance(i, dict)]
-
-    async def delete_instance(self, endpoint: str, uuid: str, *, account: str) -> str:
-        """One-item, UUID-only batch delete: 'accepted', or 'absent' when it was already gone."""
-        api = await self.api(endpoint, account)
-        reply = await api.request("DELETE", "/v1/instances", body=[{"uuid": uuid}])
-        items = reply.data.get("instances") or []
-        mine = [i for i in items if isinstance(i, dict) and i.get("uuid") == uuid]
-        if reply.status < 400 and len(items) == 1 and len(mine) == 1 and mine[0].get("status") == "success":
-            return "accepted"
-        if len(mine) == 1 and (mine[0].get("error") == 404 or "not found" in str(mine[0].get("message", "")).lower()):
-            return "absent"
-        if reply.status == 404:
-            return "absent"
-        detail = mine[0].get("message") if len(mine) == 1 else f"{len(items)} items answered"
-        raise UnavailableError(
-            api.redact(f"deleting instance {uuid} was not accepted (HTTP {reply.status}: {detail})"),
-            hint="the claim is kept; retry with hutch destroy or hutch cleanup",
-        )
-
-    async def wait_ready(self, endpoint: str, uuid: str, workdir: str | None = None, *, account: str) -> None:
-        """Until the plugin answers its readiness probe (``GET /commands``), at most
-        ``unikraft_ready_timeout`` seconds (HUTCH_UNIKRAFT_READY_TIMEOUT); then make sure the
-        sandbox's workdir exists (images need not have ``/workspace``)."""
-        api = await self.api(endpoint, account)
-        end = time.monotonic() + self.settings.unikraft_ready_timeout
-        last = "no answer"
-        while time.monotonic() < end:
-            try:
-                left = max(0.1, end - time.monotonic())
-                reply = await api.plugin(uuid, "GET", "/commands", "probing the sandbox plugin", idempotent=True, wake=left)
-            except UnavailableError as exc:
-                last = exc.message
-            else:
-                if reply.status == 200:
-                    if workdir:
-                        body = {"path": workdir, "parents": True}
-                        made = await api.plugin(uuid, "POST", "/fs/mkdir", "creating the workdir", idempotent=True, body=body)
-                        if made.status != 200:
-                            raise api.fail(made, f"creating {workdir}")
-                    return
-                last = f"HTTP {reply.status}" + (f": {reply.message}" if reply.message else "")
-                if reply.status in (401, 403, 404):
-                    break
-            await asyncio.sleep(0.2)
-        raise UnavailableError(f"the sandbox plugin of instance {uuid} never became ready ({last})", hint="check the image")
+        self.config = UnikraftSettings.of(settings)
+        ConnectionMixin.__init__(self, self.config.timeout)
 
     # -- Provider protocol -------------------------------------------------------------------
 
@@ -179,7 +82,7 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
     # -- runs ----------------------------------------------------------------------------------
 
     def _dir(self, rec: SandboxRecord) -> Path:
-        d = self.settings.home / "unikraft" / rec.id
+        d = self.config.home / "unikraft" / rec.id
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         return d
 
@@ -340,7 +243,7 @@ class UnikraftProvider(ConnectionMixin, SshTransferMixin, FilesMixin, OutputMixi
         info = await self._plugin(rec, "GET", f"/commands/{meta['command']}", "inspecting the command", ok=(200, 404))
         if info.status == 404 or info.data.get("exitcode") is None:
             return None
-        return await self._finish(rec, run_id, meta["command"], meta["nonce"], self.settings.output_cap, None)
+        return await self._finish(rec, run_id, meta["command"], meta["nonce"], self.config.output_cap, None)
 
     async def runs_alive(self, rec: SandboxRecord) -> set[str]:
         alive = set()

@@ -1,19 +1,18 @@
 """The provider's connections to Unikraft Cloud: one pool per endpoint, one :class:`Api` per
 endpoint and token. Which token an operation uses is not decided here: the Service binds
-``tokens`` (``hutch.service.keyring``: the caller's, then what the daemon holds for the
-account, then the daemon's own); unbound (direct use), this process's own is used.
+``tokens`` (:meth:`bind_claims`; ``hutch.service.keyring``: the caller's, then what the
+daemon holds for the account, then the daemon's own); unbound (direct use), this process's
+own is used.
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import httpx
 
 from hutch.credentials import fingerprint
 from hutch.errors import UnavailableError
 from hutch.models import SandboxRecord
+from hutch.provider import AccountScope, StepHook, TokenSource
 from hutch.providers.unikraft.api import Api, client, resolve_endpoint, resolve_token
 
 MAX_APIS = 64
@@ -24,8 +23,12 @@ class ConnectionMixin:
         self._timeout = timeout
         self._pools: dict[str, httpx.AsyncClient] = {}  # one connection pool per endpoint
         self._apis: dict[tuple[str, str], Api] = {}  # per endpoint and token fingerprint
-        self.on_step: Callable[[str], None] = lambda step: None  # set by the Service (service/claims.py)
-        self.tokens: Callable[[str, str], Awaitable[str]] | None = None  # set by the Service
+        self.on_step: StepHook = lambda step: None
+        self.tokens: TokenSource | None = None
+
+    def bind_claims(self, tokens: TokenSource, on_step: StepHook) -> None:
+        """The Service's keyring answers which token to use; ``on_step`` hears ``create_sent``."""
+        self.tokens, self.on_step = tokens, on_step
 
     def api_with(self, endpoint: str, token: str) -> Api:
         key = (endpoint, fingerprint(token))
@@ -53,10 +56,7 @@ class ConnectionMixin:
     def endpoint_for(self, rec: SandboxRecord) -> str:
         return str(rec.data.get("endpoint") or resolve_endpoint(rec.spec.provider_options.get("metro")))
 
-    def endpoint_for_metro(self, metro: str | None) -> str:
-        return resolve_endpoint(metro)
-
-    async def account(self, endpoint: str, token: str | None = None) -> dict[str, Any]:
+    async def account(self, endpoint: str, token: str | None = None) -> AccountScope:
         """The account of ``token`` (default: this process's own), from ``/v1/users/quotas``
         (read-only; validates the token)."""
         api = self.api_with(endpoint, resolve_token()[0] if token is None else token)
@@ -69,7 +69,8 @@ class ConnectionMixin:
             )
         q = quotas[0]
         used, hard = q.get("used") or {}, q.get("hard") or {}
-        return {"account": uuids.pop(), "used": used.get("instances"), "hard": hard.get("instances"), "limits": q.get("limits")}
+        account = str(uuids.pop())
+        return {"account": account, "used": used.get("instances"), "hard": hard.get("instances"), "limits": q.get("limits")}
 
     async def close(self) -> None:
         self._apis.clear()

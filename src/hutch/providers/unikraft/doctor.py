@@ -6,7 +6,6 @@ created or changed.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -20,8 +19,6 @@ if TYPE_CHECKING:
 
 
 async def checks(provider: UnikraftProvider) -> list[CheckResult]:
-    from hutch.providers.unikraft import DEFAULT_IMAGE
-
     out: list[CheckResult] = []
     caller = CALLER.get().get("unikraft")  # a remote daemon's doctor: the caller's token and metro count
     try:
@@ -47,8 +44,8 @@ async def checks(provider: UnikraftProvider) -> list[CheckResult]:
     ms = (time.monotonic() - t0) * 1000
     out.append(CheckResult("unikraft metro", True, f"{endpoint} answered in {ms:.0f} ms"))
     out.append(CheckResult("unikraft account", True, f"account {scope['account']}"))
-    image = os.environ.get("UKC_SANDBOX_IMAGE") or provider.settings.unikraft_image
-    detail = f"{image or DEFAULT_IMAGE}" + ("" if image else " (default; set UKC_SANDBOX_IMAGE or --image)")
+    image, default = provider.config.default_image()
+    detail = image + (" (default; set UKC_SANDBOX_IMAGE or --image)" if default else "")
     out.append(CheckResult("unikraft image", True, detail + "; existence is checked at create (no image API used)"))
     used, hard = scope.get("used"), scope.get("hard")
     if used is not None and hard is not None:

@@ -25,10 +25,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PolicyError, UnavailableError
 from hutch.models import SandboxRecord
-from hutch.provider import CopyReport
+from hutch.providers.unikraft.settings import UnikraftSettings
 
 SSH_PORT = 2222
 KEY_ENV = "SSH_AUTHORIZED_KEYS"
@@ -263,7 +262,7 @@ class SshTransferMixin:
     """push / pull for unikraft sandboxes made with ``--ssh``: one tar stream over an SSH exec
     channel, unpacked by the image's own ``tar`` as the sandbox user (never by the daemon)."""
 
-    settings: Settings
+    config: UnikraftSettings
 
     def _target(self, rec: SandboxRecord) -> Target:
         if rec.ssh is None:
@@ -271,8 +270,8 @@ class SshTransferMixin:
                 f"push and pull on unikraft go over SSH, and sandbox {rec.name or rec.id} was not created with --ssh",
                 hint="create it with hutch create --provider unikraft --ssh, or pipe a tar: tar c . | hutch ssh SBX -- tar x",
             )
-        s = self.settings
-        return Target(s.home, rec.model_dump(mode="json"), s.unikraft_ssh_connect, s.unikraft_ca_file)
+        c = self.config
+        return Target(c.home, rec.model_dump(mode="json"), c.ssh_connect, c.ca_file)
 
     async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
         target = self._target(rec)
@@ -300,12 +299,6 @@ class SshTransferMixin:
                 res = await conn.run(" && ".join(steps), encoding=None, stdin=feed, check=False)
         if res.exit_status != 0:
             raise UnavailableError(f"unpacking into the workspace over SSH failed: {_text(res.stderr)}", hint="retry")
-
-    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
-        raise InvalidError("fork is not supported on unikraft", hint="use the local provider")
-
-    async def delete_tenant(self, name: str) -> bool:
-        raise InvalidError("tenants are not supported on unikraft", hint="use the local provider")
 
 
 def _text(data: Any) -> str:
