@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,13 @@ def test_builtin_providers_implement_what_they_declare(builtin: Provider) -> Non
             assert isinstance(builtin, proto), f"{builtin.name} declares {flag} but is no {proto.__name__}"
             assert HELPERS[flag](builtin) is builtin
     assert contract.missing(builtin) == []
+
+
+def test_exec_takes_one_exec_spec(builtin: Provider) -> None:
+    """The run is one value (ExecSpec), not a list of keywords written out per provider."""
+    params = inspect.signature(type(builtin).exec).parameters
+    assert list(params) == ["self", "rec", "spec"]
+    assert params["spec"].annotation in ("ExecSpec", contract.ExecSpec)
 
 
 def test_what_a_provider_does_not_declare_is_refused_with_a_hint(builtin: Provider) -> None:
