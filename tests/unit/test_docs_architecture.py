@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
 
 PATH = re.compile(r"(?<![\w/.-])((?:src/hutch|tests|docs|scripts)(?:/[\w.-]+)*/?)(?::{1,2}([A-Za-z_][\w.]*))?")
-LINK = re.compile(r"\]\(([\w.-]+\.md)(?:#([\w-]+))?\)")
+LINK = re.compile(r"\]\(([\w.-]+\.md)?(?:#([\w-]+))?\)")
 
 
 def references(text: str) -> list[tuple[str, str | None]]:
@@ -64,7 +64,10 @@ def problems(text: str, root: Path = ROOT) -> list[str]:
             found.append(f"{path} defines no {name}")
     for page, anchor in LINK.findall(text):
         target = root / "docs" / page
-        if not target.exists():
+        if not page:  # a heading of this page
+            if anchor not in anchors(text):
+                found.append(f"link to #{anchor}, which has no such heading")
+        elif not target.exists():
             found.append(f"link to {page}, which does not exist")
         elif anchor and anchor not in anchors(target.read_text()):
             found.append(f"link to {page}#{anchor}, which has no such heading")
@@ -90,7 +93,10 @@ def test_the_check_catches_a_missing_path_name_test_and_heading() -> None:
 `tests/unit/test_packages.py::test_only_the_store_imports_sqlite3` too, and [exit codes](concepts.md#exit-codes).
 But `src/hutch/service/gone.py`, `src/hutch/service/runs.py:Runs.vanished`,
 `src/hutch/cli/run.py:nothing`, `tests/unit/test_packages.py::test_invented`,
-[a page](nowhere.md) and [a heading](concepts.md#no-such-heading) are not.
+[a page](nowhere.md), [a heading](concepts.md#no-such-heading) and [one here](#nor-here) are not;
+[this one](#a-heading-here) is.
+
+## A heading, here
 """
     assert problems(text) == [
         "src/hutch/service/gone.py does not exist",
@@ -99,4 +105,5 @@ But `src/hutch/service/gone.py`, `src/hutch/service/runs.py:Runs.vanished`,
         "tests/unit/test_packages.py defines no test_invented",
         "link to nowhere.md, which does not exist",
         "link to concepts.md#no-such-heading, which has no such heading",
+        "link to #nor-here, which has no such heading",
     ]
