@@ -20,6 +20,13 @@ from hutch.server.home import socket_answers
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# A shell that starts the suite in the background (`.ci/run &`, nohup, some CI runners) hands it SIGINT
+# ignored, and an ignored signal stays ignored in every child: the tests that press Ctrl-C on a CLI
+# process (or on the benchmark in-process) would then test nothing. Ctrl-C as a user's terminal sends it
+# is what they test, so the suite starts from the default: Python's handler here, SIG_DFL in children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def hutch_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
