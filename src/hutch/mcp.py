@@ -452,6 +452,9 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         work = client.wait_approval(approval_id, wait) if wait else client.approval(approval_id)
         return await _call(work)
 
+    from hutch import mcp_oneshot  # the run tool (it imports this module's shapes)
+
+    mcp_oneshot.register(app, client, settings, default_cap)
     return app, client
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ TOOLS = {
     "sandbox_list",
     "sandbox_destroy",
     "exec",
+    "run",
     "file_write",
     "file_read",
     "file_list",
@@ -290,3 +292,22 @@ def test_file_read_pages_fetch_only_the_page(daemon: Daemon) -> None:
         ok(await c.call_tool("sandbox_destroy", {"sandbox": "mcp-page"}))
 
     run(daemon, body)
+
+
+def test_run_makes_runs_and_destroys_in_one_call(daemon: Daemon, tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("from the client\n")
+
+    async def body(c: Client) -> None:
+        args = {"command": "cat in.txt; echo made > out.txt; exit 3", "directory": str(tmp_path), "pull": True}
+        r = ok(await c.call_tool("run", args | {"memory": "256M", "max_output": 4}))
+        assert (r["exit_code"], r["status"], r["destroyed"]) == (3, "failed", True)
+        assert r["stdout"] == "from" and r["stdout_truncated"] and "sandbox is gone" in r["how_to_get_more"]
+        assert r["pulled"]["files_received"] == 1  # out.txt: in.txt came back unchanged
+        kept = ok(await c.call_tool("run", {"command": ["true"], "keep": True}))
+        assert kept["destroyed"] is False and kept["exit_code"] == 0
+        ok(await c.call_tool("sandbox_destroy", {"sandbox": kept["sandbox_id"]}))
+
+    run(daemon, body)
+    assert (tmp_path / "out.txt").read_text() == "made\n"
+    with daemon.client() as c:
+        assert c.list() == []

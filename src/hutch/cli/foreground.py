@@ -15,7 +15,7 @@ import signal
 import stat
 import sys
 import threading
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import click
@@ -227,12 +227,22 @@ def execute(
     """Run in the foreground: live output, NDJSON with --json --stream (and -i/-t), or one
     result document with --json. Returns the final result (``interrupted`` after Ctrl-C)."""
     lines = obj.json and (stream or interactive or tty)
-    output = _Output(int(req.get("max_output") or obj.settings.output_cap))
+    cap = int(req.get("max_output") or obj.settings.output_cap)
+    return follow(obj, lambda: events_for(obj, ref, req, interactive, tty), cap, lines, extra)
+
+
+def follow(
+    obj: Ctx, open_events: Callable[[], Events], cap: int, lines: bool, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A foreground run's events (from ``open_events``, called once Ctrl-C is guarded) shown
+    as they come: NDJSON with ``lines``, the output, or one result document with --json
+    (each stream up to ``cap`` bytes). Returns the final result (``interrupted`` after Ctrl-C)."""
+    output = _Output(cap)
     started: dict[str, Any] = {}
     final: dict[str, Any] | None = None
     guard = _Interrupts()
     try:
-        events = events_for(obj, ref, req, interactive, tty)
+        events = open_events()
         try:
             for event in events:
                 kind = event.get("type")

@@ -24,6 +24,7 @@ from hutch.cli.common import (
 )
 from hutch.cli.foreground import execute, exit_with
 from hutch.cli.network import resolve_secrets, secret_option
+from hutch.cli.oneshot import run_once
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
@@ -268,57 +269,35 @@ def run(
         argv, script, interpreter = (None, None, None) if not (lang or code_file) else snippet(lang, code_file, command)
         if not command and argv is None and script is None:
             raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
-        req = exec_request(
-            obj,
-            tuple(argv) if argv else command or ("true",),
-            {},
-            cwd,
-            timeout,
-            idle_timeout,
-            stdin_file,
-            max_output,
-            no_redact,
-        )
-        if (sandbox or reuse or create_kw.get("tenant")) and create_kw.get("secrets"):
+        persistent = bool(sandbox or reuse or create_kw.get("tenant"))
+        secrets = None
+        if persistent and create_kw.get("secrets"):
             # a sandbox that may already exist: the secrets go with this run, not its creation
-            req["secrets"] = resolve_secrets(create_kw.pop("secrets"))
+            secrets = resolve_secrets(create_kw.pop("secrets"))
+        args = tuple(argv) if argv else command or ("true",)
+        req = exec_request(obj, args, {}, cwd, timeout, idle_timeout, stdin_file, max_output, no_redact, secrets=secrets)
         if argv:
             req["command"] = argv  # code is never re-split by a shell
         if pull_after and not sync_dir:
             raise InvalidError("--pull needs --sync DIR", hint="hutch run --sync . --pull -- make")
-        persistent = bool(sandbox or reuse or create_kw.get("tenant"))
-        if sandbox:
-            sbx = sandbox
-        elif reuse or create_kw.get("tenant"):
+        files = []
+        if script is not None:
+            path = f"/tmp/hutch-snippet-{os.getpid()}"
+            files.append((path, script, 0o600))
+            req["command"] = [str(interpreter), path]
+        spec = None
+        if not sandbox:
             spec = build_spec(obj, **create_kw)
-            if not spec.get("tenant"):
+            if reuse and not spec.get("tenant"):
                 spec["reuse_key"] = reuse_key(spec["provider"])
-            sbx = obj.client.ensure(spec)["sandbox"]["id"]
-        else:
-            sbx = obj.client.create(build_spec(obj, **create_kw))["id"]
+        todo = build.run_once_request(req, spec=spec, sandbox=sandbox, keep=keep, pull=pull_after, files=files)
         kept = keep and not persistent
-        try:
-            if sync_dir:
-                from hutch.cli.workspace import do_push
-
-                synced = do_push(obj, sbx, sync_dir)
-                if not obj.json:
-                    click.echo(f"hutch: pushed {synced['files_sent']} file(s) to {sbx}", err=True)
-            if script is not None:
-                path = f"/tmp/hutch-snippet-{os.getpid()}"
-                obj.client.write_file(sbx, path, script, 0o600)
-                req["command"] = [str(interpreter), path]
-            result = execute(obj, sbx, req, stream, {"kept": sbx} if kept else None)
-            if interpreter and result["exit_code"] == 127 and result.get("error"):
-                raise UnavailableError(
-                    f"{interpreter} is not installed in the sandbox (needed for --lang/--file)",
-                    hint=f"install {interpreter} on the host (its /usr is the sandbox's), or use another --lang",
-                )
-            if sync_dir and pull_after:  # the local tree was just pushed: differences are the command's
-                obj.client.pull(sbx, sync_dir, force=True)
-        finally:
-            if not persistent and not keep:
-                obj.client.destroy(sbx)
+        result, sbx = run_once(obj, todo, sync_dir, stream, kept)
+        if interpreter and result["exit_code"] == 127 and result.get("error"):
+            raise UnavailableError(
+                f"{interpreter} is not installed in the sandbox (needed for --lang/--file)",
+                hint=f"install {interpreter} on the host (its /usr is the sandbox's), or use another --lang",
+            )
         if kept and not obj.json:
             click.echo(f"hutch: kept sandbox {sbx}", err=True)
         exit_with(result)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import httpx
 
     from hutch import wire
+    from hutch.client.oneshot import AsyncRunOnceStream
     from hutch.client.transfer import Progress
 
 
@@ -104,6 +105,27 @@ class AsyncClient:
         """Start in the background: the run's record at once (the request is sent once per key)."""
         body = {**req, "background": True}
         return cast("wire.RunRecord", await self.json("POST", paths.sandbox(ref) + "/exec", json=body, headers=new_key()))
+
+    async def run_once(
+        self, req: wire.RunOnceRequest, *, sync: str | None = None, progress: Progress | None = None
+    ) -> AsyncRunOnceStream:
+        """:meth:`hutch.client.Client.run_once`, awaited (the command's input goes whole, in ``req``)."""
+        import asyncio
+
+        from hutch.client import oneshot
+
+        push = None
+        if sync:
+            from hutch.client import transfer
+
+            kept: dict[str, wire.ManifestEntry] = {}
+            if oneshot.kept_line(req):  # only what changed since that sandbox's last push travels
+                if "sandbox" not in req:
+                    req = oneshot.in_sandbox(req, (await self.ensure(req["spec"]))["sandbox"]["id"])
+                kept = cast("wire.Manifest", await self.json("GET", paths.sandbox(req["sandbox"]) + "/manifest"))["files"]
+            plan = await asyncio.to_thread(transfer.plan_push, Path(sync), (), kept)
+            push = await asyncio.to_thread(transfer.push_body, Path(sync), plan.manifest, plan.send, progress)
+        return oneshot.astream(self.transport, req, push, sync)
 
     async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None

@@ -20,6 +20,7 @@ from hutch.config import Settings
 
 if TYPE_CHECKING:
     from hutch import wire
+    from hutch.client.oneshot import RunOnceStream
     from hutch.client.transfer import Progress
 
 
@@ -147,6 +148,30 @@ class Client:
 
     def exec_stream(self, ref: str, req: wire.ExecRequest) -> Iterator[wire.ExecFrame]:
         return self.stream("POST", paths.sandbox(ref) + "/exec", params={"stream": True}, json=req)
+
+    def run_once(
+        self, req: wire.RunOnceRequest, *, sync: str | None = None, stdin: int | None = None, progress: Progress | None = None
+    ) -> RunOnceStream:
+        """hutch run in one request (see :mod:`hutch.client.oneshot`): ``sync`` is a local tree
+        pushed first (and with ``req["pull"]``, where the workspace is unpacked after);
+        ``stdin`` a file descriptor whose data streams to the command as it asks for it."""
+        from hutch.client import oneshot
+
+        push = None
+        if sync:
+            from hutch.client import transfer
+
+            kept: dict[str, wire.ManifestEntry] = {}
+            if oneshot.kept_line(req):  # only what changed since that sandbox's last push travels
+                if "sandbox" not in req:
+                    sandbox = self.ensure(req["spec"])["sandbox"]["id"]
+                    req = oneshot.in_sandbox(req, sandbox)
+                kept = cast("wire.Manifest", self.json("GET", paths.sandbox(req["sandbox"]) + "/manifest"))["files"]
+            plan = transfer.plan_push(Path(sync), (), kept)
+            push = transfer.push_body(Path(sync), plan.manifest, plan.send, progress)
+        if stdin is not None:
+            return oneshot.duplex(self.transport, req, push, sync, stdin)
+        return oneshot.stream(self.transport, req, push, sync)
 
     def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None

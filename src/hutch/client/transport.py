@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -198,6 +198,31 @@ class AsyncTransport:
                 raise self.endpoint.unavailable(exc) from exc
             raise_for(resp)
             return resp
+        raise AssertionError("unreachable")
+
+    async def stream(self, method: str, url: str, *, content: bytes, content_type: str) -> AsyncIterator[Any]:
+        """An NDJSON response, one parsed line at a time, as the daemon sends them."""
+        h = self._httpx
+        headers = {"content-type": content_type}
+        for attempt in (0, 1):
+            try:
+                async with self.http.stream(method, url, content=content, headers=headers) as resp:
+                    if resp.status_code >= 400:
+                        await resp.aread()
+                        raise_for(resp)
+                    async for line in resp.aiter_lines():
+                        if line:
+                            yield json.loads(line)
+                    return
+            except (h.ConnectError, FileNotFoundError) as exc:
+                if attempt == 0 and self.autostart:
+                    import asyncio
+
+                    await asyncio.to_thread(ensure_daemon, self.settings)
+                    continue
+                raise self.endpoint.unavailable(exc) from exc
+            except h.TransportError as exc:
+                raise self.endpoint.unavailable(exc) from exc
         raise AssertionError("unreachable")
 
 

@@ -9,7 +9,7 @@ hutch's own failures raise :class:`hutch.HutchError` (with ``kind`` and ``hint``
 
 Each sandbox holds a client (:mod:`hutch.client`) and its namespaces, each in its module::
 
-    sync.py     Sandbox                 create, connect, list, restore; exec, pty; lifecycle; workspace
+    sync.py     Sandbox                 create, run_once, connect, list, restore; exec, pty; lifecycle; workspace
     aio.py      AsyncSandbox            the same, awaited (tests/unit/test_sdk_parity.py keeps them in step)
     files.py    Files, AsyncFiles       sbx.files
     runs.py     Run(s), AsyncRun(s)     sbx.runs, and exec(..., background=True)
@@ -17,6 +17,7 @@ Each sandbox holds a client (:mod:`hutch.client`) and its namespaces, each in it
     pty.py      Pty, AsyncPty           sbx.pty(...)
     results.py  ExecResult, FileInfo, OutputChunk
     forks.py                            the children fork() made, destroyed with their parent
+    oneshot.py                          run_once's request and result (hutch run in one call)
 """
 
 from __future__ import annotations

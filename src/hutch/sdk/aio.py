@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal, Self, overload
+from typing import TYPE_CHECKING, Literal, Self, Unpack, overload
 
 from hutch.client import AsyncClient
+from hutch.client.oneshot import Outcome
 from hutch.config import Settings
 from hutch.errors import HutchError
-from hutch.sdk import forks
+from hutch.sdk import forks, oneshot
 from hutch.sdk.files import AsyncFiles
 from hutch.sdk.policy import AsyncPolicy
 from hutch.sdk.pty import AsyncPty, _attach_path, _pty_start
@@ -101,6 +102,54 @@ class AsyncSandbox:
             require_approval=require_approval or (),
         )
         return cls(await client.create(spec), client)
+
+    @classmethod
+    async def run_once(
+        cls,
+        command: str | builtins.list[str],
+        *,
+        sync: str | None = None,
+        pull: bool = False,
+        keep: bool = False,
+        sandbox: str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        settings: Settings | None = None,
+        **create: Unpack[oneshot.CreateOptions],
+    ) -> ExecResult:
+        """hutch run: make a sandbox (``create``: the arguments of :meth:`create`), run one
+        command in the foreground, destroy the sandbox, and return the result. ``sync`` is a
+        local directory pushed into /workspace first; with ``pull`` the workspace comes back into
+        it afterwards. ``keep`` keeps the sandbox (``result.sandbox_id``); ``sandbox`` runs in
+        that existing sandbox instead (never destroyed). A sandbox it made is destroyed however
+        the run ends, also when this process is killed. A non-zero exit never raises."""
+        client = AsyncClient(settings)
+        try:
+            cap = client.settings.output_cap if max_output is None else max_output
+            req = oneshot.request(
+                client.settings,
+                command,
+                pull=pull,
+                keep=keep,
+                sandbox=sandbox,
+                cwd=cwd,
+                timeout=timeout,
+                stdin=stdin,
+                max_output=cap,
+                create=create,
+            )
+            outcome = Outcome(cap)
+            answer = await client.run_once(req, sync=sync)
+            try:
+                async for frame in answer:
+                    outcome.add(frame)
+            finally:
+                await answer.aclose()
+            return oneshot.result(outcome)
+        finally:
+            await client.close()
 
     @classmethod
     async def connect(cls, ref: str, *, settings: Settings | None = None) -> AsyncSandbox:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal, Self, overload
+from typing import TYPE_CHECKING, Literal, Self, Unpack, overload
 
 from hutch.client import Client
+from hutch.client.oneshot import Outcome
 from hutch.config import Settings
 from hutch.errors import HutchError
-from hutch.sdk import forks
+from hutch.sdk import forks, oneshot
 from hutch.sdk.files import Files
 from hutch.sdk.policy import Policy
 from hutch.sdk.pty import Pty, _attach_path, _pty_start
@@ -103,6 +104,51 @@ class Sandbox:
             require_approval=require_approval or (),
         )
         return cls(client.create(spec), client)
+
+    @classmethod
+    def run_once(
+        cls,
+        command: str | builtins.list[str],
+        *,
+        sync: str | None = None,
+        pull: bool = False,
+        keep: bool = False,
+        sandbox: str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        max_output: int | None = None,
+        settings: Settings | None = None,
+        **create: Unpack[oneshot.CreateOptions],
+    ) -> ExecResult:
+        """hutch run: make a sandbox (``create``: the arguments of :meth:`create`), run one
+        command in the foreground, destroy the sandbox, and return the result. ``sync`` is a
+        local directory pushed into /workspace first; with ``pull`` the workspace comes back into
+        it afterwards. ``keep`` keeps the sandbox (``result.sandbox_id``); ``sandbox`` runs in
+        that existing sandbox instead (never destroyed). A sandbox it made is destroyed however
+        the run ends, also when this process is killed. A non-zero exit never raises."""
+        client = Client(settings)
+        cap = client.settings.output_cap if max_output is None else max_output
+        req = oneshot.request(
+            client.settings,
+            command,
+            pull=pull,
+            keep=keep,
+            sandbox=sandbox,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=stdin,
+            max_output=cap,
+            create=create,
+        )
+        outcome = Outcome(cap)
+        answer = client.run_once(req, sync=sync)
+        try:
+            for frame in answer:
+                outcome.add(frame)
+        finally:
+            answer.close()
+        return oneshot.result(outcome)
 
     @classmethod
     def connect(cls, ref: str, *, settings: Settings | None = None) -> Sandbox:

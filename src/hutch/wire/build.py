@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from hutch.errors import InvalidError
 
 if TYPE_CHECKING:
+    from hutch.wire.oneshot import RunOnceRequest, UploadFile
     from hutch.wire.runs import AttachStart, ExecRequest
     from hutch.wire.sandboxes import (
         Limits,
@@ -41,6 +42,7 @@ __all__ = [
     "mount",
     "network_policy",
     "policy_change",
+    "run_once_request",
     "sandbox_spec",
     "subagent_request",
     "with_stdin",
@@ -242,6 +244,31 @@ def exec_request(
 def with_stdin(req: ExecRequest, data: bytes) -> ExecRequest:
     """``req`` with ``data`` as the command's whole standard input (base64 in the JSON)."""
     return {**req, "stdin": base64.b64encode(data).decode(), "stdin_base64": True}
+
+
+def run_once_request(
+    exec_req: ExecRequest,
+    *,
+    spec: SandboxSpec | None = None,
+    sandbox: str | None = None,
+    keep: bool = False,
+    pull: bool = False,
+    files: Iterable[tuple[str, bytes, int]] = (),
+) -> RunOnceRequest:
+    """The body of hutch run (``POST /v1/run``): the command, in a new sandbox (``spec``; with a
+    tenant or reuse key, the kept one of that line) or in ``sandbox``; ``files`` (path, bytes,
+    mode) written before it; ``keep`` the sandbox it makes, ``pull`` the workspace back."""
+    if (spec is None) == (sandbox is None):
+        raise InvalidError("hutch run needs a spec for a new sandbox, or a sandbox, not both", hint="hutch run -- CMD")
+    req: RunOnceRequest = {"exec": exec_req, "keep": keep, "pull": pull}
+    if spec is not None:
+        req["spec"] = spec
+    if sandbox is not None:
+        req["sandbox"] = sandbox
+    uploads: list[UploadFile] = [{"path": p, "data": base64.b64encode(d).decode(), "mode": m} for p, d, m in files]
+    if uploads:
+        req["files"] = uploads
+    return req
 
 
 def attach_start(req: ExecRequest, *, tty: bool, rows: int, cols: int) -> AttachStart:

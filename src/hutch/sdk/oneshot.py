@@ -1,0 +1,92 @@
+"""``Sandbox.run_once`` (and ``AsyncSandbox.run_once``): hutch run from Python. The daemon
+does the whole run in one request (make the sandbox, push ``sync``, run, pull, destroy);
+here are the request and the result, shared by the sync and the async twin."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, TypedDict
+
+from hutch.client.oneshot import Outcome
+from hutch.errors import InvalidError
+from hutch.sdk.results import ExecResult
+from hutch.wire.build import SpecDefaults, exec_request, run_once_request, sandbox_spec
+
+if TYPE_CHECKING:
+    from hutch import wire
+
+
+class CreateOptions(TypedDict, total=False):
+    """The arguments of :meth:`hutch.Sandbox.create` (they mean the same for ``run_once``)."""
+
+    name: str | None
+    memory: str | int | None
+    pids: int | None
+    cpus: float | None
+    env: dict[str, str] | None
+    mounts: list[str] | None
+    labels: dict[str, str] | None
+    workdir: str | None
+    provider: str | None
+    network: str | None
+    allow_hosts: list[str] | None
+    allow_ports: list[int] | None
+    allow_cidrs: list[str] | None
+    secrets: dict[str, str] | None
+    ttl: str | float | None
+    idle_timeout: str | float | None
+    on_expire: Literal["destroy", "pause"] | None
+    require_approval: list[str] | None
+    image: str | None
+    unikraft_metro: str | None
+
+
+def request(
+    defaults: SpecDefaults,
+    command: str | list[str],
+    *,
+    pull: bool,
+    keep: bool,
+    sandbox: str | None,
+    cwd: str | None,
+    timeout: float | None,
+    stdin: bytes | str | None,
+    max_output: int,
+    create: CreateOptions,
+) -> wire.RunOnceRequest:
+    exec_req = exec_request(command, cwd=cwd, timeout=timeout, stdin=stdin, max_output=max_output)
+    if sandbox is not None:
+        if create:
+            raise InvalidError(
+                f"{', '.join(sorted(create))}: options of a new sandbox, but run_once was given the sandbox {sandbox}",
+                hint="drop them, or drop sandbox= to run in a new one",
+            )
+        return run_once_request(exec_req, sandbox=sandbox, keep=keep, pull=pull)
+    c = create
+    spec = sandbox_spec(
+        defaults,
+        name=c.get("name"),
+        memory=c.get("memory"),
+        pids=c.get("pids"),
+        cpus=c.get("cpus"),
+        env=c.get("env"),
+        mounts=c.get("mounts") or (),
+        labels=c.get("labels"),
+        workdir=c.get("workdir"),
+        provider=c.get("provider"),
+        network=c.get("network"),
+        allow_hosts=c.get("allow_hosts") or (),
+        allow_ports=c.get("allow_ports") or (),
+        allow_cidrs=c.get("allow_cidrs") or (),
+        secrets=c.get("secrets"),
+        ttl=c.get("ttl"),
+        idle_timeout=c.get("idle_timeout"),
+        on_expire=c.get("on_expire"),
+        require_approval=c.get("require_approval") or (),
+        image=c.get("image"),
+        metro=c.get("unikraft_metro"),
+    )
+    return run_once_request(exec_req, spec=spec, keep=keep, pull=pull)
+
+
+def result(outcome: Outcome) -> ExecResult:
+    return ExecResult.from_dict(outcome.result())
