@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from hutch.client import transfer
+from hutch.errors import UnavailableError
 from hutch.server.app import create_app
 from hutch.server.oneshot import FRAMED, WINDOW
 from hutch.service import Service
@@ -277,5 +278,34 @@ def test_a_stopping_daemon_destroys_what_runs_in_progress_made(service: Service)
         assert service.get(sbx).state.value == "destroyed"
         ex.leave()
         await asyncio.wait_for(task, 60)
+
+    asyncio.run(main())
+
+
+def test_a_kill_that_races_the_destroy_of_its_sandbox_says_the_run_is_over(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C on hutch run: the kill ends the run, the run's end destroys the sandbox, and the
+    destroy may cut the kill's own reply; the kill then answers, not fails."""
+    fake = service.provider("fake")
+    real_kill = fake.kill_run
+
+    async def kill_then_lose_the_reply(rec: Any, run_id: str, sig: int) -> bool:
+        await real_kill(rec, run_id, sig)
+        await eventually("the destroy", lambda: service.get(rec.id).state.value in ("destroying", "destroyed"))
+        raise UnavailableError("the sandbox agent closed the connection")
+
+    monkeypatch.setattr(fake, "kill_run", kill_then_lose_the_reply)
+
+    async def main() -> None:
+        ex = Exchange(service, media="application/json")
+        ex.send_body(json.dumps({"spec": {"provider": "fake"}, "exec": {"command": "sleep 30"}}).encode(), False)
+        task = ex.start()
+        run = await ex.until("run")
+        killed = await service.runs.kill(run["run_id"], "KILL")
+        assert killed["signalled"] is False and killed["status"] == "killed", killed
+        assert (await ex.until("done"))["destroyed"]
+        ex.leave()
+        await task
 
     asyncio.run(main())

@@ -22,7 +22,12 @@ from hutch.wire import build
 from hutch.wire.pydantic import adapter
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "hutch"
-EDGES = [*sorted((SRC / "cli").glob("*.py")), *sorted(SRC.glob("sdk*.py")), SRC / "mcp.py", *sorted(SRC.glob("client*.py"))]
+EDGES = [
+    *sorted((SRC / "cli").glob("*.py")),
+    *sorted(SRC.glob("sdk*.py")),
+    *sorted((SRC / "mcp").glob("*.py")),
+    *sorted(SRC.glob("client*.py")),
+]
 # keys only a body built by hand would spell out: a spec's, an exec request's, an approval request's
 BODY_KEYS = {"limits", "mounts", "provider_options", "idle_timeout", "stdin_base64", "max_output", "require_approval"}
 RECORD = {"id": "sbx_1", "provider": "fake", "state": "running", "spec": {}, "created_at": 0.0, "updated_at": 0.0}

@@ -12,7 +12,7 @@ from typing import Any
 
 from hutch import wire
 from hutch.client import transfer
-from hutch.wire.build import exec_request, sandbox_spec
+from hutch.wire.build import exec_request, run_once_request, sandbox_spec
 from hutch.wire.pydantic import adapter
 from hutch.wire.routes import ROUTES, Route
 
@@ -39,6 +39,8 @@ class Checked:
             return adapter(wire.Error).validate_python(resp.json())
         assert resp.status_code == route.status, (method, path, resp.status_code, resp.text)
         self.answered.add((method, template))
+        if route.response is None and route.stream is not None:  # NDJSON only (hutch run)
+            return [adapter(route.stream).validate_python(json.loads(line)) for line in resp.text.splitlines()]
         if route.response is None:
             return resp.content
         if kw.get("params", {}).get("stream"):
@@ -102,6 +104,11 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("POST", "/v1/sandboxes/{ref}/push", ref=sid, content=body, params={"dry_run": True})
     c.call("POST", "/v1/sandboxes/{ref}/push", ref=sid, content=body)
     assert c.call("GET", "/v1/sandboxes/{ref}/pull", ref=sid)[:0] == b""
+    once = run_once_request(exec_request("cat sub/f"), spec=sandbox_spec(settings), pull=True, files=[("/tmp/s", b"x", 0o600)])
+    head = json.dumps(once | {"push_size": len(body)}).encode()
+    framed = str(len(head)).encode() + b"\n" + head + body
+    frames = c.call("POST", "/v1/run", content=framed, headers={"content-type": "application/x-hutch-run"})
+    assert [f["type"] for f in frames] == ["sandbox", "pushed", "run", "stdout", "exit", "pull", "done"]
     c.call("POST", "/v1/sandboxes/{ref}/snapshots", ref=sid, json={"name": "s1"})
     c.call("GET", "/v1/snapshots")
     restored = c.call("POST", "/v1/snapshots/{name}/restore", name="s1", json={"name": "w2"})

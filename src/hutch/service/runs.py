@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
-from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, new_id
+from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, SandboxState, new_id
 from hutch.provider import ExecSpec, Interactive
 from hutch.service.adoption import WATCH_INTERVAL, Adoption
 from hutch.service.approvals import command_text
@@ -395,7 +395,14 @@ class Runs(Adoption):
         if run["status"] != "running":
             return {"run_id": run_id, "signalled": False, "status": run["status"], "message": f"already {run['status']}"}
         rec = self.svc.get(run["sandbox_id"])
-        sent = await self.svc.provider(rec.provider).kill_run(rec, run_id, signum)
+        try:
+            sent = await self.svc.provider(rec.provider).kill_run(rec, run_id, signum)
+        except UnavailableError:
+            # its sandbox was destroyed under the call (hutch run destroys it once the run ended): the run is over
+            if self.store.sandboxes.get(rec.id).state not in (SandboxState.destroying, SandboxState.destroyed):
+                raise
+            status = self.store.runs.get(run_id)["status"]
+            return {"run_id": run_id, "signalled": False, "status": status, "message": "its sandbox was destroyed meanwhile"}
         self.store.events.append("run_signalled", rec.id, run_id, signal=signum)
         message = f"sent signal {signum} to the run's process tree" if sent else "the run had already ended"
         return {"run_id": run_id, "signalled": sent, "status": run["status"], "message": message}

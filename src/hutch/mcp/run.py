@@ -1,6 +1,6 @@
 """The MCP server's ``run`` tool: hutch run in one call (a sandbox made, a local directory
 pushed, one command, the directory pulled back, the sandbox destroyed), over
-:meth:`hutch.client.AsyncClient.run_once`. Registered by :func:`hutch.mcp.build_server`."""
+:meth:`hutch.client.AsyncClient.run_once`. Registered by :func:`hutch.mcp.server.build_server`."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from hutch.client.oneshot import Outcome
-from hutch.mcp import MAX_CALL_OUTPUT, Body, Command, MaxOutput, Network, _call, cap_output
+from hutch.mcp.shapes import MAX_CALL_OUTPUT, Body, Command, MaxOutput, Network, _call, cap_output
 from hutch.wire import build
 
 if TYPE_CHECKING:
     from hutch.client import AsyncClient
     from hutch.config import Settings
-    from hutch.mcp import HutchMCP
+    from hutch.mcp.server import HutchMCP
 
 Local = Annotated[
     str | None,

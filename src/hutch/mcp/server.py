@@ -1,29 +1,37 @@
-"""The MCP server: hutch's sandboxes as Model Context Protocol tools.
-
-Each tool is a few lines over :class:`hutch.client.AsyncClient`. Results are the same
-JSON documents the CLI prints with ``--json`` (as text and as structured content);
-failures are tool errors carrying ``{"error": {"kind", "message", "hint"}}``, exactly as
-the CLI reports them. Captured output is capped per stream, with explicit truncation
-metadata saying how to get the rest.
-"""
+"""The MCP server and its tools, each a few lines over :class:`hutch.client.AsyncClient`
+(the run tool is in :mod:`hutch.mcp.run`)."""
 
 from __future__ import annotations
 
 import base64
-import json
 import logging
-from collections.abc import Awaitable, Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from mcp_types import CallToolResult, ToolAnnotations
+from pydantic import Field
 
 from hutch._version import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
-from hutch.errors import HutchError, InternalError, InvalidError
+from hutch.errors import InternalError, InvalidError
+from hutch.mcp import run
+from hutch.mcp.shapes import (
+    DEFAULT_MAX_OUTPUT,
+    Body,
+    Command,
+    Directory,
+    MaxOutput,
+    Network,
+    RunId,
+    Sandbox,
+    _call,
+    _validation_message,
+    cap_output,
+    error_result,
+    file_chunk,
+)
 from hutch.wire import build
 
 if TYPE_CHECKING:
@@ -31,62 +39,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hutch.mcp")
 
-DEFAULT_MAX_OUTPUT = 32 << 10
-MAX_CALL_OUTPUT = 16 << 20
-
 INSTRUCTIONS = """\
 hutch runs commands in isolated Linux sandboxes (no network, capped memory and processes,
 a private /workspace). Create a sandbox once, then exec commands and read/write files in
 it; destroy it when done. exec never fails because the command failed: read exit_code and
 status. A tool error means hutch itself failed: its error.kind and error.hint say what to
 do. Output is capped per stream (see truncated, stdout_bytes, how_to_get_more)."""
-
-Sandbox = Annotated[str, Field(description="The sandbox: its id (sbx_...) or its name.")]
-Network = Literal["none", "allowlist", "open"]
-Command = Annotated[
-    str | list[str],
-    Field(description="A shell string (run with /bin/sh -c, e.g. 'make && make test') or an argv list (no shell)."),
-]
-Directory = Annotated[
-    str, Field(description="A directory on the machine running this MCP server (absolute, or relative to its cwd).")
-]
-RunId = Annotated[str, Field(description="The run's id (run_...), from exec or exec_background.")]
-MaxOutput = Annotated[
-    int | None,
-    Field(
-        ge=1,
-        le=MAX_CALL_OUTPUT,
-        description="Cap in bytes on what comes back, per stream (default: the server's --max-output, 32 KiB).",
-    ),
-]
-
-
-Body = Mapping[str, object]  # a tool's result: a body of the API (hutch.wire), or one made of them
-
-
-def _result(body: Body, error: bool = False) -> CallToolResult:
-    text = json.dumps(body)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(body), is_error=error)
-
-
-def error_result(exc: HutchError) -> CallToolResult:
-    """A tool error with the CLI's ``{"error": {"kind", "message", "hint"}}``."""
-    return _result(exc.to_dict(), error=True)
-
-
-async def _call(work: Awaitable[Body]) -> CallToolResult:
-    try:
-        return _result(await work)
-    except HutchError as exc:
-        return error_result(exc)
-
-
-def _validation_message(tool: str, exc: ToolError) -> str:
-    cause = exc.__cause__
-    if isinstance(cause, ValidationError):
-        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in cause.errors()]
-        return f"invalid arguments for {tool}: " + "; ".join(problems)
-    return str(exc)
 
 
 class HutchMCP(MCPServer[Any]):
@@ -103,64 +61,6 @@ class HutchMCP(MCPServer[Any]):
         except ToolError as exc:
             hint = "see the tool's input schema (tools/list)" if self._tool_manager.get_tool(name) else "list the tools"
             return error_result(InvalidError(_validation_message(name, exc), hint=hint))
-
-
-def cap_output(result: wire.ExecResult, cap: int) -> dict[str, object]:
-    """Explicit truncation metadata on an exec result captured with ``max_output=cap``."""
-    out: dict[str, object] = dict(result)
-    out["max_output"] = cap
-    out["stdout_truncated"] = result.get("stdout_bytes", 0) > cap
-    out["stderr_truncated"] = result.get("stderr_bytes", 0) > cap
-    if out.get("truncated") and out.get("stored_truncated"):
-        out["how_to_get_more"] = (
-            f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes), "
-            "and the copy kept in the sandbox stops at its disk cap too: the rest of the output is lost. "
-            "Re-run the command with its output written to a file in the sandbox ('cmd > out.txt 2>&1'), "
-            "then read that file in pages with file_read (offset)."
-        )
-    elif out.get("truncated"):
-        out["how_to_get_more"] = (
-            f"only the first {cap} bytes of each stream came back (stdout_bytes/stderr_bytes are the full sizes). "
-            f"The whole output is kept: page through it with run_poll (run_id={out.get('run_id')}, "
-            f"stdout_offset={cap} and stderr_offset={cap} to continue where this cut), "
-            "read the sandbox transcript with logs (offset), "
-            f"or re-run with a larger max_output (up to {MAX_CALL_OUTPUT})."
-        )
-    return out
-
-
-def file_chunk(path: str, page: bytes, more: bool, size: int | None, offset: int, limit: int) -> dict[str, object]:
-    """``limit`` bytes of a file from ``offset`` (``page`` starts there and may hold a few bytes
-    more, to finish a character): text when it is UTF-8, else base64."""
-    chunk = page[:limit]
-    after = more or len(page) > limit  # bytes exist past this chunk
-    text: str | None = None
-    for cut in range(4 if after else 1):  # a character split at the end
-        if cut and cut >= len(chunk):
-            break  # never an empty page: a page too small for one character comes as base64
-        try:
-            text = chunk[: len(chunk) - cut].decode()
-        except UnicodeDecodeError:
-            continue
-        chunk = chunk[: len(chunk) - cut]
-        break
-    binary = text is None or "\x00" in text
-    known = size if size is not None else offset + len(page) + (1 if more else 0)
-    body: dict[str, object] = {
-        "path": path,
-        "size": known,
-        "size_exact": size is not None or not more,
-        "offset": offset,
-        "returned_bytes": len(chunk),
-        "content": base64.b64encode(chunk).decode() if binary else text,
-        "base64": binary,
-    }
-    end = offset + len(chunk)
-    body["truncated"] = end < known
-    if end < known:
-        body["next_offset"] = end
-        body["how_to_get_more"] = f"call file_read again with offset={end} (and a larger max_bytes to get more at once)"
-    return body
 
 
 def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX_OUTPUT) -> tuple[HutchMCP, AsyncClient]:
@@ -452,9 +352,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         work = client.wait_approval(approval_id, wait) if wait else client.approval(approval_id)
         return await _call(work)
 
-    from hutch import mcp_oneshot  # the run tool (it imports this module's shapes)
-
-    mcp_oneshot.register(app, client, settings, default_cap)
+    run.register(app, client, settings, default_cap)
     return app, client
 
 
