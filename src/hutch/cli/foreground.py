@@ -1,8 +1,9 @@
 """A foreground run of exec and run: events in, output out, one exit code.
 
-Every foreground run is streamed from the daemon (NDJSON, or the attach WebSocket when
-this process's stdin goes to the command), so the run id is known from the first event:
-Ctrl-C kills the run and says so. With ``--json`` (without ``--stream``) the output is
+Every foreground run is streamed from the daemon (exec: NDJSON, or the attach WebSocket when
+this process's stdin goes to the command; run: the frames of POST /v1/run, see
+:mod:`hutch.cli.oneshot`), so the run id is known from the first event: Ctrl-C kills the
+run and says so. With ``--json`` (without ``--stream``) the output is
 gathered here, at most ``max_output`` bytes per stream, into one result document.
 """
 

@@ -74,7 +74,7 @@ def run_once(obj: Ctx, req: wire.RunOnceRequest, sync: str | None, stream: bool,
         cap = int(exec_req.get("max_output") or obj.settings.output_cap)
         try:
             result = follow(obj, lambda: frames, cap, obj.json and stream, frames.extra)
-        except HutchError:
+        except (HutchError, SystemExit):  # a failure (with --stream --json: said already, as its exit code)
             with contextlib.suppress(HutchError):
                 frames.drain()  # the sandbox goes before this command ends
             raise

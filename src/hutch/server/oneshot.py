@@ -237,8 +237,19 @@ def router(service: Service) -> APIRouter:
         max_body_size=MAX_BODY,
     )
     async def run(request: Request) -> Response:
-        """hutch run: a sandbox made (or reused), a tree pushed, one command, the tree pulled
-        back, the sandbox destroyed unless kept; NDJSON frames as it goes (see hutch.wire.oneshot)."""
+        """hutch run in one request: a sandbox made (``spec``; with ``tenant`` or ``reuse_key``
+        the kept one of that line) or given (``sandbox``), a tree pushed, ``files`` written, one
+        command in the foreground, ``/workspace`` sent back (``pull``), the sandbox destroyed
+        unless kept.
+
+        The body is the request as JSON, or framed (``application/x-hutch-run``): its length in
+        decimal and a newline, the request, then ``push_size`` bytes of push body (as the push
+        route takes it), then with ``stream_input`` the command's input until the body ends,
+        never more than the ``input`` frames allowed. The answer is NDJSON: ``sandbox``,
+        ``pushed``, the frames of a streamed exec with ``input`` frames among them, ``pull``
+        frames (the tar in pieces, base64), and ``done`` (or ``error``) once the sandbox is
+        gone. A client that goes away has the sandbox the run made destroyed at once; a failure
+        before the sandbox exists is a plain error answer."""
         body = Body(request.receive)
         media = request.headers.get("content-type", "application/json").partition(";")[0].strip().lower()
         req = RunOnceRequest.model_validate_json(await body.head(media))
