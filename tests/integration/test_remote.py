@@ -203,6 +203,8 @@ def test_tls_with_a_self_signed_certificate(hutch_home: Path, tmp: Path, token: 
         env = {"HUTCH_HOST": d.url, "HUTCH_TOKEN_FILE": str(tmp / "token")}
         r = cli(tmp / "client", "run", "--json", "--", "echo", "tls", **env, HUTCH_CA_FILE=str(cert))
         assert r.returncode == 0 and json.loads(r.stdout)["stdout"] == "tls\n", r.stderr
+        r = cli(tmp / "client", "run", "--", "wc", "-c", stdin="x" * 300_000, **env, HUTCH_CA_FILE=str(cert))
+        assert (r.returncode, r.stdout.strip()) == (0, "300000"), r.stderr  # the input streams over TLS too
         r = cli(tmp / "client", "list", "--json", **env)  # the system CAs do not know it
         err = json.loads(r.stdout)["error"]
         assert r.returncode == 1 and err["kind"] == "unavailable"
