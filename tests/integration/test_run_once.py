@@ -144,3 +144,17 @@ def test_the_sdk_runs_once(daemon: Daemon, tmp_path: Path) -> None:
     assert again.sandbox_id == kept.sandbox_id and again.stdout == "in the kept one\n"
     assert [s.id for s in Sandbox.list(settings=daemon.settings)] == [kept.sandbox_id]
     daemon.client().destroy(kept.sandbox_id)
+
+
+def test_a_daemon_killed_under_hutch_run_leaves_no_sandbox(daemon: Daemon) -> None:
+    """The other way round: the daemon dies mid-run (kill -9); hutch run says so, and has the
+    sandbox it made destroyed through the daemon it starts again."""
+    c = daemon.client()
+    proc = _popen(daemon, "--", "sh", "-c", "sleep 300")
+    sbx, _ = _started(c)
+    daemon.kill9()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 125, err
+    with Client(daemon.settings, autostart=False) as again:  # the daemon hutch run started on demand
+        assert again.get(sbx)["state"] == "destroyed"
+        assert again.list() == []

@@ -125,7 +125,7 @@ class AsyncClient:
                 kept = cast("wire.Manifest", await self.json("GET", paths.sandbox(req["sandbox"]) + "/manifest"))["files"]
             plan = await asyncio.to_thread(transfer.plan_push, Path(sync), (), kept)
             push = await asyncio.to_thread(transfer.push_body, Path(sync), plan.manifest, plan.send, progress)
-        return oneshot.astream(self.transport, req, push, sync)
+        return oneshot.astream(self.transport, req, push, sync, self.destroy)
 
     async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None

@@ -14,13 +14,13 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from hutch.client.launcher import ensure_daemon
 from hutch.client.transport import MAX_RESPONSE, Response, raise_for
-from hutch.errors import InvalidError
+from hutch.errors import HutchError, InvalidError, UnavailableError
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -63,10 +63,23 @@ class Answer:
         self.on_credit = on_credit
         self.tar = bytearray()
         self.pulled: wire.PullSummary | None = None
+        self.sandbox: dict[str, Any] = {}
+        self.ended = False  # the last frame (done or error) came
+
+    def orphan(self) -> str | None:
+        """A sandbox this run made that may outlive an answer cut short (the daemon died under
+        it): the client destroys it then, through the next daemon, as a last resort. Once."""
+        made = self.sandbox.get("created") and not self.sandbox.get("kept") and not self.ended
+        self.ended = True
+        return str(self.sandbox["sandbox_id"]) if made else None
 
     def take(self, frame: dict[str, Any]) -> bool:
         """Whether ``frame`` is the caller's (False: kept here)."""
         kind = frame.get("type")
+        if kind == "sandbox":
+            self.sandbox = frame
+        elif kind in ("done", "error") and self.sandbox:
+            self.ended = True
         if kind == "input":
             if self.on_credit is not None:
                 self.on_credit(int(frame["credit"]))
@@ -99,9 +112,10 @@ class RunOnceStream:
     already). An exception while waiting for a frame (Ctrl-C) leaves the request open: the
     caller may go on reading, or close it."""
 
-    def __init__(self, opener: Callable[[], Lines], answer: Answer) -> None:
+    def __init__(self, opener: Callable[[], Lines], answer: Answer, destroy: Callable[[str], object]) -> None:
         self._opener = opener
         self._lines: Lines | None = None
+        self._destroy = destroy
         self.answer = answer
 
     @property
@@ -115,7 +129,14 @@ class RunOnceStream:
         if self._lines is None:
             self._lines = self._opener()
         while True:
-            frame = next(self._lines)
+            try:
+                frame = next(self._lines)
+            except (StopIteration, UnavailableError):
+                orphan = self.answer.orphan()
+                if orphan is not None:
+                    with contextlib.suppress(HutchError):
+                        self._destroy(orphan)
+                raise
             if not self.answer.take(frame):
                 continue
             if self.answer.unpack_due():
@@ -130,8 +151,11 @@ class RunOnceStream:
 class AsyncRunOnceStream:
     """:class:`RunOnceStream` for the async client."""
 
-    def __init__(self, frames: AsyncIterator[dict[str, Any]], answer: Answer) -> None:
+    def __init__(
+        self, frames: AsyncIterator[dict[str, Any]], answer: Answer, destroy: Callable[[str], Awaitable[object]]
+    ) -> None:
         self._frames = frames
+        self._destroy = destroy
         self.answer = answer
 
     @property
@@ -143,7 +167,14 @@ class AsyncRunOnceStream:
 
     async def __anext__(self) -> dict[str, Any]:
         while True:
-            frame = await anext(self._frames)
+            try:
+                frame = await anext(self._frames)
+            except (StopAsyncIteration, UnavailableError):
+                orphan = self.answer.orphan()
+                if orphan is not None:
+                    with contextlib.suppress(HutchError):
+                        await self._destroy(orphan)
+                raise
             if not self.answer.take(frame):
                 continue
             if self.answer.unpack_due():
@@ -216,28 +247,43 @@ def _text(data: bytes) -> tuple[str, bool]:
     return decoded, False
 
 
-def stream(transport: Transport, req: wire.RunOnceRequest, push: bytes | None, sync: str | None) -> RunOnceStream:
+def stream(
+    transport: Transport, req: wire.RunOnceRequest, push: bytes | None, sync: str | None, destroy: Callable[[str], object]
+) -> RunOnceStream:
     """hutch run whose request is sent whole (JSON, or framed with a push)."""
     body, media = (framed(req, push), FRAMED) if push else (json.dumps(req).encode(), "application/json")
-    return RunOnceStream(lambda: _open(transport, body, media, None), Answer(sync))
+    return RunOnceStream(lambda: _open(transport, body, media, None), Answer(sync), destroy)
 
 
-def astream(transport: AsyncTransport, req: wire.RunOnceRequest, push: bytes | None, sync: str | None) -> AsyncRunOnceStream:
+def astream(
+    transport: AsyncTransport,
+    req: wire.RunOnceRequest,
+    push: bytes | None,
+    sync: str | None,
+    destroy: Callable[[str], Awaitable[object]],
+) -> AsyncRunOnceStream:
     """:func:`stream` for the async client."""
     if push:
         frames = transport.stream("POST", URL, content=framed(req, push), content_type=FRAMED)
     else:
         frames = transport.stream("POST", URL, content=json.dumps(req).encode(), content_type="application/json")
-    return AsyncRunOnceStream(frames, Answer(sync))
+    return AsyncRunOnceStream(frames, Answer(sync), destroy)
 
 
-def duplex(transport: Transport, req: wire.RunOnceRequest, push: bytes | None, sync: str | None, stdin: int) -> RunOnceStream:
+def duplex(
+    transport: Transport,
+    req: wire.RunOnceRequest,
+    push: bytes | None,
+    sync: str | None,
+    stdin: int,
+    destroy: Callable[[str], object],
+) -> RunOnceStream:
     """hutch run whose command reads ``stdin`` (a file descriptor) as it comes: the request's
     body goes on, chunked, while the answer streams; nothing is read from ``stdin`` before the
     daemon asks for it."""
     sender = Sender(stdin)
     body = framed({**req, "stream_input": True}, push)
-    return RunOnceStream(lambda: _open(transport, body, FRAMED, sender), Answer(sync, sender.grant))
+    return RunOnceStream(lambda: _open(transport, body, FRAMED, sender), Answer(sync, sender.grant), destroy)
 
 
 class Sender:

@@ -170,8 +170,8 @@ class Client:
             plan = transfer.plan_push(Path(sync), (), kept)
             push = transfer.push_body(Path(sync), plan.manifest, plan.send, progress)
         if stdin is not None:
-            return oneshot.duplex(self.transport, req, push, sync, stdin)
-        return oneshot.stream(self.transport, req, push, sync)
+            return oneshot.duplex(self.transport, req, push, sync, stdin, self.destroy)
+        return oneshot.stream(self.transport, req, push, sync, self.destroy)
 
     def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None
