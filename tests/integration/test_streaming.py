@@ -153,12 +153,19 @@ def test_a_stored_copy_cut_at_the_disk_cap_is_loud(hutch_home: Path) -> None:
 # -- item 17: Ctrl-C on a foreground run -----------------------------------------------
 
 
-def _interrupt(proc: subprocess.Popen[bytes], c: Client, sbx: str) -> tuple[int, bytes, bytes]:
+def _interrupt(proc: subprocess.Popen[bytes], c: Client, sbx: str, shown: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """Ctrl-C once the run sleeps (and, with ``shown``, once the CLI printed it: output
+    still on its way when Ctrl-C comes is not the CLI's to print)."""
     assert proc.stdout is not None
-    _until("the run to start", lambda: _running(c, sbx, "sleep 300"))
+    _until("the run to start", lambda: any(p["command"] == "sleep 300" for p in c.ps(sbx)))
+    early = b""
+    while shown is not None and shown not in early:
+        chunk = proc.stdout.read1(1 << 16)
+        assert chunk, f"the CLI ended before printing {shown!r}"
+        early += chunk
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    return proc.returncode, out, err
+    return proc.returncode, early + out, err
 
 
 @pytest.mark.parametrize("mode", ["human", "json", "stream", "stdin"])
@@ -169,7 +176,7 @@ def test_ctrl_c_kills_the_run_and_says_so(daemon: Daemon, mode: str) -> None:
     read_end, write_end = os.pipe()  # "stdin": a pipe that stays open, so stdin is forwarded
     try:
         proc = _popen(daemon, "exec", *flags, sbx.id, "--", "sh", "-c", "echo started; sleep 300", stdin=read_end)
-        code, out, err = _interrupt(proc, c, sbx.id)
+        code, out, err = _interrupt(proc, c, sbx.id, None if mode == "json" else b"started")
     finally:
         os.close(read_end)
         os.close(write_end)
