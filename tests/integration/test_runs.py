@@ -270,12 +270,19 @@ def test_code_snippets(daemon: Daemon, tmp_path: Path) -> None:
 def test_a_slow_streaming_client_holds_the_run_back_within_its_timeout(daemon: Daemon) -> None:
     sbx = Sandbox.create(settings=daemon.settings)
     c = Client(daemon.settings, autostart=False)
-    stream = c.exec_stream(sbx.id, {"command": ["sh", "-c", "yes | head -c 40000000; sleep 30"], "timeout": 2})
+    command = "touch started; yes | head -c 40000000; sleep 30"
+    stream = c.exec_stream(sbx.id, {"command": ["sh", "-c", command], "timeout": 2})
     first = next(stream)
     assert first["type"] == "run"
+    # the client reads nothing until the timeout has fired, however fast or slow the machine is.
+    # The run frame comes before the command exists, so first wait for the command to have
+    # started (its marker stays when it is gone; a ps between two polls could miss it), then
+    # for it to be gone: held back by the client (backpressure), it cannot end on its own
+    # before its 2 s wall timeout kills the whole tree
     deadline = time.monotonic() + 60
-    # the client reads nothing meanwhile: the command waits for it (backpressure), and its wall
-    # timeout still holds: the whole tree is killed at 2 s
+    while "started" not in {e["name"] for e in c.list_files(sbx.id)}:
+        assert time.monotonic() < deadline, "the command did not start"
+        time.sleep(0.1)
     while any(w in p["command"] for p in c.ps(sbx.id) for w in ("yes", "sleep 30")):
         assert time.monotonic() < deadline, "the timeout did not hold while the client was slow"
         time.sleep(0.2)
