@@ -67,6 +67,21 @@ async def _serve(
     service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
     service.keyring.start()  # callers' credentials are absorbed; the daemon's own are tried for waiting accounts
     app = create_app(service)
+    # From here on a signal means a clean stop: before the pid file and the socket exist, as a
+    # caller that sees the socket answer may send SIGTERM at once (hutch daemon stop), and the
+    # default action would leave both behind. A stop that comes before the servers exist
+    # stops them as soon as they have started.
+    servers: list[tuple[_Server, socket.socket]] = []
+    stopping: list[int] = []
+
+    def stop_all(sig: int | None = None) -> None:
+        stopping.append(sig or signal.SIGTERM)
+        for server, _ in servers:
+            server.handle_exit(stopping[-1], None)
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_all, sig)
     (settings.home / "hutchd.pid").write_text(f"{os.getpid()}\n")  # before the socket answers
     sock = _bind(str(settings.socket_path))
     common: dict[str, Any] = {
@@ -76,20 +91,14 @@ async def _serve(
         "timeout_graceful_shutdown": 5,
         "timeout_keep_alive": settings.http_keepalive,  # clients drop idle connections after half of it
     }
-    servers = [(_Server(uvicorn.Config(app, **common)), sock)]
+    servers.append((_Server(uvicorn.Config(app, **common)), sock))
     if tcp is not None:
         lst, tcp_sock = tcp
         tls: dict[str, Any] = {"ssl_certfile": lst.tls_cert, "ssl_keyfile": lst.tls_key} if lst.tls_cert else {}
         servers.append((_Server(uvicorn.Config(TokenAuth(app, lst.token), **common, **tls)), tcp_sock))
-
-    def stop_all(sig: int | None = None) -> None:
-        for server, _ in servers:
-            server.handle_exit(sig or signal.SIGTERM, None)
-
     app.state.shutdown = stop_all
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # from here on a signal means a clean stop
-        loop.add_signal_handler(sig, stop_all, sig)
+    if stopping:
+        stop_all(stopping[-1])
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
     if tcp is not None:
         log.info("and on %s (token required)", tcp[0].url)
