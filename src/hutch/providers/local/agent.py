@@ -891,8 +891,22 @@ def handle(conn, server, spare):
     return spare
 
 
+def default_signals():
+    """Every signal at its default, as from a terminal: a daemon started under nohup (SIGHUP
+    ignored) or as a shell's background job (SIGINT and SIGQUIT ignored) passes that on through
+    bwrap, and no run may inherit it (a hangup or ``hutch kill --signal INT`` would not reach it)."""
+    valid = getattr(signal, "valid_signals", None)
+    for sig in valid() if valid else range(1, signal.NSIG):
+        try:
+            if signal.getsignal(sig) == signal.SIG_IGN:
+                signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP and numbers the C library keeps
+            pass
+
+
 def main():
     sock_path, ready_fd = sys.argv[1], int(sys.argv[2])
+    default_signals()
     # The daemon's umask (077) is no workload's business: files made inside are 0644 and
     # directories 0755, as on any machine (what `hutch pull` brings home keeps them).
     os.umask(0o022)
