@@ -19,6 +19,7 @@ from tests.conftest import Daemon, hutch_env
 
 from hutch import Sandbox
 from hutch.client import Client
+from hutch.server.home import socket_answers
 
 
 def _popen(daemon: Daemon, *args: str, stdin: int | IO[bytes] = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
@@ -155,6 +156,11 @@ def test_a_daemon_killed_under_hutch_run_leaves_no_sandbox(daemon: Daemon) -> No
     daemon.kill9()
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 125, err
-    with Client(daemon.settings, autostart=False) as again:  # the daemon hutch run started on demand
+    # the daemon hutch run started on demand may still be settling its start on a loaded machine
+    deadline = time.monotonic() + 60
+    while not socket_answers(daemon.settings.socket_path):
+        assert time.monotonic() < deadline, f"no daemon answers after hutch run: {err!r}"
+        time.sleep(0.1)
+    with Client(daemon.settings, autostart=False) as again:
         assert again.get(sbx)["state"] == "destroyed"
         assert again.list() == []
