@@ -224,7 +224,11 @@ def test_once_a_caller_brings_the_credential_leftover_claims_and_runs_are_settle
     d = daemon(hutch_home)
     try:
         keep = js(hutch(hutch_home, "create", "--provider", "unikraft", "--json", **caller(ukc)))
-        run = js(hutch(hutch_home, "exec", keep["id"], "--background", "--json", "--", "sh", "-c", "sleep 3; echo late"))
+        # the run goes on until the test lets it end (a fixed sleep could end before the restarts
+        # below on a loaded machine, and a daemon that had the caller's credential settle it early)
+        gate = "until [ -e /tmp/go ]; do sleep 0.1; done; echo late"
+        run = js(hutch(hutch_home, "exec", keep["id"], "--background", "--json", "--", "sh", "-c", gate))
+        [kept] = mine(ukc)
         assert run["status"] == "running", run
     finally:
         d.kill9()
@@ -242,6 +246,7 @@ def test_once_a_caller_brings_the_credential_leftover_claims_and_runs_are_settle
             assert c.run(run["id"])["status"] == "running"
             [failed] = [r for r in c.list(include_all=True) if r["state"] == "failed"]
         assert len(mine(ukc)) == 2
+        ukc.write_behind_our_back(kept["uuid"], "/tmp/go", "")  # the run may end now
         js(hutch(hutch_home, "list", "--json", **caller(ukc)))  # any command brings it
         wait_for("the leftover instance to go", lambda: len(mine(ukc)) == 1)
         wait_for("the run to be settled", lambda: d.client().run(run["id"])["status"] != "running")

@@ -62,6 +62,14 @@ class TestServer:
     def delete_behind_our_back(self, uuid: str) -> None:
         self._call("/_test/delete", {"uuid": uuid})
 
+    def write_behind_our_back(self, uuid: str, path: str, data: str) -> None:
+        """Write a file in an instance through its sandbox plugin, as another client of the account would."""
+        body = json.dumps({"path": path, "data": data}).encode()
+        headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+        url = f"{self.url}/v1/instances/{uuid}/plugins/sandbox/fs/write"
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST", headers=headers), timeout=60) as resp:
+            resp.read()
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
