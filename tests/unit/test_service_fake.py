@@ -326,3 +326,20 @@ def test_doctor_unknown_provider_reports_instead_of_raising(service: Service) ->
     report = run(service.doctor("no-such-provider"))
     assert report["ok"] is False
     assert any(c["fix"] for c in report["checks"] if not c["ok"])
+
+
+def test_a_run_whose_sandbox_is_destroyed_is_lost_and_says_why(service: Service) -> None:
+    # The destroy marks its sandbox's runs lost as soon as the provider is done, often before
+    # the run's own task learns it (a loaded machine): its record must say why all the same.
+    rec = create(service)
+
+    async def scenario() -> dict[str, Any]:
+        started = await service.runs.start(rec.id, ExecRequest(command=["sleep", "300"]))
+        await service.destroy(rec.id)
+        for _ in range(10):  # whatever the run's own task records afterwards does not change it
+            await asyncio.sleep(0)
+        return service.runs.get(started["id"])
+
+    record = run(scenario())
+    assert record["status"] == "lost", record
+    assert "destroyed" in record["error"], record

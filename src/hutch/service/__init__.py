@@ -320,7 +320,8 @@ class Service:
             message = "destroyed (absence proven)" if existed else "destroyed (the instance was already gone)"
         else:
             await provider.destroy(rec)
-        self.store.runs.mark_lost(rec.id)
+        # often before a run's own task learns it: the record says why all the same
+        self.store.runs.mark_lost(rec.id, f"sandbox {rec.id} was destroyed during the run")
         self.store.sandboxes.update(rec.id, state=SandboxState.destroyed)
         if self.claimed(provider):
             claims_provider(provider).forget(rec)
