@@ -11,7 +11,7 @@ from hutch.cli.network import resolve_secrets
 from hutch.errors import InvalidError
 from hutch.models import ExecRequest, NetworkPolicy, SandboxSpec, normalize_host
 from hutch.policy import apply_change, blocked_reason, check_address, check_target, host_matches
-from hutch.providers.local.agent import Redactor
+from hutch.providers.local.agent.output import Redactor
 
 
 def allowlist(**kw: object) -> NetworkPolicy:

@@ -37,7 +37,8 @@ from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
-AGENT_SOURCE = (Path(__file__).parent / "agent.py").read_bytes()
+AGENT_DIR = "/.hutch/agent"  # the agent's files inside the sandbox (a package: see agent/__init__.py)
+AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "agent").glob("*.py"))}
 KILL_GRACE = 5.0
 
 
@@ -242,27 +243,18 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 pfd = os.open(python_prefix, os.O_PATH | os.O_CLOEXEC)
                 fds.append(pfd)
                 args += ["--ro-bind-fd", str(pfd), python_prefix]
-            agent_fd = memfd("agent.py", AGENT_SOURCE)
-            fds.append(agent_fd)
+            agent_args = ["--dir", "/.hutch", "--dir", AGENT_DIR]
+            for name, source in AGENT_FILES.items():
+                agent_fd = memfd(name, source)
+                fds.append(agent_fd)
+                agent_args += ["--ro-bind-data", str(agent_fd), f"{AGENT_DIR}/{name}"]
             seccomp_args, enforcement["seccomp"] = seccomp.bwrap_args(fds)
             args += seccomp_args
             args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
             args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
             ws_bind = "--ro-bind-fd" if shared and rec.data.get("workspace_readonly") else "--bind-fd"
             args += ["--chmod", "1777", "/tmp", ws_bind, str(ws_fd), "/workspace"]
-            args += [
-                "--dir",
-                "/.hutch",
-                "--ro-bind-data",
-                str(agent_fd),
-                "/.hutch/agent.py",
-                "--bind-fd",
-                str(ctl_fd),
-                "/.hutch/ctl",
-                "--bind-fd",
-                str(runs_fd),
-                "/.hutch/runs",
-            ]
+            args += [*agent_args, "--bind-fd", str(ctl_fd), "/.hutch/ctl", "--bind-fd", str(runs_fd), "/.hutch/runs"]
             for fd, target, ro in mounts:
                 args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
             info_r, info_w = os.pipe()
@@ -273,7 +265,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
-            args += ["--", python, "-I", "-S", "/.hutch/agent.py", "/.hutch/ctl/agent.sock", str(ready_w)]
+            args += ["--", python, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []
@@ -298,7 +290,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = {"op": "configure", "env": bw.base_env() | rec.spec.env, "secrets": rec.spec.secrets}
+                configure = {"type": "configure", "env": bw.base_env() | rec.spec.env, "secrets": rec.spec.secrets}
                 await ch.request(configure, timeout=10.0)
             if rec.spec.network.mode != "none":
                 await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
@@ -356,7 +348,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             return True  # frozen: its agent cannot answer, and its init is still the one we started
         try:
             async with Channel(rec.data["socket"]) as ch:
-                await ch.request({"op": "ping"}, timeout=5.0)
+                await ch.request({"type": "ping"}, timeout=5.0)
         except (HutchError, OSError):
             return False
         return True
@@ -442,7 +434,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         ooms_before = cg.oom_kills()
         env = proxy_env(spec.run_id) | spec.env if rec.spec.network.mode != "none" else spec.env
         header = {
-            "op": "exec",
+            "type": "exec",
             "run_id": spec.run_id,
             "argv": spec.argv,
             "env": env,

@@ -6,15 +6,15 @@ Mixed into :class:`hutch.providers.local.LocalProvider`.
 from __future__ import annotations
 
 import asyncio
-import marshal
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hutch.errors import InternalError, UnavailableError
+from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
 from hutch.providers.local import runs
+from hutch.providers.local.agent import wire
 from hutch.providers.local.channel import Channel
 from hutch.providers.local.egress import PORT, Egress
 
@@ -33,15 +33,26 @@ class AgentOpsMixin:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
                 conn.settimeout(10.0)
                 conn.connect(agent_socket)
-                body = marshal.dumps({"op": "listen", "port": PORT}, 2)
-                conn.sendall(len(body).to_bytes(4, "big") + body)
-                msg, fds, _, _ = socket.recv_fds(conn, 65536, 1)
-                if not fds:
-                    raise UnavailableError(
-                        f"the sandbox could not open its proxy port: {msg.decode(errors='replace').strip()}",
-                        hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
-                    )
-                return socket.socket(fileno=fds[0])
+                conn.sendall(wire.message({"type": "listen", "port": PORT}))
+                reader = wire.Reader()
+                got, fds = None, []
+                while got is None:
+                    chunk, more, _, _ = socket.recv_fds(conn, 65536, 1)
+                    fds += more
+                    if not chunk:
+                        break
+                    reader.feed(chunk)
+                    got = reader.next()
+                if fds:
+                    return socket.socket(fileno=fds[0])
+                why = "no answer"
+                if got is not None and got[0] == wire.MESSAGE:
+                    reply = wire.decode(got[1])
+                    why = HutchError.from_dict(reply).message if reply["type"] == "error" else "no socket came"
+                raise UnavailableError(
+                    f"the sandbox could not open its proxy port: {why}",
+                    hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
+                )
 
         try:
             sock = await asyncio.to_thread(take)
@@ -55,7 +66,7 @@ class AgentOpsMixin:
         if policy.mode == "none":
             await self.egress.close(rec.id)
             async with Channel(rec.data["socket"]) as ch:
-                await ch.request({"op": "unlisten"}, timeout=10.0)
+                await ch.request({"type": "unlisten"}, timeout=10.0)
         elif not self.egress.update(rec.id, policy):
             await self._listen(rec.id, rec.data["socket"], policy)
 
@@ -83,17 +94,17 @@ class AgentOpsMixin:
 
     async def runs_alive(self, rec: SandboxRecord) -> set[str]:
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "runs"}, timeout=10.0)
+            reply = await ch.request({"type": "runs"}, timeout=10.0)
         return {str(r) for r in reply.get("alive", [])}
 
     async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "kill", "run_id": run_id, "signal": sig}, timeout=30.0)
+            reply = await ch.request({"type": "kill", "run_id": run_id, "signal": sig}, timeout=30.0)
         return bool(reply.get("was_running"))
 
     async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "ps"}, timeout=10.0)
+            reply = await ch.request({"type": "ps"}, timeout=10.0)
         return list(reply.get("processes", []))
 
     # -- files -----------------------------------------------------------------------
@@ -105,18 +116,18 @@ class AgentOpsMixin:
     async def read_range(self, rec: SandboxRecord, path: str, offset: int, limit: int) -> tuple[bytes, bool, int]:
         """``limit`` bytes from ``offset``, whether more follow, and the file's size."""
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "read", "path": path, "limit": limit, "offset": offset})
+            reply = await ch.request({"type": "read", "path": path, "limit": limit, "offset": offset})
             size = int(reply["size"])
             if not 0 <= size <= limit:
                 raise InternalError(f"the sandbox agent announced {size} bytes for a read capped at {limit}")
-            data = await ch.recv_exact(size)
+            data = await ch.recv_data(size)
         return data, bool(reply.get("truncated")), int(reply.get("total", offset + size))
 
     async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
         async with Channel(rec.data["socket"]) as ch:
-            await ch.request({"op": "write", "path": path, "size": len(data), "mode": mode}, data)
+            await ch.request({"type": "write", "path": path, "mode": mode}, data)
 
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
         async with Channel(rec.data["socket"]) as ch:
-            reply = await ch.request({"op": "list", "path": path})
+            reply = await ch.request({"type": "list", "path": path})
         return [FileEntry(**e) for e in reply["entries"]]

@@ -1,16 +1,14 @@
-"""Host side of the agent protocol: one unix-socket connection per request.
+"""The daemon's side of the agent protocol (:mod:`hutch.providers.local.agent.wire`).
 
-Exec passes the workload's stdin/stdout/stderr as file descriptors (SCM_RIGHTS), so
-output flows from the workload straight into the daemon's pipes; the agent only reports
-the pid and the exit status.
+One unix-socket connection per request. Exec passes the run's stdin as a descriptor
+(SCM_RIGHTS); the run's output comes back as O/E frames from its supervisor (also kept on
+disk inside the sandbox), then a ``finished`` message with its status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import marshal
 import os
 import signal
 import socket
@@ -20,16 +18,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hutch.errors import HutchError, InternalError, UnavailableError
+from hutch.providers.local.agent import wire
 
-MAX_HEADER = 1 << 20
-STDIN_FRAME = 256 << 10  # one frame of interactive input, well under the agent's MAX_HEADER
+STDIN_FRAME = 256 << 10  # input goes in I frames of at most this many bytes
+RECV = 256 << 10
+
+
+def _broken(exc: wire.WireError) -> InternalError:
+    return InternalError(f"the sandbox agent broke the protocol: {exc}", hint="recreate the sandbox")
 
 
 class Channel:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.sock: socket.socket | None = None
-        self.buf = b""
+        self.reader = wire.Reader()
         self.sending = asyncio.Lock()
 
     async def __aenter__(self) -> Channel:
@@ -42,7 +45,7 @@ class Channel:
             sock.close()
             raise UnavailableError(
                 f"the sandbox is not answering ({exc.__class__.__name__}: {exc})",
-                hint="it may have died; check with hutch get, or destroy and recreate it",
+                hint="it may have died; check with hutch get",
             ) from exc
         self.sock = sock
         return self
@@ -52,71 +55,87 @@ class Channel:
             self.sock.close()
             self.sock = None
 
-    def send(self, header: dict[str, Any], payload: bytes = b"", fds: list[int] | None = None) -> None:
+    def send(self, msg: dict[str, Any], payload: bytes | None = None, fds: list[int] | None = None) -> None:
+        """A request (and its data), blocking until the socket took it; ``fds`` ride on its first byte."""
         assert self.sock is not None
-        body = marshal.dumps(header, 2)
-        data = len(body).to_bytes(4, "big") + body
-        if fds:
-            self.sock.setblocking(True)
-            try:
-                socket.send_fds(self.sock, [data], fds)
-            finally:
-                self.sock.setblocking(False)
-            data = b""
-        if data or payload:
-            self.sock.setblocking(True)
-            try:
-                self.sock.sendall(data + payload)
-            finally:
-                self.sock.setblocking(False)
+        first = wire.message(msg if payload is None else {**msg, "size": len(payload)})
+        rest = b"" if payload is None else wire.data(wire.DATA, payload)
+        self.sock.setblocking(True)
+        try:
+            if fds:
+                first = first[socket.send_fds(self.sock, [first], fds) :]
+            if first or rest:  # (nothing left may also mean the peer already answered and closed)
+                self.sock.sendall(first + rest)
+        finally:
+            self.sock.setblocking(False)
 
-    async def asend(self, header: dict[str, Any]) -> None:
-        """One frame, without blocking the loop; frames from several tasks never interleave."""
+    async def asend(self, frames: bytes) -> None:
+        """Frames, without blocking the loop; frames from several tasks never interleave."""
         assert self.sock is not None
-        body = marshal.dumps(header, 2)
         async with self.sending:
-            await asyncio.get_running_loop().sock_sendall(self.sock, len(body).to_bytes(4, "big") + body)
+            await asyncio.get_running_loop().sock_sendall(self.sock, frames)
 
-    async def recv_line(self, timeout: float | None = None) -> dict[str, Any] | None:
+    async def recv_frame(self, timeout: float | None = None) -> tuple[int, bytes] | None:
+        """The next frame; None when the agent closed the connection."""
         assert self.sock is not None
         loop = asyncio.get_running_loop()
-        while b"\n" not in self.buf:
-            if len(self.buf) > MAX_HEADER:
-                raise InternalError("oversized reply from the sandbox agent")
+        while True:
             try:
-                chunk = await asyncio.wait_for(loop.sock_recv(self.sock, 65536), timeout)
+                got = self.reader.next()
+            except wire.WireError as exc:
+                raise _broken(exc) from None
+            if got is not None:
+                return got
+            want = max(RECV, self.reader.missing())
+            try:
+                if timeout is None:
+                    chunk = await loop.sock_recv(self.sock, want)
+                else:
+                    chunk = await asyncio.wait_for(loop.sock_recv(self.sock, want), timeout)
             except ConnectionError:  # the agent died (reset), as good as closed
                 return None
             if not chunk:
                 return None
-            self.buf += chunk
-        line, _, self.buf = self.buf.partition(b"\n")
-        reply: dict[str, Any] = json.loads(line)
-        if "error" in reply:
-            raise HutchError.from_dict(reply)
-        return reply
+            self.reader.feed(chunk)
 
-    async def recv_exact(self, size: int) -> bytes:
-        assert self.sock is not None
-        loop = asyncio.get_running_loop()
-        out = bytearray(self.buf[:size])
-        self.buf = self.buf[size:]
+    async def recv_message(self, timeout: float | None = None) -> dict[str, Any] | None:
+        """The next message (an error message raised as its HutchError); None when closed."""
+        got = await self.recv_frame(timeout)
+        if got is None:
+            return None
+        return _message(*got)
+
+    async def recv_data(self, size: int) -> bytes:
+        """The ``size`` bytes of D frames after a message."""
+        out = bytearray()
         while len(out) < size:
-            try:
-                chunk = await loop.sock_recv(self.sock, min(1 << 20, size - len(out)))
-            except ConnectionError:
-                chunk = b""
-            if not chunk:
+            got = await self.recv_frame()
+            if got is None:
                 raise UnavailableError("the sandbox agent closed the connection mid-transfer")
-            out += chunk
+            kind, body = got
+            if kind != wire.DATA or len(out) + len(body) > size:
+                raise _broken(wire.WireError(f"{size} bytes of data were announced, the frames differ"))
+            out += body
         return bytes(out)
 
-    async def request(self, header: dict[str, Any], payload: bytes = b"", timeout: float = 60.0) -> dict[str, Any]:
-        self.send(header, payload)
-        reply = await self.recv_line(timeout)
+    async def request(self, msg: dict[str, Any], payload: bytes | None = None, timeout: float = 60.0) -> dict[str, Any]:
+        self.send(msg, payload)
+        reply = await self.recv_message(timeout)
         if reply is None:
             raise UnavailableError("the sandbox agent closed the connection", hint="check the sandbox with hutch get")
         return reply
+
+
+def _message(kind: int, body: bytes) -> dict[str, Any]:
+    if kind != wire.MESSAGE:
+        raise _broken(wire.WireError(f"a message was expected, not a frame of type {kind}"))
+    try:
+        msg: dict[str, Any] = wire.decode(body)
+    except wire.WireError as exc:
+        raise _broken(exc) from None
+    if msg["type"] == "error":
+        raise HutchError.from_dict(msg)
+    return msg
 
 
 async def feed(fd: int, data: bytes) -> None:
@@ -183,33 +202,45 @@ class _Clock:
 
 
 async def _next_message(ch: Channel, collected: Collected, on_output: OnOutput | None, clock: _Clock) -> dict[str, Any]:
+    """The supervisor's next message; output frames on the way go to ``on_output`` when
+    someone watches live, and are kept (up to the cap) only when nobody does."""
     while True:
-        msg = await ch.recv_line(clock.left())
-        if msg is None:
+        got = await ch.recv_frame(clock.left())
+        if got is None:
             raise UnavailableError("the sandbox went away during the run", hint="check with hutch get")
-        if "stream" in msg:
-            stream = "stderr" if msg["stream"] == "stderr" else "stdout"
-            chunk = await ch.recv_exact(int(msg["size"]))
-            collected.add(stream, chunk)
-            if on_output is not None:
-                await clock.hold(on_output(stream, chunk))
-            continue
-        return msg
+        kind, body = got
+        stream = wire.OUTPUT.get(kind)
+        if stream is None:
+            return _message(kind, body)
+        if on_output is None:
+            collected.add(stream, body)
+        else:
+            await clock.hold(on_output(stream, body))
+
+
+def _frames(msg: dict[str, Any]) -> bytes:
+    """A client's input (``stdin`` bytes, ``resize``, ``eof``, ``hangup``) as frames for the supervisor."""
+    if "stdin" in msg:
+        data: bytes = msg["stdin"]
+        return b"".join(wire.frame(wire.STDIN, data[i : i + STDIN_FRAME]) for i in range(0, len(data), STDIN_FRAME))
+    if "resize" in msg:
+        rows, cols = msg["resize"]
+        return wire.message({"type": "resize", "rows": int(rows), "cols": int(cols)})
+    if "eof" in msg:
+        return wire.message({"type": "eof"})
+    if "hangup" in msg:
+        return wire.message({"type": "hangup"})
+    return b""
 
 
 async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
-    """Forward a client's input (stdin bytes, resizes, EOF) to the run's supervisor, as
-    fast as it takes it: a full socket waits here, and the client's input waits with it.
-
-    Input goes in frames of at most STDIN_FRAME bytes: the supervisor drops the connection
-    on a frame over MAX_HEADER, and a client may hand over any amount at once."""
+    """Forward a client's input to the run's supervisor, as fast as it takes it: a full
+    socket waits here, and the client's input waits with it."""
     while True:
-        msg = await inbox.get()
-        data = msg.get("stdin")
-        parts = [{"stdin": data[i : i + STDIN_FRAME]} for i in range(0, len(data), STDIN_FRAME)] if data else [msg]
+        frames = _frames(await inbox.get())
         try:
-            for part in parts:
-                await ch.asend(part)
+            if frames:
+                await ch.asend(frames)
         except OSError:
             return
 
@@ -225,13 +256,14 @@ async def run_exec(
 ) -> tuple[dict[str, Any], Collected]:
     """Run a command through the agent's supervisor and wait for its final status.
 
-    Output arrives as frames (also written to disk inside the sandbox); at most
-    ``max_output`` bytes per stream are kept here. ``on_output`` may wait (a slow
-    client): the frames then wait in the socket, the supervisor stops reading the
-    command's pipes, and the command waits too. ``on_start`` is called with the
-    supervisor's first word (the run's pid, or its final status when it could not
+    Output arrives as frames (also written to disk inside the sandbox). With
+    ``on_output``, every chunk goes there and nothing is kept here (the caller has it);
+    ``on_output`` may wait (a slow client): the frames then wait in the socket, the
+    supervisor stops reading the command's pipes, and the command waits too. Without it,
+    at most ``max_output`` bytes per stream are kept. ``on_start`` is called with the
+    supervisor's first word (the run started, or its final status when it could not
     start): from then on the run lives in the sandbox whatever happens to the daemon.
-    Returns the status and the output.
+    Returns the status and the output kept.
     """
     if stdin is not None:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -255,12 +287,12 @@ async def run_exec(
             first = await _next_message(ch, collected, on_output, _Clock(30.0))
             if on_start is not None:
                 on_start()
-            if "exit" in first:
+            if first["type"] == "finished":
                 return first, collected
             try:
                 reply = await _next_message(ch, collected, on_output, _Clock(limit + SAFETY if limit else None))
             except TimeoutError:
-                await ch.asend({"kill": int(signal.SIGKILL), "reason": "timeout"})
+                await ch.asend(wire.message({"type": "signal", "signal": int(signal.SIGKILL), "reason": "timeout"}))
                 try:
                     reply = await _next_message(ch, collected, on_output, _Clock(KILL_CONFIRM))
                 except TimeoutError:
