@@ -27,7 +27,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, freeze, mounts, seccomp
+from hutch.providers.local import cgroups, freeze, hostpython, mounts, seccomp
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
@@ -152,6 +152,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         else:
             out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
         out.append(await asyncio.to_thread(self.uids.check))
+        out.append(await asyncio.to_thread(hostpython.check))
         return out
 
     # -- lifecycle -------------------------------------------------------------------
@@ -193,6 +194,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise
         try:
             found = self.bwrap()
+            python, python_prefix = await asyncio.to_thread(hostpython.agent_python)
         except BaseException:
             for fd, _, _ in mounts:
                 os.close(fd)
@@ -226,7 +228,6 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                     enforcement[key] = "rlimit (per user)"
                 elif limits.cpus is not None:
                     enforcement[key] = "not enforced (no cgroup cpu controller)"
-            python, python_prefix = bw.find_python()
             shared = self._shared_workspace(rec)
             data["workspace_path"] = shared or str(ws)  # a sub-agent's is its parent's
             ws_fd = os.open(shared or ws, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)

