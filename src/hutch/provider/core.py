@@ -167,8 +167,9 @@ class Provider(RunRecords, Protocol):
         """Run ``spec`` to the end (enforcing both timeouts), keeping at most
         ``spec.max_output`` bytes per stream; ``spec.on_output`` sees every chunk as it comes
         (after redaction), and may wait: a slow client slows the run rather than losing
-        output. ``stdout_bytes`` and ``stderr_bytes`` count what was (or would have been)
-        passed to it. The run's output is also kept by the provider (see
+        output. With ``on_output`` the result's ``stdout``/``stderr`` may be left empty: the
+        chunks went there. ``stdout_bytes`` and ``stderr_bytes`` count what was (or would
+        have been) passed to it. The run's output is also kept by the provider (see
         :meth:`read_output`), so it outlives this call.
 
         ``spec.on_start`` is called once the run exists in the sandbox on its own (its
