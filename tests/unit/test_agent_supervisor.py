@@ -23,6 +23,7 @@ AGENT = Path(wire.__file__).parent
 SCRIPT = """
 import json, socket, sys
 sys.path.insert(0, sys.argv[1])
+from agent.output import RunDir
 from agent.supervisor import Supervisor
 
 trail = []
@@ -33,7 +34,10 @@ class Traced(Supervisor):
         super().__setattr__(name, value)
 
 sock = socket.socket(fileno=int(sys.argv[2]))
-run = Traced(sock, json.loads(sys.argv[4]), int(sys.argv[3]), runs_dir=sys.argv[5])
+rundir = RunDir(sys.argv[5])
+if sys.argv[6] == "prepared":
+    rundir.prepare()  # as a spare does while it waits
+run = Traced(sock, json.loads(sys.argv[4]), int(sys.argv[3]), rundir)
 run.run()
 print(json.dumps({"trail": trail, "outcome": run.outcome}))
 """
@@ -42,7 +46,7 @@ print(json.dumps({"trail": trail, "outcome": run.outcome}))
 class Run:
     """One supervisor in a child process, and the daemon's end of its connection."""
 
-    def __init__(self, tmp: Path, argv: list[str], **req: Any) -> None:
+    def __init__(self, tmp: Path, argv: list[str], prepared: bool = True, **req: Any) -> None:
         self.runs = tmp / "runs"
         self.runs.mkdir(exist_ok=True)
         ours, theirs = socket.socketpair()
@@ -50,6 +54,7 @@ class Run:
         request = {"type": "exec", "run_id": "run_test", "argv": argv, "cwd": str(tmp), "env": {"PATH": "/usr/bin:/bin"}} | req
         python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable  # as in a sandbox
         args = [str(AGENT.parent), str(theirs.fileno()), str(stdin), json.dumps(request), str(self.runs)]
+        args.append("prepared" if prepared else "not")
         self.proc = subprocess.Popen(
             [python, "-I", "-S", "-B", "-c", SCRIPT, *args],
             pass_fds=(theirs.fileno(), stdin),
@@ -173,3 +178,19 @@ def test_a_frame_over_the_limit_drops_the_connection_not_the_run(tmp_path: Path)
     assert run.end()["outcome"] == "exited"
     assert run.status_file()["exit"] == 0
     assert (run.runs / "run_test" / "stdout").read_bytes() == b"still\n"
+
+
+def test_a_run_whose_directory_was_not_made_ahead_makes_it(tmp_path: Path) -> None:
+    (tmp_path / "runs" / "run_test").mkdir(parents=True)
+    (tmp_path / "runs" / "run_test" / "killed").write_text("15")  # a kill that came before the run
+    run = Run(tmp_path, ["sleep", "60"])
+    assert run.message()["type"] == "started"
+    _, finished = run.rest()
+    assert (finished["reason"], finished["signal"]) == ("killed", 15)
+    assert run.end()["outcome"] == "killed"
+    assert run.status_file() == finished
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run_test"]  # the spare's directory went away
+    plain = Run(tmp_path / "runs", ["true"], prepared=False, run_id="run_plain")
+    plain.rest()
+    plain.end()
+    assert json.loads((tmp_path / "runs" / "runs" / "run_plain" / "status").read_text())["exit"] == 0

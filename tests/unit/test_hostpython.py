@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 
@@ -66,3 +67,27 @@ def test_the_agent_type_checks_for_the_oldest_supported_python() -> None:
     version = ".".join(map(str, hostpython.MIN_VERSION))
     out, err, status = api.run(["--strict", "--python-version", version, "--no-incremental", str(AGENT)])
     assert status == 0, out + err
+
+
+def test_the_agent_is_compiled_once_for_its_python_and_that_bytecode_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hutch.providers.local import AGENT_FILES
+
+    monkeypatch.setattr(hostpython, "_known", {})
+    agent = hostpython.prepare(AGENT_FILES, tmp_path / "cache")
+    names = sorted(n.split("/")[1].split(".")[0] for n in agent.compiled)
+    assert names == sorted(n[:-3] for n in AGENT_FILES if n != "__main__.py")
+    # a second daemon finds it on disk: the interpreter is not asked again
+    monkeypatch.setattr(hostpython, "_known", {})
+    monkeypatch.setattr(hostpython, "_probe", lambda *a: pytest.fail("compiled again"))
+    assert hostpython.prepare(AGENT_FILES, tmp_path / "cache") == agent
+    # laid out as in a sandbox, the bytecode is what runs (unchecked: the source is not even read)
+    pkg = tmp_path / "sandbox" / "agent"
+    (pkg / "__pycache__").mkdir(parents=True)
+    for name, data in (AGENT_FILES | agent.compiled).items():
+        (pkg / name).write_bytes(data)
+    (pkg / "server.py").write_text("raise SystemExit('the source was compiled')\n")
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import agent.server as m; print(m.main.__code__.co_filename)"
+    out = subprocess.run([agent.path, "-I", "-S", "-B", "-c", probe, str(pkg.parent)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(pkg / "server.py")  # tracebacks name the file where it is

@@ -37,7 +37,7 @@ from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
 
-AGENT_DIR = "/.hutch/agent"  # the agent's files inside the sandbox (a package: see agent/__init__.py)
+AGENT_DIR = hostpython.SANDBOX_DIR  # the agent's files inside the sandbox (a package: see agent/__init__.py)
 AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "agent").glob("*.py"))}
 KILL_GRACE = 5.0
 
@@ -194,7 +194,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise
         try:
             found = self.bwrap()
-            python, python_prefix = await asyncio.to_thread(hostpython.agent_python)
+            agent = await asyncio.to_thread(hostpython.prepare, AGENT_FILES, self.settings.home / "agent")
         except BaseException:
             for fd, _, _ in mounts:
                 os.close(fd)
@@ -240,15 +240,15 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 fd = memfd(path, content)
                 fds.append(fd)
                 args += ["--ro-bind-data", str(fd), path]
-            if python_prefix:
-                pfd = os.open(python_prefix, os.O_PATH | os.O_CLOEXEC)
+            if agent.prefix:
+                pfd = os.open(agent.prefix, os.O_PATH | os.O_CLOEXEC)
                 fds.append(pfd)
-                args += ["--ro-bind-fd", str(pfd), python_prefix]
-            agent_args = ["--dir", "/.hutch", "--dir", AGENT_DIR]
-            for name, source in AGENT_FILES.items():
-                agent_fd = memfd(name, source)
+                args += ["--ro-bind-fd", str(pfd), agent.prefix]
+            agent_args = ["--dir", "/.hutch", "--dir", AGENT_DIR, "--dir", f"{AGENT_DIR}/__pycache__"]
+            for name, content in (AGENT_FILES | agent.compiled).items():  # copied into the root, remounted read-only
+                agent_fd = memfd(os.path.basename(name), content)
                 fds.append(agent_fd)
-                agent_args += ["--ro-bind-data", str(agent_fd), f"{AGENT_DIR}/{name}"]
+                agent_args += ["--perms", "0444", "--file", str(agent_fd), f"{AGENT_DIR}/{name}"]
             seccomp_args, enforcement["seccomp"] = seccomp.bwrap_args(fds)
             args += seccomp_args
             args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
@@ -266,7 +266,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
-            args += ["--", python, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
+            args += ["--", agent.path, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []

@@ -21,7 +21,7 @@ from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.providers.local.agent import wire
 
 STDIN_FRAME = 256 << 10  # input goes in I frames of at most this many bytes
-RECV = 256 << 10
+RECV = 64 << 10  # (a larger read buffer costs an mmap per read)
 
 
 def _broken(exc: wire.WireError) -> InternalError:
@@ -40,7 +40,8 @@ class Channel:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
-            await asyncio.wait_for(loop.sock_connect(sock, self.socket_path), 5.0)
+            async with asyncio.timeout(5.0):
+                await loop.sock_connect(sock, self.socket_path)
         except (TimeoutError, OSError) as exc:
             sock.close()
             raise UnavailableError(
@@ -88,10 +89,8 @@ class Channel:
                 return got
             want = max(RECV, self.reader.missing())
             try:
-                if timeout is None:
+                async with asyncio.timeout(timeout):  # (no task per read, unlike wait_for)
                     chunk = await loop.sock_recv(self.sock, want)
-                else:
-                    chunk = await asyncio.wait_for(loop.sock_recv(self.sock, want), timeout)
             except ConnectionError:  # the agent died (reset), as good as closed
                 return None
             if not chunk:

@@ -91,13 +91,13 @@ class HostLink:
         self.sock = None
         self.sendq.clear()
 
-    def finish(self, msg: Mapping[str, Any]) -> None:
-        """The rest of the live output, then ``msg``, at the daemon's pace (it bounds the wait)."""
+    def finish(self, last: bytes) -> None:
+        """The rest of the live output, then the ``last`` frame, at the daemon's pace (it bounds the wait)."""
         if self.sock is None:
             return
         try:
             self.sock.setblocking(True)
-            self.sock.sendall(bytes(self.sendq) + wire.message(msg))
+            self.sock.sendall(self.sendq + last)
         except OSError:
             pass
         self.drop()

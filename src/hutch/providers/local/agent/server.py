@@ -16,7 +16,7 @@ import sys
 
 from . import files, procs, wire
 from .conn import Connection
-from .output import RUNS_DIR, Transcript
+from .output import RUNS_DIR, RunDir, Transcript
 from .supervisor import Supervisor
 
 TYPE_CHECKING = False
@@ -57,10 +57,12 @@ class Spare:
                         os.close(int(name))
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             procs.set_subreaper()
+            rundir = RunDir()
+            rundir.prepare()
             req, fds = Connection(theirs).first()
             if req is not None:
                 theirs.close()
-                Supervisor(socket.socket(fileno=fds[0]), req, fds[1]).run()
+                Supervisor(socket.socket(fileno=fds[0]), req, fds[1], rundir).run()
         except BaseException:  # noqa: BLE001 - whatever it is, it goes to the sandbox's log
             code = 1
             import traceback  # the sandbox's log is bwrap's stderr
@@ -83,7 +85,7 @@ class Agent:
         self.runs: dict[str, int] = {}  # run id -> supervisor pid, kept across daemon restarts
         self.spare: Spare | None = None
         self.handlers: dict[str, Callable[[Connection, Any], None]] = {
-            "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid())),
+            "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid(), protocol=wire.PROTOCOL)),
             "configure": self.configure,
             "listen": self.listen,
             "unlisten": self.unlisten,

@@ -31,7 +31,7 @@ import time
 
 from . import procs, wire
 from .hostlink import HostLink, Input
-from .output import RUNS_DIR, Redactor
+from .output import Redactor
 from .spawn import Plumbing, spawn_failure
 
 TYPE_CHECKING = False
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     import subprocess
     from typing import Any
 
+    from .output import RunDir
     from .wire import ExecRequest, Status
 
 CHUNK = 1 << 16
@@ -50,22 +51,12 @@ STARTING, RUNNING, DRAINING, FINISHED = "starting", "running", "draining", "fini
 OUTCOMES = {None: "exited", "killed": "killed", "timeout": "timed_out", "idle_timeout": "timed_out", "spawn": "failed"}
 
 
-def write_status(rdir: str, status: Status) -> None:
-    tmp = os.path.join(rdir, ".status.tmp")
-    try:
-        os.makedirs(rdir, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(wire.encode(status))
-        os.replace(tmp, os.path.join(rdir, "status"))
-    except OSError:
-        pass  # a full disk: the daemon still hears the status over the connection
-
-
 class Supervisor:
-    def __init__(self, sock: socket.socket, req: ExecRequest, stdin_fd: int, runs_dir: str = RUNS_DIR) -> None:
+    def __init__(self, sock: socket.socket, req: ExecRequest, stdin_fd: int, rundir: RunDir) -> None:
         self.req = req
         self.run_id = req["run_id"]
-        self.rdir = os.path.join(runs_dir, self.run_id)
+        self.rundir = rundir
+        self.rdir = rundir.claim(self.run_id)
         self.state = STARTING
         self.outcome: str | None = None
         self.host = HostLink(sock)
@@ -107,6 +98,7 @@ class Supervisor:
             return
         self.state = RUNNING
         self.host.queue({"type": "started", "pid": self.proc.pid})
+        self.host.send_some()  # now: the daemon acknowledges a background run on it
         self.pidfd = os.pidfd_open(self.proc.pid)
         try:  # a kill that came before the command existed
             with open(os.path.join(self.rdir, "killed")) as f:
@@ -151,8 +143,9 @@ class Supervisor:
     def _to_finished(self, status: Status) -> None:
         self.state = FINISHED
         self.outcome = OUTCOMES.get(self.reason, "killed")
-        write_status(self.rdir, status)  # first: the outcome is kept even if the daemon never reads the rest
-        self.host.finish(status)
+        body = wire.encode(status)
+        self.rundir.write_status(body)  # first: the outcome is kept even if the daemon never reads the rest
+        self.host.finish(wire.frame(wire.MESSAGE, body))
 
     def _status(self, code: int, sig: int) -> Status:
         return {

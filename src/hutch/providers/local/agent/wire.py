@@ -3,6 +3,11 @@
 Standard library only (it also runs inside the sandbox, under the host's python3 >= 3.10),
 and simple enough that a small native helper can speak it instead of the Python agent.
 
+Versions
+    PROTOCOL names this protocol; an agent answers ``ping`` with it. A sandbox keeps the
+    agent it was created with, so a daemon may meet an agent of another protocol (after an
+    upgrade): such a sandbox does not answer (it is found lost) and has to be recreated.
+
 Transport
     A unix stream socket, ``/.hutch/ctl/agent.sock`` inside the sandbox (``ctl/agent.sock``
     in its host directory). One connection per request; the daemon connects, sends one
@@ -32,7 +37,7 @@ Requests (daemon to agent: the first frame of a connection)
     ``{"type": "error", "error": {"kind": K, "message": M, "hint": H}}`` (hint optional;
     kinds as hutch's: invalid, not_found, permission_denied, capacity, internal ...).
 
-    ping       {}                                        ok: pid (the agent's)
+    ping       {}                                        ok: pid (the agent's), protocol (PROTOCOL)
     configure  env: {str: str}, secrets: {str: str}      ok. The sandbox's base environment
                (secrets optional: kept as they are      and secrets: every later run gets
                when absent)                             both; secrets are redacted from output
@@ -130,6 +135,7 @@ if TYPE_CHECKING:
         hint: str
 
 
+PROTOCOL = 1
 HEADER = 5
 MAX_FRAME = 1 << 20
 MESSAGE = ord("J")
@@ -152,9 +158,15 @@ def frame(kind: int, body: bytes | bytearray | memoryview) -> bytes:
     return len(body).to_bytes(4, "big") + bytes((kind,)) + body
 
 
+# One of each, made once: json.dumps(separators=...) would build an encoder per message,
+# and every Python-level step of an exec costs the agent (copy-on-write faults after each fork).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_DECODER = json.JSONDecoder()
+
+
 def encode(msg: Mapping[str, Any]) -> bytes:
     """A message's JSON (ASCII: everything else escaped)."""
-    return json.dumps(msg, separators=(",", ":")).encode("ascii")
+    return _ENCODER.encode(msg).encode("ascii")
 
 
 def message(msg: Mapping[str, Any]) -> bytes:
@@ -176,10 +188,11 @@ def with_data(msg: Mapping[str, Any], payload: bytes) -> bytes:
 def decode(body: bytes | bytearray) -> Any:
     """The message in a J frame's body: a JSON object with a string ``type``."""
     try:
-        msg = json.loads(body)
-    except ValueError as exc:
+        text = body.decode("utf-8").strip()
+        msg, end = _DECODER.raw_decode(text)
+    except ValueError as exc:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         raise WireError(f"a message that is not JSON: {exc}") from None
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+    if end != len(text) or not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise WireError("a message that is not a JSON object with a type")
     return msg
 
