@@ -88,7 +88,20 @@ LAYERS: list[tuple[str, set[str]]] = [
     # the floor: the wire contract, the models, the errors, and the pure helpers all use
     (
         "wire/models/errors",
-        {"wire", "models", "netpolicy", "policy", "checks", "units", "config", "credentials", "tokens", "errors", "_version"},
+        {
+            "wire",
+            "models",
+            "netpolicy",
+            "policy",
+            "checks",
+            "units",
+            "config",
+            "credentials",
+            "tokens",
+            "errors",
+            "_version",
+            "imageref",
+        },
     ),
 ]
 RANK = {unit: rank for rank, (_, units) in enumerate(LAYERS) for unit in units}

@@ -12,6 +12,7 @@ each in its own module::
     store.snapshots   SnapshotTable   workspaces.py  insert, get, all, delete
     store.tenants     TenantTable     workspaces.py  ensure, all, get, delete
     store.manifests   ManifestTable   workspaces.py  get, set
+    store.images      ImageTable      images.py      put, get, by_name, by_prefix, names, all, untag, delete
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
 inside its table's method. Short ids (``sbx_19c2f``) are resolved by refs.py.
@@ -25,6 +26,7 @@ from hutch.store.approvals import ApprovalTable
 from hutch.store.claims import ClaimTable
 from hutch.store.db import Database
 from hutch.store.events import EventTable
+from hutch.store.images import ImageTable
 from hutch.store.migrations import MIGRATIONS
 from hutch.store.runs import RunTable
 from hutch.store.sandboxes import SandboxTable
@@ -44,3 +46,4 @@ class Store:
         self.snapshots = SnapshotTable(self.db)
         self.tenants = TenantTable(self.db)
         self.manifests = ManifestTable(self.db)
+        self.images = ImageTable(self.db)

@@ -126,10 +126,32 @@ CREATE INDEX claims_scope ON claims(provider, endpoint, account);
 CREATE INDEX claims_sandbox ON claims(sandbox_id);
 """
 
+# images (store/images.py): stored images by config digest, and the names pointing at them
+IMAGES_SQL = """
+CREATE TABLE images (
+    id TEXT PRIMARY KEY,
+    manifest_digest TEXT NOT NULL,
+    manifest TEXT NOT NULL,
+    config TEXT NOT NULL,
+    layers TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    platform TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE image_names (
+    name TEXT PRIMARY KEY,
+    image_id TEXT NOT NULL REFERENCES images(id),
+    updated_at REAL NOT NULL
+);
+CREATE INDEX image_names_image ON image_names(image_id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
     ("0004_workspaces", WORKSPACES_SQL),
     ("0005_lifecycle", LIFECYCLE_SQL),
     ("0006_claims", CLAIMS_SQL),
+    ("0007_images", IMAGES_SQL),
 ]
