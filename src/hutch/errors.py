@@ -7,6 +7,7 @@ Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the
     +-- InvalidError           invalid            2 (bad input is a usage error)
     +-- NotFoundError          not_found          run/exec: 125, others: 1
     +-- ConflictError          conflict           run/exec: 125, others: 1
+    |   +-- IncompatibleError  conflict           (a sandbox made by another version of hutch)
     +-- UnauthorizedError      unauthorized       run/exec: 125, others: 1
     +-- CapacityError          capacity           run/exec: 125, others: 1
     +-- UnavailableError       unavailable        (daemon, bwrap, user namespaces, disk ...)
@@ -66,6 +67,11 @@ class NotFoundError(HutchError):
 class ConflictError(HutchError):
     kind = "conflict"
     status = 409
+
+
+class IncompatibleError(ConflictError):
+    """The sandbox is there, but this hutch cannot speak to it: another version of hutch
+    made it (its agent speaks another protocol). It can only be destroyed."""
 
 
 class UnauthorizedError(HutchError):

@@ -275,7 +275,7 @@ def test_file_empty_path_is_invalid(service: Service) -> None:
 def test_start_adopts_sandboxes_the_provider_still_has(service: Service) -> None:
     rec = create(service)
     report = run(service.start())
-    assert report == {"adopted": [rec.id], "lost": [], "cleaned": []}
+    assert report == {"adopted": [rec.id], "lost": [], "cleaned": [], "incompatible": []}
     assert service.get(rec.id).state == SandboxState.running
 
 

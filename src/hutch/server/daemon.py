@@ -62,7 +62,8 @@ async def _serve(
     service.keyring.use_file(own)
     report = await service.start()
     log.info(
-        "adopted %d sandboxes, marked %d lost, cleaned %d", len(report["adopted"]), len(report["lost"]), len(report["cleaned"])
+        "adopted %d sandboxes, marked %d lost, cleaned %d, kept %d made by another version of hutch",
+        *(len(report[k]) for k in ("adopted", "lost", "cleaned", "incompatible")),
     )
     service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
     service.keyring.start()  # callers' credentials are absorbed; the daemon's own are tried for waiting accounts

@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 from hutch._version import __version__
 from hutch.checks import check_mode, check_path
 from hutch.config import Settings
-from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
+from hutch.errors import (
+    ConflictError,
+    HutchError,
+    IncompatibleError,
+    InvalidError,
+    NotFoundError,
+    TimeoutError_,
+    UnavailableError,
+)
 from hutch.models import (
     LIVE_STATES,
     ExecRequest,
@@ -45,6 +53,7 @@ from hutch.service.hints import check_options, no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.oneshot import OneShot
+from hutch.service.restart import Restart
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -72,7 +81,7 @@ class Service:
         self.events = Events(self)  # the audit stream, read back
         self.oneshot = OneShot(self)  # hutch run: make, push, run, pull, destroy
         self.keyring = Keyring(self)  # provider credentials: in memory only
-        self._deferred: set[str] = set()  # sandboxes whose runs are adopted once their credential is back
+        self.restart = Restart(self)  # what a previous daemon left: adopted, lost or kept apart
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -93,63 +102,15 @@ class Service:
         """Resources that outlive us go through claims (service/claims.py)."""
         return provider.capabilities.claims
 
-    # -- start / adopt ---------------------------------------------------------------
+    # -- start / adopt (service/restart.py) -------------------------------------------
 
     async def start(self) -> dict[str, list[str]]:
         """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost."""
-        report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": []}
-        for rec in self.store.sandboxes.all(LIVE_STATES):
-            provider = self.provider(rec.provider)
-            if self.claimed(provider) and rec.state != SandboxState.running:
-                # its claim holds the truth; hutch cleanup settles the remote side
-                self.store.sandboxes.update(rec.id, state=SandboxState.failed, error="interrupted by a daemon restart")
-                report["cleaned"].append(rec.id)
-                continue
-            if rec.state in (SandboxState.running, SandboxState.paused) and await provider.alive(rec):
-                self.lifecycle.watch(rec)  # not our child any more: followed all the same
-                if rec.state == SandboxState.running:  # a paused one's runs are settled once resumed
-                    await self._adopt_runs(rec, provider)
-                if rec.spec.network.mode != "none":
-                    try:  # the proxy listener lived in the previous daemon: take it up again
-                        await self._set_network(provider, rec)
-                    except HutchError as exc:
-                        log.warning("sandbox %s: cannot restore its network: %s", rec.id, exc.message)
-                report["adopted"].append(rec.id)
-                continue
-            self.store.runs.mark_lost(rec.id, "the sandbox died while the daemon was down")
-            if rec.state in (SandboxState.running, SandboxState.paused):
-                self.store.sandboxes.update(rec.id, state=SandboxState.lost, error="the sandbox died while the daemon was down")
-                self.store.events.append("sandbox_lost", rec.id)
-                report["lost"].append(rec.id)
-            else:
-                await provider.destroy(rec)
-                final = SandboxState.destroyed if rec.state == SandboxState.destroying else SandboxState.failed
-                self.store.sandboxes.update(rec.id, state=final, error="interrupted by a daemon restart")
-                report["cleaned"].append(rec.id)
-        return report
-
-    async def _adopt_runs(self, rec: SandboxRecord, provider: Provider) -> None:
-        try:
-            await self.runs.adopt(rec)
-        except HutchError as exc:  # no credential for its account yet: adopted once one is back
-            if not self.claimed(provider):
-                raise
-            log.warning("sandbox %s: its runs are adopted later: %s", rec.id, exc.message)
-            self._deferred.add(rec.id)
+        return await self.restart.start()
 
     async def rearm(self, scope: Scope) -> None:
-        """The daemon holds ``scope``'s credential again: adopt the runs that waited for it and
-        settle the account's leftover claims (the reaper expires what is due on its own)."""
-        provider = self.provider(scope[0])
-        for sandbox_id in sorted(self._deferred):
-            rec = self.store.sandboxes.get(sandbox_id)
-            if self.keyring.scope_of(rec) == scope:
-                self._deferred.discard(sandbox_id)
-                if rec.state == SandboxState.running:
-                    await self._adopt_runs(rec, provider)
-        settled = await self.claims.reconcile(claims_provider(provider), scope[1], scope[2])
-        if settled:
-            log.info("settled %d claims of account %s at %s", len(settled), scope[2], scope[1])
+        """The daemon holds ``scope``'s credential again (see :meth:`Restart.rearm`)."""
+        await self.restart.rearm(scope)
 
     async def close(self) -> None:
         await self.oneshot.settle()  # hutch runs in progress destroy the sandboxes they made
@@ -255,6 +216,9 @@ class Service:
     def live(self, ref: str, touch: bool = True) -> SandboxRecord:
         """A running sandbox (a call on it counts as activity for --idle-timeout)."""
         rec = self.get(ref)
+        incompatible = rec.data.get("incompatible")
+        if incompatible is not None:  # made by another version of hutch (see start)
+            raise IncompatibleError(str(incompatible["message"]), incompatible.get("hint"))
         if rec.state == SandboxState.paused:
             raise ConflictError(f"sandbox {ref!r} is paused", hint=f"resume it first: hutch resume {ref}")
         if rec.state != SandboxState.running:

@@ -5,4 +5,6 @@ against hutch. Production code never imports this package (tests/unit/test_packa
   files (``python -m hutch.testing.unikraft``), its sandboxes real local ones.
 - :mod:`hutch.testing.crash`: a daemon that kills itself at one step of a claim's lifecycle
   (``python -m hutch.testing.crash STEP``), through the Service's ``on_step`` seam.
+- :mod:`hutch.testing.agentprotocol`: a daemon whose sandboxes' agents speak another protocol
+  number (``python -m hutch.testing.agentprotocol N``), as if another version of hutch made them.
 """

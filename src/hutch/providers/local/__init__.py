@@ -28,8 +28,9 @@ from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, freeze, hostpython, mounts, seccomp
+from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
-from hutch.providers.local.channel import Channel, run_exec
+from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
@@ -301,6 +302,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 "bwrap_pid": proc.pid,
                 "bwrap_start": start_time(proc.pid),
                 "socket": str(ctl / "agent.sock"),
+                "agent_protocol": wire.PROTOCOL,
             }
             return data, enforcement
         except BaseException:
@@ -345,13 +347,16 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         if not pid or start_time(int(pid)) != start:
             return False
         await asyncio.to_thread(self.uids.adopt, rec)
-        if rec.state == SandboxState.paused:
-            return True  # frozen: its agent cannot answer, and its init is still the one we started
-        try:
-            async with Channel(rec.data["socket"]) as ch:
-                await ch.request({"type": "ping"}, timeout=5.0)
-        except (HutchError, OSError):
-            return False
+        if rec.state == SandboxState.paused:  # frozen: its agent cannot answer; its init is still ours
+            theirs = rec.data.get("agent_protocol", wire.PROTOCOL)  # as recorded at create
+        else:
+            try:
+                theirs = await agent_protocol(rec.data["socket"])
+            except (HutchError, OSError):
+                return False
+        if theirs != wire.PROTOCOL:  # made by another hutch (an upgrade): listed, never used
+            files = rec.data.get("workspace_path") or str(Path(rec.data["dir"]) / "workspace")
+            raise incompatible(rec.name or rec.id, theirs, files)
         return True
 
     def _planned(self, rec: SandboxRecord) -> dict[str, Any]:

@@ -17,15 +17,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch.errors import HutchError, InternalError, UnavailableError
+from hutch.errors import HutchError, IncompatibleError, InternalError, UnavailableError
 from hutch.providers.local.agent import wire
 
 STDIN_FRAME = 256 << 10  # input goes in I frames of at most this many bytes
 RECV = 64 << 10  # (a larger read buffer costs an mmap per read)
 
 
+class BrokenProtocolError(InternalError):
+    """The agent answered, but not in this protocol's frames (an agent of another hutch, or a bug)."""
+
+
 def _broken(exc: wire.WireError) -> InternalError:
-    return InternalError(f"the sandbox agent broke the protocol: {exc}", hint="recreate the sandbox")
+    return BrokenProtocolError(f"the sandbox agent broke the protocol: {exc}", hint="recreate the sandbox")
 
 
 class Channel:
@@ -304,3 +308,27 @@ async def run_exec(
             feeder.cancel()
         if pump is not None:
             pump.cancel()
+
+
+async def agent_protocol(socket_path: str) -> int | None:
+    """The protocol the sandbox's agent speaks (its answer to ``ping``); None for one that
+    answers in frames of its own (an agent from before protocol numbers: the first framed
+    protocol is 1). Raises :class:`UnavailableError` when it does not answer at all."""
+    try:
+        async with Channel(socket_path) as ch:
+            reply = await ch.request({"type": "ping"}, timeout=5.0)
+    except BrokenProtocolError:
+        return None
+    protocol = reply.get("protocol")
+    return protocol if isinstance(protocol, int) else None
+
+
+def incompatible(sandbox: str, theirs: int | None, files: str) -> IncompatibleError:
+    """What to tell about a sandbox whose agent speaks protocol ``theirs``, not this hutch's."""
+    spoken = f"protocol {theirs}" if theirs is not None else f"an older protocol than {wire.PROTOCOL}"
+    return IncompatibleError(
+        f"sandbox {sandbox} was started by another version of hutch: its agent speaks {spoken}, "
+        f"this hutch speaks protocol {wire.PROTOCOL}; it can only be destroyed",
+        hint=f"destroy it and create it again: hutch destroy {sandbox} (until then its files stay "
+        f"readable on this host under {files}, and its runs' output with hutch logs)",
+    )

@@ -6,7 +6,10 @@ and simple enough that a small native helper can speak it instead of the Python 
 Versions
     PROTOCOL names this protocol; an agent answers ``ping`` with it. A sandbox keeps the
     agent it was created with, so a daemon may meet an agent of another protocol (after an
-    upgrade): such a sandbox does not answer (it is found lost) and has to be recreated.
+    upgrade), or one from before protocol numbers (whose answers are not frames of this
+    protocol). The daemon checks at adoption (``channel.agent_protocol``): such a sandbox
+    stays listed, every call on it is refused (``conflict``, naming both protocols), and
+    it can only be destroyed. Change PROTOCOL with any change an older peer would misread.
 
 Transport
     A unix stream socket, ``/.hutch/ctl/agent.sock`` inside the sandbox (``ctl/agent.sock``

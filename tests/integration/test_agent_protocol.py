@@ -1,0 +1,93 @@
+"""A sandbox another version of hutch made (its agent speaks another protocol) after the
+daemon restarts as this version: kept and listed with what happened, every call on it
+refused with both protocol numbers and how to recover, and destroyable without a trace.
+The old version is played by hutch.testing.agentprotocol (a daemon whose agents answer
+``ping`` with another number); the new one is the real ``hutch serve``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.conftest import Daemon, destroy_all, sweep
+
+from hutch.errors import ConflictError
+from hutch.providers.local.agent import wire
+from hutch.providers.local.host import start_time
+from hutch.store import Store
+
+OLD = wire.PROTOCOL - 1
+
+
+@pytest.fixture
+def daemons(hutch_home: Path) -> Iterator[tuple[Daemon, Daemon]]:
+    old = Daemon(hutch_home, argv=("hutch.testing.agentprotocol", str(OLD)))
+    new = Daemon(hutch_home)
+    try:
+        yield old, new
+    finally:
+        try:
+            destroy_all(hutch_home)
+        finally:
+            old.stop()
+            new.stop()
+            sweep(hutch_home)
+
+
+def cli(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hutch", *args], env=d.env, capture_output=True, text=True, timeout=300)
+
+
+def processes(cgroups: list[str]) -> dict[int, str | None]:
+    """Every process in the sandbox's cgroups, with its start time."""
+    pids = {int(p) for d in cgroups for p in (Path(d) / "cgroup.procs").read_text().split()}
+    return {pid: start_time(pid) for pid in pids}
+
+
+def test_a_sandbox_of_another_protocol_is_kept_refused_with_why_and_destroyed_whole(daemons: tuple[Daemon, Daemon]) -> None:
+    old, new = daemons
+    old.start()
+    with old.client() as c:
+        sbx = c.create({"name": "old"})
+        c.write_file("old", "/workspace/notes.txt", b"kept\n")
+        run = c.start("old", {"command": ["sleep", "600"]})
+    old.stop()  # an upgrade: the sandbox and its run go on, and this hutch's daemon starts
+    new.start()
+    data = Store(new.settings.db_path).sandboxes.get(sbx["id"]).data
+    inside = processes(data["cgroups"])
+    assert int(data["init_pid"]) in inside and len(inside) >= 3, inside  # its init, agent, the sleep
+    both = (f"protocol {OLD}", f"protocol {wire.PROTOCOL}")
+    with new.client() as c:
+        rec = c.get("old")
+        assert rec["state"] == "running" and all(p in rec["error"] for p in both), rec  # listed, with why
+        assert [s["id"] for s in c.list()] == [sbx["id"]]
+        with pytest.raises(ConflictError) as refused:
+            c.read_file("old", "/workspace/notes.txt")
+        assert all(p in refused.value.message for p in both)
+        assert c.run(run["id"])["status"] == "lost"  # it cannot be followed: said so, not left 'running'
+        assert len(c.events(sbx["id"], types=["sandbox_incompatible"])) == 1
+    shown = cli(new, "get", "old")
+    assert shown.returncode == 0 and f"protocol {OLD}" in shown.stdout, shown
+    ran = cli(new, "exec", "old", "--json", "--", "true")
+    assert ran.returncode == 125, ran
+    error = json.loads(ran.stdout)["error"]
+    assert error["kind"] == "conflict" and all(p in error["message"] for p in both), error
+    assert "hutch destroy old" in error["hint"], error
+    files = Path(data["dir"]) / "workspace"
+    assert str(files) in error["hint"] and (files / "notes.txt").read_bytes() == b"kept\n"  # where its files are
+    new.stop()
+    new.start()  # a second restart finds it the same, and says so once
+    with new.client() as c:
+        assert c.get("old")["state"] == "running"
+        assert len(c.events(sbx["id"], types=["sandbox_incompatible"])) == 1
+    gone = cli(new, "destroy", "old", "--json")
+    assert gone.returncode == 0 and [r["destroyed"] for r in json.loads(gone.stdout)] == [True], gone
+    left = {pid for pid, start in inside.items() if start is not None and start_time(pid) == start}
+    assert not left, f"processes of the destroyed sandbox are still there: {left}"
+    assert not any(Path(d).exists() for d in data["cgroups"]) and not Path(data["dir"]).exists()
+    with new.client() as c:
+        assert c.get("old")["state"] == "destroyed"
