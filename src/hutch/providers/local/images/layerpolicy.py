@@ -131,9 +131,11 @@ class LayerPolicy:
         del dest_path  # every write is relative to the layer's root fd
         parts = self.parts(member.name)
         base = parts[-1] if parts else ""
-        if base.startswith(".wh..wh.") and base != ".wh..wh..opq":
+        if any(p.startswith(".wh..wh.") for p in parts[:-1]) or (base.startswith(".wh..wh.") and base != ".wh..wh..opq"):
             self.skip(member, "AUFS metadata")
             return None
+        if any(p.startswith(".wh.") for p in parts[:-1]):
+            raise Refused("a whiteout marker cannot hold entries")
         if base.startswith(".wh."):  # a whiteout marker: written as an empty file, whatever its type
             self.check_owners(member)
             return member.replace(name="/".join(parts), mode=0o644, deep=False)
@@ -141,7 +143,7 @@ class LayerPolicy:
             self.skip(member, "a fifo" if member.isfifo() else "a device node")
             return None
         if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-            raise Refused(f"its type {member.type!r} is not one a layer may hold")
+            raise Refused(f"its type {member.type.decode('ascii', 'replace')!r} is not one a layer may hold")
         if not parts and not member.isdir():
             raise Refused("it names the layer's root but is not a directory")
         self.check_owners(member)
