@@ -9,6 +9,7 @@ directory's mtime is set after everything inside it is written.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import tarfile
@@ -69,6 +70,14 @@ _MAX_ID = 2**32 - 2  # (uid_t)-1 means "unchanged" to chown
 _MAX_MTIME = 2**33  # seconds (year 2242): past what filesystems keep
 _MAX_NOTES = 20
 _XATTR_KEYS = ("SCHILY.xattr.", "LIBARCHIVE.xattr.")
+
+
+def _cleaned(member: tarfile.TarInfo, name: str, mode: int) -> tarfile.TarInfo:
+    """A shallow copy with the cleaned name and mode (``TarInfo.replace`` of 3.11.4+, which 3.11.2,
+    Debian 12's Python, lacks: nothing here needs tarfile's own filters)."""
+    out = copy.copy(member)
+    out.name, out.mode = name, mode
+    return out
 
 
 def mtime_ns(m: tarfile.TarInfo) -> int:
@@ -138,7 +147,7 @@ class LayerPolicy:
             raise Refused("a whiteout marker cannot hold entries")
         if base.startswith(".wh."):  # a whiteout marker: written as an empty file, whatever its type
             self.check_owners(member)
-            return member.replace(name="/".join(parts), mode=0o644, deep=False)
+            return _cleaned(member, "/".join(parts), 0o644)
         if member.ischr() or member.isblk() or member.isfifo():
             self.skip(member, "a fifo" if member.isfifo() else "a device node")
             return None
@@ -147,7 +156,7 @@ class LayerPolicy:
         if not parts and not member.isdir():
             raise Refused("it names the layer's root but is not a directory")
         self.check_owners(member)
-        return member.replace(name="/".join(parts), mode=self.clean_mode(member), deep=False)
+        return _cleaned(member, "/".join(parts), self.clean_mode(member))
 
     def check_owners(self, m: tarfile.TarInfo) -> None:
         """Owners are set from the numeric uid/gid only (never names looked up on the host), and only

@@ -1,13 +1,14 @@
 """Unpacking one image layer: layers are hostile input.
 
 Python's ``tarfile`` parses the layer (streaming mode, never seeking, never loading a layer into
-memory); the writing is ours. Every entry passes a filter with tarfile's filter protocol (the
-machinery of PEP 706, Python 3.11.4+) whose policy fits a root filesystem, and is then written
-only through directory fds opened without following symlinks (see ``fdtree``). tarfile's own
-``extract``/``extractall`` are never called: its stock filters do not fit images (the ``data``
-filter refuses absolute symlinks and drops ``/tmp``'s 1777, ``tar`` drops group write), and on
-3.11 before 3.11.13 their path checks could be bypassed (CVE-2025-4517, CVE-2025-4330), which
-writing through no-follow fds rules out by construction.
+memory); the writing is ours. Every entry passes a filter with the signature of tarfile's
+extraction filters (PEP 706) whose policy fits a root filesystem, and is then written only
+through directory fds opened without following symlinks (see ``fdtree``). tarfile's own
+``extract``/``extractall`` and its stock filters are never used: they do not fit images (the
+``data`` filter refuses absolute symlinks and drops ``/tmp``'s 1777, ``tar`` drops group write),
+they exist only from 3.11.4 (Debian 12's Python is 3.11.2), and before 3.11.13 their path checks
+could be bypassed (CVE-2025-4517, CVE-2025-4330); writing through no-follow fds rules such
+escapes out by construction, on any Python 3.11+.
 
 The policy, entry by entry (docs/images.md, "Security of unpacking"):
 
@@ -60,14 +61,6 @@ _BUFSIZE = 256 * 1024  # tarfile's stream reads this much at a time (default 10 
 _READ_AHEAD = 2 * _BUFSIZE  # how far tarfile's stream may read ahead of the header it parses
 
 
-def _require_filters() -> None:
-    if not hasattr(tarfile, "data_filter"):  # PEP 706: 3.11.4+
-        raise errors.UnavailableError(
-            "unpacking image layers needs Python 3.11.4 or newer (tarfile extraction filters)",
-            hint="upgrade Python (3.11.4+, 3.12+) and reinstall hutch",
-        )
-
-
 def unpack_layer(
     blob: Path,
     dest: Path,
@@ -83,7 +76,6 @@ def unpack_layer(
     Raises InvalidError (hostile or corrupt layer), TimeoutError_ (``max_seconds``),
     UnavailableError (disk full, I/O), ConflictError (``dest`` exists and is not empty).
     """
-    _require_filters()
     blob, dest = Path(blob), Path(dest)
     label = label or blob.name
     dest.parent.mkdir(parents=True, exist_ok=True)
