@@ -6,6 +6,7 @@ tests/unit/test_wire.py holds each model here to its wire body of the same name.
 from __future__ import annotations
 
 import posixpath
+import re
 import secrets
 import time
 from enum import StrEnum
@@ -48,6 +49,10 @@ from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
 from hutch.units import format_size, parse_duration, parse_size
 from hutch.wire.pydantic import typeddict
+
+# --user: a name or a uid, then optionally a group name or a gid (uids below 2^31)
+_ID = r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,9})"
+USER_RE = re.compile(rf"{_ID}(?::{_ID})?")
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
@@ -172,6 +177,7 @@ class SandboxSpec(BaseModel):
     workdir: str = "/workspace"
     network: NetworkPolicy = Field(default_factory=NetworkPolicy)
     image: str | None = None  # providers that boot images (unikraft): the OCI image
+    user: str | None = None  # who runs inside: root, NAME, UID, NAME:GROUP, UID:GID (local: a range of uids)
     provider_options: dict[str, str] = Field(default_factory=dict)  # e.g. {"metro": "fra"} for unikraft
     # Secret values travel in the request only: never serialized, stored or returned.
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
@@ -181,6 +187,15 @@ class SandboxSpec(BaseModel):
     @classmethod
     def _network(cls, v: NetworkPolicy) -> NetworkPolicy:
         return v.check()
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        if v is not None and not USER_RE.fullmatch(v):
+            raise InvalidError(
+                f"invalid --user {v!r}", hint="use NAME, UID, NAME:GROUP or UID:GID, e.g. --user root or --user 1000:1000"
+            )
+        return v
 
     @field_validator("secrets")
     @classmethod

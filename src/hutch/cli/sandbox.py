@@ -51,6 +51,11 @@ def create_options(f: Any) -> Any:
         click.option("--provider", help="Where the sandbox lives: local, unikraft ... (default: local)."),
         click.option("--image", help="OCI image to boot, for providers that boot images (unikraft; default UKC_SANDBOX_IMAGE)."),
         click.option(
+            "--user",
+            metavar="NAME|UID[:GID]",
+            help="Who runs inside (local: root or any user of the image, its own uids; default: the image's USER).",
+        ),
+        click.option(
             "--unikraft-metro",
             "metro",
             metavar="METRO|URL",
@@ -114,6 +119,7 @@ def build_spec(
     secrets: tuple[str, ...] = (),
     tenant: str | None = None,
     image: str | None = None,
+    user: str | None = None,
     metro: str | None = None,
     *,
     ttl: float | None = None,
@@ -143,6 +149,7 @@ def build_spec(
         secrets=resolve_secrets(secrets),
         tenant=tenant,
         image=image,
+        user=user,
         metro=metro,
         ssh=ssh,
         ttl=ttl,

@@ -139,6 +139,8 @@ class Service:
         check_options(provider, spec)
         if spec.image and not caps.images:
             raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
+        if spec.user and not caps.users:
+            raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")
         now = time.time()
         async with self._create_lock:
             self.workspaces.check_tenant(spec)

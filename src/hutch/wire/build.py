@@ -127,6 +127,7 @@ def sandbox_spec(
     tenant: str | None = None,
     reuse_key: str | None = None,
     image: str | None = None,
+    user: str | None = None,
     metro: str | None = None,
     ssh: bool = False,
     ttl: float | str | None = None,
@@ -154,6 +155,8 @@ def sandbox_spec(
         spec["reuse_key"] = reuse_key
     if image:
         spec["image"] = image
+    if user:
+        spec["user"] = user
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
     if options:
         spec["provider_options"] = options

@@ -27,7 +27,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, freeze, hostpython, mounts, seccomp
+from hutch.providers.local import cgroups, freeze, hostpython, mounts, seccomp, userns
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
@@ -52,6 +52,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         secrets=True,
         shared_workspace=True,
         interactive=True,
+        users=True,
         network=True,
         workspace=True,
         pause=True,
@@ -187,9 +188,11 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
-        rec = await asyncio.to_thread(self.uids.allocate, rec)
-        try:
-            mounts = self._validate_mounts(rec)  # bad input first, before any probing
+        want = rec.spec.user  # its own users (a range of uids); else a plain sandbox: uid 1000 sandbox
+        rec = await asyncio.to_thread(self.uids.allocate, rec, userns.RANGE if want and self.root else 1)
+        try:  # bad input first, before any probing
+            plan = userns.plan(want, self.root, None, rec.data.get("uid")) if want else None
+            mounts = self._validate_mounts(rec)
         except BaseException:
             await asyncio.to_thread(self.uids.release, rec.id)
             raise
@@ -205,10 +208,17 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         sdir = self.settings.sandboxes_dir / rec.id
         data: dict[str, Any] = dict(rec.data) | {"dir": str(sdir), "uid": uid}
         fds: list[int] = [fd for fd, _, _ in mounts]
+        identity = [*bw.HARDENING, "--uid", str(bw.SANDBOX_UID), "--gid", str(bw.SANDBOX_UID)]
+        if plan is not None:
+            data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how}
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
-            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, uid, rec.spec.tenant)  # disk work off the event loop
+            own = (uid + plan.uid, uid + plan.gid) if plan and self.root else (uid, uid)  # the user's, seen from here
+            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, own, rec.spec.tenant)  # disk work off the loop
+            if plan is not None:  # its own user namespace, a range of uids mapped: made before bwrap joins it
+                fds.append(await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None))
+                identity = userns.bwrap_args(fds[-1], plan)
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
@@ -235,8 +245,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             ctl_fd = os.open(ctl, os.O_PATH | os.O_CLOEXEC)
             runs_fd = os.open(rdir, os.O_PATH | os.O_CLOEXEC)
             fds += [ws_fd, ctl_fd, runs_fd]
-            args = [found.path, *bw.HARDENING, "--hostname", "sandbox", "--uid", str(bw.SANDBOX_UID)]
-            args += ["--gid", str(bw.SANDBOX_UID), "--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
+            args = [found.path, *identity, "--hostname", "sandbox"]
+            args += ["--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
             for path, content in bw.identity_files().items():
                 fd = memfd(path, content)
                 fds.append(fd)
@@ -268,6 +278,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             for k, v in bw.base_env().items():
                 args += ["--setenv", k, v]
             args += ["--", agent.path, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
+            args += userns.agent_args(plan) if plan else []
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []
@@ -321,7 +332,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             return None
         return str(parent.get("workspace_path") or Path(parent["dir"]) / "workspace")
 
-    def _make_dirs(self, sdir: Path, uid: int, tenant: str | None = None) -> tuple[Path, Path, Path]:
+    def _make_dirs(self, sdir: Path, owner: tuple[int, int], tenant: str | None = None) -> tuple[Path, Path, Path]:
         """The sandbox's directories: its own (0711), workspace, control and runs (0700, its uid's)."""
         self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.settings.sandboxes_dir, 0o711)
@@ -331,6 +342,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         sdir.mkdir(exist_ok=True)
         os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
         ws, ctl = sdir / "workspace", sdir / "ctl"
+        uid, gid = owner
         if tenant:  # kept under the state dir, outside the sandbox's own (removed on destroy)
             ws = make_tenant_workspace(self.settings, tenant, uid if self.root else None)
         ws.mkdir(mode=0o700, exist_ok=True)
@@ -339,7 +351,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         rdir.mkdir(mode=0o700, exist_ok=True)
         if self.root:
             for d in (ws, ctl, rdir):
-                os.chown(d, uid, uid)
+                os.chown(d, uid, gid)
         return ws, ctl, rdir
 
     async def alive(self, rec: SandboxRecord) -> bool:

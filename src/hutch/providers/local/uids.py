@@ -245,12 +245,14 @@ class SandboxUids:
         self._recorded: set[str] = set()  # sandboxes this daemon has (re)recorded
 
     def of(self, rec: SandboxRecord) -> int:
+        """The host uid its workspace belongs to: in a sandbox with a range, its user's (the range's
+        first uid is root inside)."""
         if self.registry is None:
             return os.getuid()
-        parent = rec.data.get("parent_data")
-        if parent and parent.get("uid") is not None:
-            return int(parent["uid"])
-        return int(rec.data["uid"])
+        data = rec.data.get("parent_data") or rec.data
+        if data.get("uid") is None:
+            data = rec.data
+        return int(data["uid"]) + int((data.get("user") or {}).get("uid", 0))
 
     def _own(self, rec: SandboxRecord) -> bool:
         return self.registry is not None and not rec.data.get("parent_data")
