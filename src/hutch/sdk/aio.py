@@ -17,7 +17,7 @@ from hutch.sdk.policy import AsyncPolicy
 from hutch.sdk.pty import AsyncPty, _attach_path, _pty_start
 from hutch.sdk.results import ExecResult
 from hutch.sdk.runs import AsyncRun, AsyncRuns
-from hutch.wire.build import approval_request, exec_request, sandbox_spec, subagent_request
+from hutch.wire.build import ExecOptions, approval_request, exec_request, subagent_request
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -52,55 +52,12 @@ class AsyncSandbox:
         return f"AsyncSandbox(id={self.id!r}, name={self.name!r}, state={self.info.get('state')!r})"
 
     @classmethod
-    async def create(
-        cls,
-        *,
-        name: str | None = None,
-        memory: str | int | None = None,
-        pids: int | None = None,
-        cpus: float | None = None,
-        env: dict[str, str] | None = None,
-        mounts: builtins.list[str] | None = None,
-        labels: dict[str, str] | None = None,
-        workdir: str | None = None,
-        provider: str | None = None,
-        network: str | None = None,
-        allow_hosts: builtins.list[str] | None = None,
-        allow_ports: builtins.list[int] | None = None,
-        allow_cidrs: builtins.list[str] | None = None,
-        secrets: dict[str, str] | None = None,
-        ttl: str | float | None = None,
-        idle_timeout: str | float | None = None,
-        on_expire: Literal["destroy", "pause"] | None = None,
-        require_approval: builtins.list[str] | None = None,
-        image: str | None = None,
-        unikraft_metro: str | None = None,
-        settings: Settings | None = None,
-    ) -> AsyncSandbox:
+    async def create(cls, *, settings: Settings | None = None, **options: Unpack[oneshot.CreateOptions]) -> AsyncSandbox:
+        """A new sandbox. ``options``: name, memory, pids, cpus, env, mounts, labels, workdir,
+        provider, network, allow_hosts, allow_ports, allow_cidrs, secrets, ttl, idle_timeout,
+        on_expire, require_approval, image, unikraft_metro (:class:`hutch.sdk.oneshot.CreateOptions`)."""
         client = AsyncClient(settings)
-        spec = sandbox_spec(
-            client.settings,
-            network=network,
-            allow_hosts=allow_hosts or (),
-            allow_ports=allow_ports or (),
-            allow_cidrs=allow_cidrs or (),
-            secrets=secrets,
-            image=image,
-            metro=unikraft_metro,
-            name=name,
-            memory=memory,
-            pids=pids,
-            cpus=cpus,
-            env=env,
-            mounts=mounts or (),
-            labels=labels,
-            workdir=workdir,
-            provider=provider,
-            ttl=ttl,
-            idle_timeout=idle_timeout,
-            on_expire=on_expire,
-            require_approval=require_approval or (),
-        )
+        spec = oneshot.create_spec(client.settings, options)
         return cls(await client.create(spec), client)
 
     @classmethod
@@ -181,67 +138,23 @@ class AsyncSandbox:
 
     @overload
     async def exec(
-        self,
-        command: str | builtins.list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        max_output: int | None = None,
-        idle_timeout: float | None = None,
-        secrets: dict[str, str] | None = None,
-        redact: bool = True,
-        background: Literal[False] = False,
-        approval: str | None = None,
+        self, command: str | builtins.list[str], *, background: Literal[False] = False, **options: Unpack[ExecOptions]
     ) -> ExecResult: ...
 
     @overload
     async def exec(
-        self,
-        command: str | builtins.list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        max_output: int | None = None,
-        idle_timeout: float | None = None,
-        secrets: dict[str, str] | None = None,
-        redact: bool = True,
-        background: Literal[True],
-        approval: str | None = None,
+        self, command: str | builtins.list[str], *, background: Literal[True], **options: Unpack[ExecOptions]
     ) -> AsyncRun: ...
 
     async def exec(
-        self,
-        command: str | builtins.list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | str | None = None,
-        max_output: int | None = None,
-        idle_timeout: float | None = None,
-        secrets: dict[str, str] | None = None,
-        redact: bool = True,
-        background: bool = False,
-        approval: str | None = None,
+        self, command: str | builtins.list[str], *, background: bool = False, **options: Unpack[ExecOptions]
     ) -> ExecResult | AsyncRun:
-        """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``."""
-        cap = self._cap if max_output is None else max_output
-        req = exec_request(
-            command,
-            env=env,
-            cwd=cwd,
-            timeout=timeout,
-            stdin=stdin,
-            max_output=cap,
-            idle_timeout=idle_timeout,
-            secrets=secrets,
-            redact=redact,
-            approval=approval,
-        )
+        """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``.
+        ``options``: env, cwd, timeout, idle_timeout, stdin, max_output, secrets, redact, approval
+        (:class:`hutch.wire.build.ExecOptions`)."""
+        if options.get("max_output") is None:
+            options["max_output"] = self._cap
+        req = exec_request(command, **options)
         if background:
             return AsyncRun(await self.client.start(self.id, req), self.client)
         return ExecResult.from_dict(await self.client.exec(self.id, req))

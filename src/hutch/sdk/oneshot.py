@@ -40,29 +40,9 @@ class CreateOptions(TypedDict, total=False):
     unikraft_metro: str | None
 
 
-def request(
-    defaults: SpecDefaults,
-    command: str | list[str],
-    *,
-    pull: bool,
-    keep: bool,
-    sandbox: str | None,
-    cwd: str | None,
-    timeout: float | None,
-    stdin: bytes | str | None,
-    max_output: int,
-    create: CreateOptions,
-) -> wire.RunOnceRequest:
-    exec_req = exec_request(command, cwd=cwd, timeout=timeout, stdin=stdin, max_output=max_output)
-    if sandbox is not None:
-        if create:
-            raise InvalidError(
-                f"{', '.join(sorted(create))}: options of a new sandbox, but run_once was given the sandbox {sandbox}",
-                hint="drop them, or drop sandbox= to run in a new one",
-            )
-        return run_once_request(exec_req, sandbox=sandbox, keep=keep, pull=pull)
-    c = create
-    spec = sandbox_spec(
+def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
+    """The spec of a new sandbox from the arguments of :meth:`hutch.Sandbox.create`."""
+    return sandbox_spec(
         defaults,
         name=c.get("name"),
         memory=c.get("memory"),
@@ -85,7 +65,30 @@ def request(
         image=c.get("image"),
         metro=c.get("unikraft_metro"),
     )
-    return run_once_request(exec_req, spec=spec, keep=keep, pull=pull)
+
+
+def request(
+    defaults: SpecDefaults,
+    command: str | list[str],
+    *,
+    pull: bool,
+    keep: bool,
+    sandbox: str | None,
+    cwd: str | None,
+    timeout: float | None,
+    stdin: bytes | str | None,
+    max_output: int,
+    create: CreateOptions,
+) -> wire.RunOnceRequest:
+    exec_req = exec_request(command, cwd=cwd, timeout=timeout, stdin=stdin, max_output=max_output)
+    if sandbox is not None:
+        if create:
+            raise InvalidError(
+                f"{', '.join(sorted(create))}: options of a new sandbox, but run_once was given the sandbox {sandbox}",
+                hint="drop them, or drop sandbox= to run in a new one",
+            )
+        return run_once_request(exec_req, sandbox=sandbox, keep=keep, pull=pull)
+    return run_once_request(exec_req, spec=create_spec(defaults, create), keep=keep, pull=pull)
 
 
 def result(outcome: Outcome) -> ExecResult:

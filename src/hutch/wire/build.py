@@ -12,11 +12,13 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from hutch.errors import InvalidError
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from hutch.wire.oneshot import RunOnceRequest, UploadFile
     from hutch.wire.runs import AttachStart, ExecRequest
     from hutch.wire.sandboxes import (
@@ -34,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOGIN_SHELL",
+    "ExecOptions",
+    "Shape",
     "SpecDefaults",
     "approval_request",
     "attach_start",
@@ -106,23 +110,40 @@ def _mode(mode: str) -> NetworkMode:
     return cast("NetworkMode", mode)
 
 
+class Shape(TypedDict, total=False):
+    """The keywords a sandbox spec and a sub-agent request share: limits (unset: the caller's
+    settings), environment, labels, and the network (allow rules without a mode: an allowlist)."""
+
+    memory: int | str | None
+    pids: int | None
+    cpus: float | None
+    env: Mapping[str, str] | None
+    labels: Mapping[str, str] | None
+    network: str | None
+    allow_hosts: Iterable[str]
+    allow_ports: Iterable[int]
+    allow_cidrs: Iterable[str]
+
+
+def _shape(defaults: SpecDefaults, shape: Shape) -> tuple[Limits, dict[str, str], dict[str, str]]:
+    """The limits, environment and labels ``shape`` gives."""
+    given = limits(defaults, shape.get("memory"), shape.get("pids"), shape.get("cpus"))
+    return given, dict(shape.get("env") or {}), dict(shape.get("labels") or {})
+
+
+def _rules(shape: Shape) -> tuple[list[str], list[int], list[str]]:
+    """The network allow rules ``shape`` gives: hosts, ports, CIDRs."""
+    return list(shape.get("allow_hosts", ())), list(shape.get("allow_ports", ())), list(shape.get("allow_cidrs", ()))
+
+
 def sandbox_spec(
     defaults: SpecDefaults,
     *,
     name: str | None = None,
     provider: str | None = None,
-    memory: int | str | None = None,
-    pids: int | None = None,
-    cpus: float | None = None,
-    env: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
     mounts: Iterable[str | Mount] = (),
     mount_flag: str = "mount",
     workdir: str | None = None,
-    network: str | None = None,
-    allow_hosts: Iterable[str] = (),
-    allow_ports: Iterable[int] = (),
-    allow_cidrs: Iterable[str] = (),
     secrets: Mapping[str, str] | None = None,
     tenant: str | None = None,
     reuse_key: str | None = None,
@@ -134,15 +155,17 @@ def sandbox_spec(
     idle_timeout: float | str | None = None,
     on_expire: str | None = None,
     require_approval: Sequence[str] = (),
+    **shape: Unpack[Shape],
 ) -> SandboxSpec:
     """The body of create (and of ``POST /v1/sessions``: with ``tenant`` or ``reuse_key``)."""
+    given, env, labels = _shape(defaults, shape)
     spec: SandboxSpec = {
         "provider": provider or defaults.provider,
-        "limits": limits(defaults, memory, pids, cpus),
-        "env": dict(env or {}),
-        "labels": dict(labels or {}),
+        "limits": given,
+        "env": env,
+        "labels": labels,
         "mounts": [mount(m, mount_flag) for m in mounts],
-        "network": network_policy(network, allow_hosts, allow_ports, allow_cidrs),
+        "network": network_policy(shape.get("network"), *_rules(shape)),
         "secrets": dict(secrets or {}),
     }
     if name:
@@ -176,59 +199,52 @@ def subagent_request(
     *,
     name: str | None = None,
     workspace: str | None = None,
-    memory: int | str | None = None,
-    pids: int | None = None,
-    cpus: float | None = None,
-    env: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-    network: str | None = None,
-    allow_hosts: Iterable[str] = (),
-    allow_ports: Iterable[int] = (),
-    allow_cidrs: Iterable[str] = (),
     ttl: float | str | None = None,
+    **shape: Unpack[Shape],
 ) -> SubagentRequest:
     """A sub-agent: its own limits (the caller's settings for unset ones); the parent's network
     unless one is given."""
-    req: SubagentRequest = {
-        "limits": limits(defaults, memory, pids, cpus),
-        "env": dict(env or {}),
-        "labels": dict(labels or {}),
-    }
+    given, env, labels = _shape(defaults, shape)
+    req: SubagentRequest = {"limits": given, "env": env, "labels": labels}
     if name is not None:
         req["name"] = name
     if workspace is not None:
         req["workspace"] = cast("WorkspaceView", workspace)
     if ttl is not None:
         req["ttl"] = ttl
-    hosts, ports, cidrs = list(allow_hosts), list(allow_ports), list(allow_cidrs)
+    hosts, ports, cidrs = _rules(shape)
+    network = shape.get("network")
     if network or hosts or ports or cidrs:
         req["network"] = network_policy(network, hosts, ports, cidrs)
     return req
 
 
-def exec_request(
-    command: str | Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    cwd: str | None = None,
-    timeout: float | None = None,
-    idle_timeout: float | None = None,
-    stdin: bytes | str | None = None,
-    max_output: int | None = None,
-    background: bool = False,
-    secrets: Mapping[str, str] | None = None,
-    redact: bool = True,
-    approval: str | None = None,
-) -> ExecRequest:
+class ExecOptions(TypedDict, total=False):
+    """The keywords of an exec beside its command and ``background`` (``Sandbox.exec`` and
+    ``AsyncSandbox.exec`` take them as they are)."""
+
+    env: Mapping[str, str] | None  # added to the sandbox's environment
+    cwd: str | None  # default: the sandbox's workdir
+    timeout: float | None  # wall seconds
+    idle_timeout: float | None  # seconds without output
+    stdin: bytes | str | None  # the command's whole standard input
+    max_output: int | None  # bytes kept per stream
+    secrets: Mapping[str, str] | None  # in the environment, redacted from output
+    redact: bool  # False: no redaction at all (default True)
+    approval: str | None  # an approval id, when the sandbox's policy requires one
+
+
+def exec_request(command: str | Sequence[str], *, background: bool = False, **options: Unpack[ExecOptions]) -> ExecRequest:
     """The body of exec (and, with :func:`attach_start`, of an interactive run). ``stdin`` travels
     base64-encoded; unset keys take the daemon's defaults."""
     req: ExecRequest = {
         "command": command if isinstance(command, str) else list(command),
-        "env": dict(env or {}),
-        "cwd": cwd,
-        "timeout": timeout,
-        "idle_timeout": idle_timeout,
+        "env": dict(options.get("env") or {}),
+        "cwd": options.get("cwd"),
+        "timeout": options.get("timeout"),
+        "idle_timeout": options.get("idle_timeout"),
     }
+    max_output, stdin, secrets = options.get("max_output"), options.get("stdin"), options.get("secrets")
     if max_output is not None:
         req["max_output"] = max_output
     if stdin is not None:
@@ -237,8 +253,9 @@ def exec_request(
         req["background"] = True
     if secrets:
         req["secrets"] = dict(secrets)
-    if not redact:
+    if not options.get("redact", True):
         req["redact"] = False
+    approval = options.get("approval")
     if approval:
         req["approval"] = approval
     return req
