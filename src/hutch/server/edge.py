@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -66,8 +66,14 @@ class _Outermost:
 
 
 class App(FastAPI):
+    """FastAPI, inside :class:`_Outermost`; ``front`` (when set) wraps the stack with a route
+    answered before FastAPI's (:mod:`hutch.server.fastexec`)."""
+
+    front: Callable[[ASGIApp], ASGIApp] | None = None
+
     def build_middleware_stack(self) -> ASGIApp:
-        return _Outermost(super().build_middleware_stack())
+        stack = super().build_middleware_stack()
+        return _Outermost(self.front(stack) if self.front is not None else stack)
 
 
 class ClientGone(Exception):  # noqa: N818 - not an error: the client hung up

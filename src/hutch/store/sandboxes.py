@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -22,13 +23,21 @@ def redacted(spec: SandboxSpec) -> SandboxSpec:
     return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
 
 
+SPECS = 4096  # parsed specs kept (by their stored text): every exec reads its sandbox's record
+
+
+@functools.lru_cache(maxsize=SPECS)
+def _spec(text: str) -> SandboxSpec:
+    return SandboxSpec.model_validate(json.loads(text))
+
+
 def _record(row: sqlite3.Row) -> SandboxRecord:
     return SandboxRecord(
         id=row["id"],
         name=row["name"],
         provider=row["provider"],
         state=SandboxState(row["state"]),
-        spec=json.loads(row["spec"]),
+        spec=_spec(row["spec"]).model_copy(),  # a copy of its own: a caller may change its record's fields
         data=json.loads(row["data"]),
         enforcement=json.loads(row["enforcement"]),
         error=row["error"],

@@ -445,7 +445,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
     # -- exec ------------------------------------------------------------------------
 
     def _cgroup(self, rec: SandboxRecord) -> cgroups.SandboxCgroup:
-        return cgroups.SandboxCgroup([Path(d) for d in rec.data.get("cgroups", [])], v2=False)
+        return cgroups.of(tuple(rec.data.get("cgroups", [])))
 
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         cg = self._cgroup(rec)
@@ -470,7 +470,9 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             inbox = interactive.inbox
         socket_path = rec.data["socket"]
         reply, out = await run_exec(socket_path, header, spec.stdin, spec.max_output, spec.on_output, inbox, spec.on_start)
-        return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), cg.oom_kills() > ooms_before)
+        # only a SIGKILL nobody asked for may be the kernel's out-of-memory killer: read the counter again only then
+        oom = reply.get("signal") == signal.SIGKILL and reply.get("reason") is None and cg.oom_kills() > ooms_before
+        return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), oom)
 
     @staticmethod
     def _raw(reply: dict[str, Any], stdout: bytes, stderr: bytes, oom: bool) -> RawOutput:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import signal
 import time
@@ -124,6 +125,18 @@ def _v2_prepare(own: Path, controllers: tuple[str, ...]) -> Path:
     return parent
 
 
+OOM_FILES = ("memory.events", "memory.oom_control")  # v2, v1
+
+
+def _oom_count(path: str) -> int:
+    with open(path) as f:
+        for line in f.read().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    return 0
+
+
 @dataclass
 class SandboxCgroup:
     """The cgroup(s) of one sandbox: one dir per v1 controller, or one v2 dir."""
@@ -142,16 +155,20 @@ class SandboxCgroup:
         return out
 
     def oom_kills(self) -> int:
-        for d in self.dirs:
-            for name in ("memory.events", "memory.oom_control"):
+        """The kernel's count of out-of-memory kills in this cgroup (0 without a memory controller)."""
+        found = self.__dict__.get("_oom_file")
+        if found is not None:  # where it was found last time: one read on the exec path
+            with contextlib.suppress(OSError):
+                return _oom_count(found)
+        for d in sorted(self.dirs, key=lambda d: "memory" not in d.parts):  # the memory controller's dir first (v1)
+            for name in OOM_FILES[::-1] if "memory" in d.parts else OOM_FILES:
+                path = str(d / name)
                 try:
-                    text = (d / name).read_text()
+                    count = _oom_count(path)
                 except OSError:
                     continue
-                for line in text.splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
+                self.__dict__["_oom_file"] = path
+                return count
         return 0
 
     def memory_current(self) -> int | None:
@@ -275,3 +292,9 @@ def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None
         if "pause" not in enforced and (d / "cgroup.freeze").exists():
             enforced["pause"] = "cgroup v2 freeze"
     return SandboxCgroup(dirs, v2=layout.v2 is not None), enforced
+
+
+@functools.lru_cache(maxsize=4096)
+def of(dirs: tuple[str, ...]) -> SandboxCgroup:
+    """A sandbox's cgroup from its recorded dirs, made once (the exec path asks for it each run)."""
+    return SandboxCgroup([Path(d) for d in dirs], v2=False)
