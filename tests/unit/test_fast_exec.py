@@ -8,7 +8,6 @@ from typing import Any
 
 import fastapi.routing
 import pytest
-
 from tests.unit.test_app import SANDBOXES, assert_error
 
 
@@ -49,7 +48,9 @@ def test_a_foreground_exec_skips_fastapi_and_answers_the_result(
     assert no_fastapi_routing == [f"/v1/runs/{body['run_id']}"]
 
 
-def test_the_fast_route_answers_errors_as_the_app_does(app_client: Any, sbx: dict[str, Any], no_fastapi_routing: list[str]) -> None:
+def test_the_fast_route_answers_errors_as_the_app_does(
+    app_client: Any, sbx: dict[str, Any], no_fastapi_routing: list[str]
+) -> None:
     path = f"{SANDBOXES}/{sbx['id']}/exec"
     assert_error(app_client.post(f"{SANDBOXES}/nope/exec", json={"command": ["true"]}), 404, "not_found")
     err = assert_error(app_client.post(path, json={"command": ["true"], "timeout": "x"}), 400, "invalid")
@@ -85,7 +86,7 @@ def test_background_keys_streams_and_credentials_still_reach_the_general_route(
     err = assert_error(app_client.post(path, json={"command": ["true"]}, headers={"Idempotency-Key": "k-2"}), 400, "invalid")
     assert "background" in err["message"]
     lines = app_client.post(path + "?stream=true", json={"command": ["echo", "x"]}).text.splitlines()
-    assert [json.loads(line)["type"] for line in lines][0] == "run"
+    assert json.loads(lines[0])["type"] == "run"
     assert json.loads(lines[-1])["type"] == "exit"
     bad = app_client.post(path, json={"command": ["true"]}, headers={"x-hutch-credentials": "%%%"})
     assert_error(bad, 400, "invalid")

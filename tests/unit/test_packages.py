@@ -101,6 +101,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "errors",
             "_version",
             "imageref",
+            "fdlimit",
         },
     ),
 ]

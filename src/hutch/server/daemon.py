@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from hutch import fdlimit
 from hutch.config import Settings
 from hutch.credentials import Credential, load_file
 from hutch.errors import ConflictError, InvalidError, UnavailableError
@@ -131,6 +132,9 @@ def serve(settings: Settings, announce: Callable[[Listener | None], None] | None
     os.umask(0o077)  # the store, the log and the socket are the owner's alone
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     prepare_home(settings.home)
+    before, after = fdlimit.raise_soft()  # hundreds of idle sandboxes hold more than 1024 descriptors
+    if after != before:
+        log.info("raised the open-file limit from %d to %d", before, after)
     lock_fd = os.open(settings.home / "hutchd.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+from hutch import fdlimit
 from hutch._version import __version__
 from hutch.checks import check_mode, check_path
 from hutch.config import Settings
@@ -446,6 +447,7 @@ class Service:
             checks += await self.provider(provider or self.settings.provider).check()
         except HutchError as exc:
             checks.append(CheckResult("provider", False, exc.message, exc.hint))
-        if credentials:
+        if credentials:  # the daemon's own doctor: its process
+            checks.append(CheckResult("open files", True, fdlimit.report()))
             checks += credential_checks(self.keyring.report())
         return {"ok": all(c.ok for c in checks), "version": __version__, "checks": [c.to_dict() for c in checks]}
