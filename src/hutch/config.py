@@ -42,6 +42,7 @@ class Settings:
     max_background_runs: int = 16
     uid_base: int = 600000
     uid_registry: str = ""  # root: the machine-wide registry of sandbox host uids ("": /var/lib/hutch/uids)
+    image_host_ca: str = ""  # "": off; "system" or a bundle's path: every image sandbox trusts it (see --host-ca)
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
     egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
@@ -205,6 +206,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
         (_text, "text"),
     ),
     "uid_registry": (_text, "a directory path"),
+    "image_host_ca": (_text, "system, or the path of a CA bundle"),
 }
 
 

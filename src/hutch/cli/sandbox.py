@@ -56,6 +56,11 @@ def create_options(f: Any) -> Any:
             help="Who runs inside (local: root or any user of the image, its own uids; default: the image's USER).",
         ),
         click.option(
+            "--host-ca",
+            is_flag=True,
+            help="Local: trust this machine's CA bundle inside (for TLS intercepted by a proxy; sets SSL_CERT_FILE ...).",
+        ),
+        click.option(
             "--unikraft-metro",
             "metro",
             metavar="METRO|URL",
@@ -120,6 +125,7 @@ def build_spec(
     tenant: str | None = None,
     image: str | None = None,
     user: str | None = None,
+    host_ca: bool = False,
     metro: str | None = None,
     *,
     ttl: float | None = None,
@@ -150,6 +156,7 @@ def build_spec(
         tenant=tenant,
         image=image,
         user=user,
+        host_ca=host_ca,
         metro=metro,
         ssh=ssh,
         ttl=ttl,

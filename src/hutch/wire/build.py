@@ -149,6 +149,7 @@ def sandbox_spec(
     reuse_key: str | None = None,
     image: str | None = None,
     user: str | None = None,
+    host_ca: bool = False,
     metro: str | None = None,
     ssh: bool = False,
     ttl: float | str | None = None,
@@ -180,6 +181,8 @@ def sandbox_spec(
         spec["image"] = image
     if user:
         spec["user"] = user
+    if host_ca:
+        spec["host_ca"] = True
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
     if options:
         spec["provider_options"] = options

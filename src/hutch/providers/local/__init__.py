@@ -27,7 +27,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, freeze, hostpython, mounts, seccomp, userns
+from hutch.providers.local import cgroups, freeze, hostca, hostpython, mounts, seccomp, userns
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
@@ -267,6 +267,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             ws_bind = "--ro-bind-fd" if shared and rec.data.get("workspace_readonly") else "--bind-fd"
             args += ["--chmod", "1777", "/tmp", ws_bind, str(ws_fd), "/workspace"]
             args += [*agent_args, "--bind-fd", str(ctl_fd), "/.hutch/ctl", "--bind-fd", str(runs_fd), "/.hutch/runs"]
+            ca_args, env = hostca.bind(rec, self.settings, fds)
+            args, env = args + ca_args, bw.base_env() | env
             for fd, target, ro in mounts:
                 args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
             info_r, info_w = os.pipe()
@@ -275,7 +277,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             fds += [info_w, ready_w, status_fd]
             args += ["--remount-ro", "/", "--remount-ro", "/dev", "--info-fd", str(info_w), "--chdir", "/workspace"]
             args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
-            for k, v in bw.base_env().items():
+            for k, v in env.items():
                 args += ["--setenv", k, v]
             args += ["--", agent.path, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
             args += userns.agent_args(plan) if plan else []
@@ -303,7 +305,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = {"type": "configure", "env": bw.base_env() | rec.spec.env, "secrets": rec.spec.secrets}
+                configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets}
                 await ch.request(configure, timeout=10.0)
             if rec.spec.network.mode != "none":
                 await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
