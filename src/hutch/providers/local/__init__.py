@@ -27,13 +27,19 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, freeze, hostca, hostpython, mounts, seccomp, userns
+from hutch.providers.local import cgroups, freeze, hostca, hostpython, mounts, seccomp, userns, view
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
-from hutch.providers.local.host import check_reachable, launcher, memfd, rmtree, start_time, wait_start
+from hutch.providers.local.host import check_reachable, launcher, rmtree, start_time, wait_start
+from hutch.providers.local.images import rootfs
+from hutch.providers.local.images import runtime as agent_runtime
+from hutch.providers.local.images.rootfs import ImageRoot
+from hutch.providers.local.images.source import default_images
+from hutch.providers.local.images.types import ImageSource
+from hutch.providers.local.runs import raw_output
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
@@ -59,10 +65,12 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         watch=True,
         events=True,
         ranged_reads=True,
+        images=True,
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
         self.settings = settings
+        self.images: ImageSource = images or default_images(settings)
         self.root = os.geteuid() == 0
         self._bwrap: bw.Bwrap | None = None
         self._layout: cgroups.Layout | None = None
@@ -188,10 +196,13 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
-        want = rec.spec.user  # its own users (a range of uids); else a plain sandbox: uid 1000 sandbox
+        image = await asyncio.to_thread(self.images.resolve, rec.spec.image) if rec.spec.image else None
+        # its own users (a range of uids): asked for, or an image's (its USER, else root); else uid 1000 sandbox
+        want = rec.spec.user or (rootfs.user_of(image) if image is not None else None)
         rec = await asyncio.to_thread(self.uids.allocate, rec, userns.RANGE if want and self.root else 1)
         try:  # bad input first, before any probing
-            plan = userns.plan(want, self.root, None, rec.data.get("uid")) if want else None
+            etc = image.rootfs / "etc" if image is not None else None
+            plan = userns.plan(want, self.root, etc, rec.data.get("uid")) if want else None
             mounts = self._validate_mounts(rec)
         except BaseException:
             await asyncio.to_thread(self.uids.release, rec.id)
@@ -199,6 +210,10 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         try:
             found = self.bwrap()
             agent = await asyncio.to_thread(hostpython.prepare, AGENT_FILES, self.settings.home / "agent")
+            runtime = None
+            if image is not None:
+                where = self.settings.home / "runtime"
+                runtime = await asyncio.to_thread(agent_runtime.prepare, agent.path, agent.version, where)
         except BaseException:
             for fd, _, _ in mounts:
                 os.close(fd)
@@ -213,12 +228,19 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how}
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
+        root = ImageRoot(image, sdir / "root", runtime) if image is not None and runtime is not None else None
+        ns_fd: int | None = None
+        stack = contextlib.ExitStack()
         try:
             own = (uid + plan.uid, uid + plan.gid) if plan and self.root else (uid, uid)  # the user's, seen from here
             ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, own, rec.spec.tenant)  # disk work off the loop
             if plan is not None:  # its own user namespace, a range of uids mapped: made before bwrap joins it
-                fds.append(await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None))
-                identity = userns.bwrap_args(fds[-1], plan)
+                ns_fd = await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None)
+                fds.append(ns_fd)
+                identity = userns.bwrap_args(ns_fd, plan)
+            if root is not None:  # its writable root: the sandbox's root's (its first uid's, as root)
+                await asyncio.to_thread(rootfs.make_dirs, root, uid if self.root else None)
+                data["image"] = {"ref": root.image.ref, "id": root.image.id, "root": str(root.dir)}
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
@@ -246,40 +268,24 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             runs_fd = os.open(rdir, os.O_PATH | os.O_CLOEXEC)
             fds += [ws_fd, ctl_fd, runs_fd]
             args = [found.path, *identity, "--hostname", "sandbox"]
-            args += ["--ro-bind", "/usr", "/usr", *bw.root_links(), *bw.etc_args()]
-            for path, content in bw.identity_files().items():
-                fd = memfd(path, content)
-                fds.append(fd)
-                args += ["--ro-bind-data", str(fd), path]
-            if agent.prefix:
-                pfd = os.open(agent.prefix, os.O_PATH | os.O_CLOEXEC)
-                fds.append(pfd)
-                args += ["--ro-bind-fd", str(pfd), agent.prefix]
-            agent_args = ["--dir", "/.hutch", "--dir", AGENT_DIR, "--dir", f"{AGENT_DIR}/__pycache__"]
-            for name, content in (AGENT_FILES | agent.compiled).items():  # copied into the root, remounted read-only
-                agent_fd = memfd(os.path.basename(name), content)
-                fds.append(agent_fd)
-                agent_args += ["--perms", "0444", "--file", str(agent_fd), f"{AGENT_DIR}/{name}"]
-            seccomp_args, enforcement["seccomp"] = seccomp.bwrap_args(fds)
-            args += seccomp_args
-            args += ["--proc", "/proc", "--dev", "/dev", "--size", str(64 << 20), "--tmpfs", "/dev/shm"]
-            args += ["--size", str(256 << 20), "--tmpfs", "/tmp", "--size", str(64 << 20), "--tmpfs", bw.SANDBOX_HOME]
-            ws_bind = "--ro-bind-fd" if shared and rec.data.get("workspace_readonly") else "--bind-fd"
-            args += ["--chmod", "1777", "/tmp", ws_bind, str(ws_fd), "/workspace"]
-            args += [*agent_args, "--bind-fd", str(ctl_fd), "/.hutch/ctl", "--bind-fd", str(runs_fd), "/.hutch/runs"]
-            ca_args, env = hostca.bind(rec, self.settings, fds)
-            args, env = args + ca_args, bw.base_env() | env
-            for fd, target, ro in mounts:
-                args += ["--ro-bind-fd" if ro else "--bind-fd", str(fd), target]
+            ca_args, ca_env = hostca.bind(rec, self.settings, fds)
+            binds = view.Binds(ws_fd, bool(shared and rec.data.get("workspace_readonly")), ctl_fd, runs_fd, mounts, ca_args)
+            if root is None:
+                fs_args, enforcement["seccomp"] = view.host_view(agent, AGENT_FILES, binds, fds)
+            else:  # as root the overlay over the image shifted by the sandbox's namespace: attached until bwrap runs
+                placed = stack.enter_context(rootfs.mounted(root, ns_fd if self.root else None))
+                fs_args, enforcement["seccomp"] = view.image_view(root, placed, agent, AGENT_FILES, binds, fds)
+            args += fs_args
             info_r, info_w = os.pipe()
             ready_r, ready_w = os.pipe()
             status_fd = os.open(sdir / STATUS_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             fds += [info_w, ready_w, status_fd]
-            args += ["--remount-ro", "/", "--remount-ro", "/dev", "--info-fd", str(info_w), "--chdir", "/workspace"]
+            args += ["--info-fd", str(info_w), "--chdir", "/workspace"]
             args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
+            env = (bw.base_env() if root is None else rootfs.env(root.image, bw.base_env(), plan)) | ca_env
             for k, v in env.items():
                 args += ["--setenv", k, v]
-            args += ["--", agent.path, "-I", "-S", "-B", AGENT_DIR, "/.hutch/ctl/agent.sock", str(ready_w)]
+            args += ["--", *view.agent_command(agent, root, ready_w)]
             args += userns.agent_args(plan) if plan else []
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
@@ -301,6 +307,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 fds = []
             self._children[rec.id] = proc
             info = await asyncio.to_thread(wait_start, proc, info_r, ready_r, sdir)
+            stack.close()  # bwrap has bound the root: it is detached from the host
             if self.root:  # the agent listens: the workload may no longer replace its socket
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
@@ -322,6 +329,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+            stack.close()
             # whatever got made, found by the sandbox's id (a cgroup half-created included)
             await self._teardown(self._planned(rec.model_copy(update={"data": data})), rec.id)
             raise
@@ -427,6 +435,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                     time.sleep(0.005)
             cg.remove()
             if data.get("dir"):
+                rootfs.teardown(Path(data["dir"]))  # nothing of a create cut short stays mounted in it
                 rmtree(Path(data["dir"]))
             self.uids.release(sandbox_id)
 
@@ -476,22 +485,4 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         oom = reply.get("signal") == signal.SIGKILL and reply.get("reason") is None and cg.oom_kills() > ooms_before
         return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), oom)
 
-    @staticmethod
-    def _raw(reply: dict[str, Any], stdout: bytes, stderr: bytes, oom: bool) -> RawOutput:
-        sig = int(reply.get("signal") or 0)
-        reason = reply.get("reason")
-        return RawOutput(
-            exit_code=int(reply["exit"]),
-            signal=sig,
-            stdout=bytes(stdout),
-            stderr=bytes(stderr),
-            stdout_bytes=int(reply.get("stdout_bytes", len(stdout))),
-            stderr_bytes=int(reply.get("stderr_bytes", len(stderr))),
-            truncated_on_disk=bool(reply.get("truncated")),
-            timed_out=reason in ("timeout", "idle_timeout"),
-            reason=reason,
-            killed=reason == "killed",
-            oom_killed=oom and sig == signal.SIGKILL and reason is None,
-            spawn_error=reply.get("spawn_error"),
-            finished_at=reply.get("finished_at"),
-        )
+    _raw = staticmethod(raw_output)

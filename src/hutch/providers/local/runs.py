@@ -11,11 +11,13 @@ import contextlib
 import json
 import os
 import re
+import signal
 import stat
 from pathlib import Path
 from typing import Any
 
 from hutch.errors import InvalidError, NotFoundError
+from hutch.models import RawOutput
 
 STATUS_MAX = 64 << 10
 HEADER = 35  # "run_<19 hex> o 0000000a\n": run id (23), space, stream, space, 8 hex, newline
@@ -104,3 +106,24 @@ def parse_transcript(data: bytes, offset: int) -> tuple[list[dict[str, Any]], in
         )
         pos += HEADER + size
     return records, offset + pos
+
+
+def raw_output(reply: dict[str, Any], stdout: bytes, stderr: bytes, oom: bool) -> RawOutput:
+    """What the agent said of a finished run, as the provider reports it."""
+    sig = int(reply.get("signal") or 0)
+    reason = reply.get("reason")
+    return RawOutput(
+        exit_code=int(reply["exit"]),
+        signal=sig,
+        stdout=bytes(stdout),
+        stderr=bytes(stderr),
+        stdout_bytes=int(reply.get("stdout_bytes", len(stdout))),
+        stderr_bytes=int(reply.get("stderr_bytes", len(stderr))),
+        truncated_on_disk=bool(reply.get("truncated")),
+        timed_out=reason in ("timeout", "idle_timeout"),
+        reason=reason,
+        killed=reason == "killed",
+        oom_killed=oom and sig == signal.SIGKILL and reason is None,
+        spawn_error=reply.get("spawn_error"),
+        finished_at=reply.get("finished_at"),
+    )

@@ -1,0 +1,25 @@
+"""Where the local provider resolves ``--image`` references: the daemon's image store."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hutch.errors import NotFoundError
+from hutch.providers.local.images.types import ResolvedImage
+
+if TYPE_CHECKING:
+    from hutch.config import Settings
+    from hutch.providers.local.images.types import ImageSource
+
+
+class EmptySource:
+    """No image is stored: every reference is ``not_found``, with the command that gets it."""
+
+    def resolve(self, ref: str) -> ResolvedImage:
+        raise NotFoundError(f"image {ref!r} is not in the image store", hint=f"hutch image pull {ref}")
+
+
+def default_images(settings: Settings) -> ImageSource:
+    """The image store of ``settings.home``."""
+    del settings
+    return EmptySource()
