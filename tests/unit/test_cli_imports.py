@@ -11,6 +11,18 @@ import subprocess
 import sys
 
 HEAVY = ("pydantic", "httpx", "rich", "fastapi", "starlette", "uvicorn", "yaml", "jsonschema", "hutch.models", "hutch.providers")
+# What hutch exec and hutch run no longer load (each a few ms to tens of ms per call): the
+# event loop, TLS, http.client and the email parser it uses, thread pools, logging.
+RUN_PATH_FREE = ("asyncio", "ssl", "email", "http", "concurrent", "logging", *HEAVY)
+
+
+def loaded_by(code: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return list(json.loads(out))
+
+
+def banned(loaded: list[str], names: tuple[str, ...]) -> list[str]:
+    return [m for m in loaded if m.split(".")[0] in names or m in names or m.startswith(tuple(n + "." for n in names))]
 
 
 def test_loading_the_cli_imports_nothing_heavy() -> None:
@@ -19,3 +31,30 @@ def test_loading_the_cli_imports_nothing_heavy() -> None:
     loaded = json.loads(out)
     heavy = [m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY or m.startswith(HEAVY)]
     assert heavy == []
+
+
+def test_the_exec_and_run_commands_load_only_their_own_modules() -> None:
+    """The command tree is lazy: resolving exec or run imports hutch.cli.run and what it
+    needs (the sync client over a small HTTP/1.1 connection), none of the other groups."""
+    code = (
+        "import sys, json, click, hutch.cli as c; ctx = click.Context(c.cli);"
+        " [c.cli.get_command(ctx, n) for n in ('exec', 'run')];"
+        " print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = loaded_by(code)
+    assert banned(loaded, RUN_PATH_FREE) == []
+    assert "hutch.cli.run" in loaded
+    others = ("ssh", "agents", "benchmark", "workspace")
+    assert [m for m in loaded if m.startswith("hutch.cli.") and m.split(".")[2] in others] == []
+
+
+def test_every_command_still_resolves_for_help_and_completion() -> None:
+    import click
+
+    from hutch.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert cli.list_commands(ctx) == sorted(COMMANDS)
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.name == name

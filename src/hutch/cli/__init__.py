@@ -7,30 +7,77 @@ import sys
 import click
 
 from hutch._version import __version__
-from hutch.cli.agents import mcp
-from hutch.cli.approvals import approvals, approve, confirm
-from hutch.cli.benchmark import benchmark
-from hutch.cli.catalog import catalog
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
-from hutch.cli.events import events
-from hutch.cli.files import ls, read, write
-from hutch.cli.interactive import shell
-from hutch.cli.inventory import cleanup, status, stop, warmup
-from hutch.cli.lifecycle import keepalive, label, pause, resume, subagent
-from hutch.cli.network import policy
-from hutch.cli.run import exec_, run
-from hutch.cli.runs import kill, logs, poll, ps, runs_, wait
-from hutch.cli.sandbox import create, destroy, get, list_
-from hutch.cli.skill import skill
-from hutch.cli.ssh import ssh
-from hutch.cli.system import daemon, doctor, serve
-from hutch.cli.workspace import fork, pull, push, snapshot, tenant
 from hutch.errors import HutchError
 
 RUN_COMMANDS = ("run", "exec")
+# Each command's module, imported when the command runs (or when help or completion lists
+# them all): ``hutch exec`` loads hutch.cli.run and what it needs, not the other groups.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run"),
+    "create": ("sandbox", "create"),
+    "exec": ("run", "exec_"),
+    "list": ("sandbox", "list_"),
+    "get": ("sandbox", "get"),
+    "destroy": ("sandbox", "destroy"),
+    "policy": ("network", "policy"),
+    "pause": ("lifecycle", "pause"),
+    "resume": ("lifecycle", "resume"),
+    "keepalive": ("lifecycle", "keepalive"),
+    "subagent": ("lifecycle", "subagent"),
+    "label": ("lifecycle", "label"),
+    "confirm": ("approvals", "confirm"),
+    "approve": ("approvals", "approve"),
+    "approvals": ("approvals", "approvals"),
+    "status": ("inventory", "status"),
+    "cleanup": ("inventory", "cleanup"),
+    "warmup": ("inventory", "warmup"),
+    "stop": ("inventory", "stop"),
+    "runs": ("runs", "runs_"),
+    "poll": ("runs", "poll"),
+    "wait": ("runs", "wait"),
+    "kill": ("runs", "kill"),
+    "logs": ("runs", "logs"),
+    "events": ("events", "events"),
+    "ps": ("runs", "ps"),
+    "shell": ("interactive", "shell"),
+    "ssh": ("ssh", "ssh"),
+    "write": ("files", "write"),
+    "read": ("files", "read"),
+    "ls": ("files", "ls"),
+    "push": ("workspace", "push"),
+    "pull": ("workspace", "pull"),
+    "snapshot": ("workspace", "snapshot"),
+    "fork": ("workspace", "fork"),
+    "tenant": ("workspace", "tenant"),
+    "doctor": ("system", "doctor"),
+    "daemon": ("system", "daemon"),
+    "serve": ("system", "serve"),
+    "mcp": ("agents", "mcp"),
+    "skill": ("skill", "skill"),
+    "catalog": ("catalog", "catalog"),
+    "benchmark": ("benchmark", "benchmark"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """The command tree, each command imported on first use (help and completion list all)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            import importlib
+
+            module, attr = COMMANDS[cmd_name]
+            command = getattr(importlib.import_module(f"hutch.cli.{module}"), attr)
+            assert isinstance(command, click.Command) and command.name == cmd_name, cmd_name
+            self.add_command(command)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="hutch")
 @click.option("--home", envvar="HUTCH_HOME", metavar="DIR", help="State directory (default: per-user; env HUTCH_HOME).")
 @click.option("--profile", envvar="HUTCH_PROFILE", metavar="NAME", help="Use [profiles.NAME] of config.toml (env HUTCH_PROFILE).")
@@ -52,54 +99,6 @@ def cli(ctx: click.Context, home: str | None, profile: str | None) -> None:
         obj.settings_flags["home"] = home
     if profile:
         obj.settings_flags["profile"] = profile
-
-
-for command in (
-    run,
-    create,
-    exec_,
-    list_,
-    get,
-    destroy,
-    policy,
-    pause,
-    resume,
-    keepalive,
-    subagent,
-    label,
-    confirm,
-    approve,
-    approvals,
-    status,
-    cleanup,
-    warmup,
-    stop,
-    runs_,
-    poll,
-    wait,
-    kill,
-    logs,
-    events,
-    ps,
-    shell,
-    ssh,
-    write,
-    read,
-    ls,
-    push,
-    pull,
-    snapshot,
-    fork,
-    tenant,
-    doctor,
-    daemon,
-    serve,
-    mcp,
-    skill,
-    catalog,
-    benchmark,
-):
-    cli.add_command(command)
 
 
 def _command_name(args: list[str]) -> str | None:

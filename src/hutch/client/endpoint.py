@@ -12,51 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import http.client
 import os
-import socket
-import ssl
+import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hutch import credentials
+from hutch.client import http1
 from hutch.config import Settings
 from hutch.errors import InvalidError, UnauthorizedError, UnavailableError
 from hutch.tokens import check_token, is_loopback, read_token
 
+if TYPE_CHECKING:
+    import ssl
+
 HOST_HINT = "set HUTCH_HOST to unix:///path/to/hutchd.sock, http://127.0.0.1:PORT or https://HOST:PORT"
-
-
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("hutch", timeout=None)
-        self.path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(10.0)
-        try:
-            sock.connect(self.path)
-        except OSError:
-            sock.close()
-            raise
-        sock.settimeout(None)
-        self.sock = sock
-
-
-class _TCPConnection(http.client.HTTPConnection):
-    """Connects within 10 s, then waits as long as the daemon takes (exec may run for an hour)."""
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(None)
-
-
-class _TLSConnection(http.client.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        self.sock.settimeout(None)
 
 
 @dataclass(frozen=True)
@@ -134,19 +105,18 @@ class Endpoint:
 
     @functools.cached_property
     def _ssl_context(self) -> ssl.SSLContext:  # loading CAs costs milliseconds: once per client
+        import ssl  # here: only https needs it (a CLI process over the unix socket never does)
+
         return ssl.create_default_context(cafile=self.ca_file or None)
 
-    def connection(self) -> http.client.HTTPConnection:
-        if self.scheme == "unix":
-            return _UnixConnection(self.address)
-        if self.scheme == "https":
-            return _TLSConnection(self.address, self.port, timeout=10.0, context=self.ssl_context())
-        return _TCPConnection(self.address, self.port, timeout=10.0)
+    def connection(self) -> http1.Connection:
+        """A new connection (one request each), not yet connected."""
+        return http1.Connection(self.scheme, self.address, self.port, self.ssl_context() if self.scheme == "https" else None)
 
     def unavailable(self, exc: BaseException) -> UnavailableError:
         if not self.remote:
             hint = "start it with hutch serve, or check hutch daemon status and hutch daemon logs"
-        elif isinstance(exc, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        elif "CERTIFICATE_VERIFY_FAILED" in str(exc) or _cert_refused(exc):
             hint = "the daemon's certificate is not trusted: set HUTCH_CA_FILE (setting ca_file) to its CA"
         else:
             hint = f"check that hutch serve --listen runs there and is reachable, or unset HUTCH_HOST ({self.label})"
@@ -194,3 +164,8 @@ class Endpoint:
 
 
 TOKEN_HINT = "set HUTCH_TOKEN_FILE (or HUTCH_TOKEN) to the daemon's token file (hutch serve --token-file)"
+
+
+def _cert_refused(exc: BaseException) -> bool:
+    ssl = sys.modules.get("ssl")  # loaded when a TLS connection was made
+    return ssl is not None and isinstance(exc, ssl.SSLCertVerificationError)

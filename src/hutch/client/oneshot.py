@@ -8,7 +8,6 @@ the destroy) is the daemon's one use-case.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import json
 import os
 import queue
@@ -18,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from hutch.client import http1
 from hutch.client.launcher import ensure_daemon
 from hutch.client.transport import MAX_RESPONSE, Response, raise_for
 from hutch.errors import HutchError, InvalidError, UnavailableError
@@ -341,7 +341,7 @@ class Lines:
     """The answer's NDJSON lines, read by a thread of their own: the caller waits on a queue,
     so an exception while it waits (Ctrl-C) loses nothing and leaves the request open."""
 
-    def __init__(self, transport: Transport, conn: http.client.HTTPConnection, raw: http.client.HTTPResponse) -> None:
+    def __init__(self, transport: Transport, conn: http1.Connection, raw: http1.Response) -> None:
         self.transport = transport
         self.conn = conn
         self.raw = raw
@@ -364,7 +364,7 @@ class Lines:
                 if not self._put(json.loads(line)):
                     return
             self._put(None)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http1.HTTPException) as exc:
             if not self.closed:
                 self._put(self.transport.endpoint.unavailable(exc))
         except ValueError as exc:
@@ -426,12 +426,12 @@ def _open(transport: Transport, body: bytes, media: str, sender: Sender | None) 
         except OSError as exc:
             conn.close()
             raise endpoint.unavailable(exc) from exc
-        raw = http.client.HTTPResponse(sock, method="POST")  # read here: the connection may still send
+        raw = http1.Response(sock, method="POST")  # read here: the connection may still send
         try:
             raw.begin()
             if raw.status >= 400:
                 raise_for(Response(raw.status, {}, raw.read(MAX_RESPONSE)))
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http1.HTTPException) as exc:
             conn.close()
             raise endpoint.unavailable(exc) from exc
         except BaseException:

@@ -10,9 +10,10 @@ performs a keyed request once and answers a repeat with the first one's outcome.
 
 from __future__ import annotations
 
-import http.client
 import os
 from collections.abc import Mapping
+
+from hutch.client.http1 import RemoteDisconnected
 
 KEY_HEADER = "idempotency-key"
 ATTEMPTS = 3  # the first try and two more
@@ -30,4 +31,4 @@ def may_retry(method: str, headers: Mapping[str, str] | None) -> bool:
 
 def dropped(exc: BaseException) -> bool:
     """The daemon closed the connection under a request (the sync client's errors)."""
-    return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, http.client.RemoteDisconnected))
+    return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, RemoteDisconnected))

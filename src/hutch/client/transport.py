@@ -10,12 +10,11 @@ again only as :mod:`hutch.client.retry` allows, bound the answer, and raise the 
 
 from __future__ import annotations
 
-import http.client
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlencode
 
+from hutch.client import http1
 from hutch.client.endpoint import Endpoint
 from hutch.client.launcher import ensure_daemon
 from hutch.client.retry import ATTEMPTS, dropped, may_retry
@@ -53,7 +52,11 @@ def raise_for(resp: Response | httpx.Response) -> None:
 
 def query(params: dict[str, object]) -> str:
     clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
-    return "?" + urlencode(clean, doseq=True) if clean else ""
+    if not clean:
+        return ""
+    from urllib.parse import urlencode  # here: exec and run send no query (urllib.parse pulls in more)
+
+    return "?" + urlencode(clean, doseq=True)
 
 
 class Transport:
@@ -74,7 +77,7 @@ class Transport:
             except (BrokenPipeError, ConnectionResetError):
                 if not body:
                     raise  # with a body, the daemon may have answered before reading it all (over its limit)
-            raw = conn.getresponse()
+            raw = conn.getresponse(method)
             content = raw.read(MAX_RESPONSE + 1)
         finally:
             conn.close()
@@ -107,7 +110,7 @@ class Transport:
                     ensure_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http1.HTTPException) as exc:
                 if attempt + 1 < ATTEMPTS and dropped(exc) and may_retry(method, headers):
                     continue
                 raise self.endpoint.unavailable(exc) from exc
@@ -125,14 +128,14 @@ class Transport:
             conn = self.endpoint.connection()
             try:
                 conn.request(method, url, body=body, headers=headers)
-                raw = conn.getresponse()
+                raw = conn.getresponse(method)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 conn.close()
                 if attempt == 0 and self.autostart:
                     ensure_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
-            except (OSError, http.client.HTTPException) as exc:
+            except (OSError, http1.HTTPException) as exc:
                 conn.close()
                 raise self.endpoint.unavailable(exc) from exc
             try:
@@ -141,7 +144,7 @@ class Transport:
                 while True:
                     try:
                         line = raw.readline(MAX_RESPONSE)
-                    except (OSError, http.client.HTTPException) as exc:
+                    except (OSError, http1.HTTPException) as exc:
                         raise self.endpoint.unavailable(exc) from exc
                     if not line:
                         return

@@ -1,0 +1,47 @@
+"""hutch exec and hutch run, run for real against a daemon, import only what they need."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import Daemon, hutch_env
+from tests.unit.test_cli_imports import RUN_PATH_FREE, banned
+
+PROBE = (
+    "import sys, json, os\n"
+    "from hutch.cli import main\n"
+    "code = main(sys.argv[2:])\n"
+    "os.write(int(sys.argv[1]), json.dumps(sorted(sys.modules)).encode())\n"
+    "raise SystemExit(code)\n"
+)
+
+
+def _modules(daemon: Daemon, *argv: str) -> list[str]:
+    """The modules a CLI process had loaded when the command was done."""
+    r, w = os.pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, str(w), *argv],
+            env=hutch_env(daemon.home),
+            capture_output=True,
+            pass_fds=(w,),
+            timeout=120,
+        )
+    finally:
+        os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    assert proc.returncode == 0, proc.stderr.decode()
+    return list(json.loads(data))
+
+
+def test_hutch_exec_and_run_import_no_event_loop_tls_or_http_client(daemon: Daemon) -> None:
+    with daemon.client() as c:
+        sbx = c.create({"provider": "local"})["id"]
+    for argv in (("exec", sbx, "--", "true"), ("run", "--", "true")):
+        loaded = _modules(daemon, *argv)
+        assert banned(loaded, RUN_PATH_FREE) == [], argv
+        assert "hutch.client.http1" in loaded
