@@ -51,6 +51,7 @@ class Settings:
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     http_keepalive: float = 60.0  # the daemon closes an idle connection after this; clients reuse one for half of it
     unikraft_image: str | None = None
+    local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
     unikraft_ca_file: str = ""  # a CA bundle for the TLS of `hutch ssh` only (tests: the test server's CA)
@@ -69,6 +70,11 @@ class Settings:
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
+
+    def default_image(self, provider: str) -> str | None:
+        """The image of a create without ``--image`` that the caller fills in (``local``); a
+        provider that boots images (unikraft) picks its own default in the daemon."""
+        return self.local_image or None if provider == "local" else None
 
     @property
     def socket_path(self) -> Path:

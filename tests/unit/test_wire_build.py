@@ -178,3 +178,32 @@ def test_ps_shows_a_process_whose_cpu_time_the_provider_cannot_tell(
     monkeypatch.setattr(Client, "ps", lambda self, ref: procs)
     assert main(["ps", "sbx_1"]) == 0
     assert "init" in capsys.readouterr().out
+
+
+def test_an_image_reaches_the_spec_from_every_edge_and_local_image_is_the_default(
+    sent: dict[str, list[Any]], clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from hutch.mcp import build_server
+    from hutch.sdk import Sandbox
+
+    clean_env.setenv("HUTCH_HOME", str(tmp_path / "home"))
+    clean_env.setenv("HUTCH_LOCAL_IMAGE", "busybox:latest")
+    settings = Settings.load()
+    assert main(["create", "--image", "python:3.12-slim", "--json"]) == 0
+    Sandbox.create(image="python:3.12-slim")
+
+    async def tool(kw: dict[str, Any]) -> None:
+        app, client = build_server(settings)
+        await app.call_tool("sandbox_create", kw)
+        await client.close()
+
+    asyncio.run(tool({"image": "python:3.12-slim"}))
+    assert [s["image"] for s in sent["create"]] == ["python:3.12-slim"] * 3
+    sent["create"].clear()
+    assert main(["create", "--json"]) == 0  # no --image: the setting's, for local sandboxes
+    Sandbox.create()
+    asyncio.run(tool({}))
+    assert [s.get("image") for s in sent["create"]] == ["busybox:latest"] * 3
+    assert "image" not in build.sandbox_spec(settings, provider="unikraft")  # unikraft picks its own, in the daemon
+    clean_env.delenv("HUTCH_LOCAL_IMAGE")
+    assert "image" not in build.sandbox_spec(Settings.load())  # no setting: the host-/usr sandbox

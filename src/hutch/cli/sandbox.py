@@ -49,7 +49,12 @@ def create_options(f: Any) -> Any:
         click.option("--label", "labels", multiple=True, metavar="K=V", help="Label (repeatable)."),
         click.option("--workdir", help="Default working directory for commands (default /workspace)."),
         click.option("--provider", help="Where the sandbox lives: local, unikraft ... (default: local)."),
-        click.option("--image", help="OCI image to boot, for providers that boot images (unikraft; default UKC_SANDBOX_IMAGE)."),
+        click.option(
+            "--image",
+            metavar="REF",
+            help="Image the sandbox starts from: local, one of hutch image list (default: local_image, else the host's /usr); "
+            "unikraft, the OCI image to boot (default UKC_SANDBOX_IMAGE).",
+        ),
         click.option(
             "--user",
             metavar="NAME|UID[:GID]",

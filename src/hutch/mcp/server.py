@@ -82,8 +82,15 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         network: Annotated[Network | None, Field(description="none (default), allowlist or open.")] = None,
         allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pypi.org', '*.github.com'.")] = None,
         allow_ports: Annotated[list[int] | None, Field(description="Ports it may reach (default 80 and 443).")] = None,
+        image: Annotated[
+            str | None,
+            Field(description="Image to start from (e.g. 'python:3.12-slim'; see hutch image list): a writable root of its own."),
+        ] = None,
     ) -> CallToolResult:
         """Create a sandbox (capped memory and processes, its own /workspace) and return its record.
+
+        Without `image` the sandbox sees the host's /usr read-only; with one it gets that image's files
+        under a writable root of its own (apt/pip installs stay in the sandbox), root inside.
 
         No network unless `allow_hosts` (or network='open') is given: then only through hutch's proxy,
         every connection recorded as an egress_allowed/egress_denied event.
@@ -101,6 +108,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
                 network=network,
                 allow_hosts=allow_hosts or (),
                 allow_ports=allow_ports or (),
+                image=image,
             )
             return await client.create(spec)
 

@@ -66,6 +66,7 @@ class SpecDefaults(Protocol):
     def pids(self) -> int: ...
     @property
     def cpus(self) -> float | None: ...
+    def default_image(self, provider: str) -> str | None: ...
 
 
 def limits(defaults: SpecDefaults, memory: int | str | None = None, pids: int | None = None, cpus: float | None = None) -> Limits:
@@ -177,6 +178,7 @@ def sandbox_spec(
         spec["tenant"] = tenant
     if reuse_key:
         spec["reuse_key"] = reuse_key
+    image = image or defaults.default_image(spec["provider"])
     if image:
         spec["image"] = image
     if user:
