@@ -35,6 +35,13 @@ def idaemon(hutch_home: Path, roots: dict[str, Path]) -> Iterator[Daemon]:
     images: dict[str, dict[str, object]] = {
         "busybox": {"rootfs": str(roots["busybox"]), "env": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "FROM_IMAGE=yes"]},
         "musl": {"rootfs": str(roots["musl"])},
+        "app": {
+            "rootfs": str(roots["busybox"]),
+            "entrypoint": ["/bin/sh", "-c"],
+            "cmd": ['echo "from the image cmd in $(pwd) as $(id -u) with $GREETING"'],
+            "workdir": "/etc",
+            "env": ["GREETING=hello", "PATH=/bin"],
+        },
     }
     d = image_daemon(hutch_home, images)
     try:
@@ -150,3 +157,22 @@ def test_the_cli_runs_in_an_image(idaemon: Daemon) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout == MARKER + "0\n"
+
+
+def _cli(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hutch", *args], env=hutch_env(d.home), capture_output=True, text=True, timeout=120
+    )
+
+
+def test_the_images_config_is_the_sandboxs_default(idaemon: Daemon) -> None:
+    r = _cli(idaemon, "run", "--image", "app")  # no command: ENTRYPOINT + CMD, in WORKDIR, with ENV
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout == "from the image cmd in /etc as 0 with hello\n"
+    r = _cli(
+        idaemon, "run", "--image", "app", "-e", "GREETING=mine", "--workdir", "/tmp", "--", "sh", "-c", "pwd; echo $GREETING"
+    )
+    assert r.stdout == "/tmp\nmine\n", r.stdout + r.stderr  # the request's own values win
+    r = _cli(idaemon, "run", "--image", "busybox", "--json")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "names none" in json.loads(r.stdout)["error"]["message"]

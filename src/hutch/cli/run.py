@@ -267,7 +267,9 @@ def run(
     """
     try:
         argv, script, interpreter = (None, None, None) if not (lang or code_file) else snippet(lang, code_file, command)
-        if not command and argv is None and script is None:
+        spec = None if sandbox else build_spec(obj, **create_kw)
+        image_cmd = not command and argv is None and script is None and bool(spec and spec.get("image"))
+        if not command and argv is None and script is None and not image_cmd:
             raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
         persistent = bool(sandbox or reuse or create_kw.get("tenant"))
         secrets = None
@@ -278,6 +280,8 @@ def run(
         req = exec_request(obj, args, {}, cwd, timeout, idle_timeout, stdin_file, max_output, no_redact, secrets=secrets)
         if argv:
             req["command"] = argv  # code is never re-split by a shell
+        if image_cmd:
+            req["command"] = []  # the image's own command (ENTRYPOINT + CMD)
         if pull_after and not sync_dir:
             raise InvalidError("--pull needs --sync DIR", hint="hutch run --sync . --pull -- make")
         files = []
@@ -285,11 +289,8 @@ def run(
             path = f"/tmp/hutch-snippet-{os.getpid()}"
             files.append((path, script, 0o600))
             req["command"] = [str(interpreter), path]
-        spec = None
-        if not sandbox:
-            spec = build_spec(obj, **create_kw)
-            if reuse and not spec.get("tenant"):
-                spec["reuse_key"] = reuse_key(spec["provider"])
+        if spec is not None and reuse and not spec.get("tenant"):
+            spec["reuse_key"] = reuse_key(spec["provider"])
         todo = build.run_once_request(req, spec=spec, sandbox=sandbox, keep=keep, pull=pull_after, files=files)
         kept = keep and not persistent
         result, sbx = run_once(obj, todo, sync_dir, stream, kept)

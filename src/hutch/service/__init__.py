@@ -175,7 +175,9 @@ class Service:
             # destroyed while it was being made (hutch destroy --all): what the provider made goes too
             await provider.destroy(rec.model_copy(update={"data": data}))
             raise ConflictError(f"sandbox {rec.id} was destroyed while it was being created", hint="create it again")
-        rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, enforcement=enforcement)
+        workdir = data.get("defaults", {}).get("workdir")  # an image's WORKDIR, unless the request gave one
+        own = spec.model_copy(update={"workdir": workdir}) if workdir and "workdir" not in spec.model_fields_set else None
+        rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, enforcement=enforcement, spec=own)
         self.store.events.append("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
         self.lifecycle.watch(rec)
         rec.credential = self.keyring.describe(rec)

@@ -200,6 +200,14 @@ class OneShot:
         """Run the command, its frames to the client; True when it ran to its exit frame
         with the client still there (then the workspace may be pulled)."""
         exec_req, interactive = req.exec, None
+        if exec_req.command == []:  # no command: the image's (ENTRYPOINT + CMD)
+            argv = rec.data.get("defaults", {}).get("argv")
+            if not argv:
+                raise InvalidError(
+                    "no command given, and the sandbox's image names none (no ENTRYPOINT or CMD)",
+                    hint="put the command after --, e.g. hutch run --image IMAGE -- sh -c 'echo hi'",
+                )
+            exec_req = exec_req.model_copy(update={"command": list(argv)})
         if req.input is not None:
             if self.service.provider(rec.provider).capabilities.interactive:
                 interactive = Interactive(req.input)

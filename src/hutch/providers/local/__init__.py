@@ -241,6 +241,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             if root is not None:  # its writable root: the sandbox's root's (its first uid's, as root)
                 await asyncio.to_thread(rootfs.make_dirs, root, uid if self.root else None)
                 data["image"] = {"ref": root.image.ref, "id": root.image.id, "root": str(root.dir)}
+                data["defaults"] = rootfs.defaults(root.image)
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits

@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hutch.providers.local.images import idmap
 from hutch.providers.local.images.runtime import Runtime
@@ -143,6 +143,19 @@ def env(image: ResolvedImage, base: dict[str, str], plan: Plan | None) -> dict[s
         if sep and key:
             out[key] = value
     out["HUTCH_SANDBOX"] = "1"
+    return out
+
+
+def defaults(image: ResolvedImage) -> dict[str, Any]:
+    """What the image's config sets for the sandbox's runs (the Service applies them where
+    a request says nothing): ``argv`` (ENTRYPOINT + CMD, for ``hutch run`` without a
+    command) and ``workdir`` (WORKDIR, unless ``--workdir`` was given)."""
+    out: dict[str, Any] = {}
+    argv = [*image.config.entrypoint, *image.config.cmd]
+    if argv:
+        out["argv"] = argv
+    if image.config.workdir and image.config.workdir.startswith("/"):
+        out["workdir"] = image.config.workdir
     return out
 
 
