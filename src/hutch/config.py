@@ -50,6 +50,8 @@ class Settings:
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     http_keepalive: float = 60.0  # the daemon closes an idle connection after this; clients reuse one for half of it
+    header_timeout: float = 10.0  # the TCP listener closes a connection whose request head takes longer (slowloris)
+    body_timeout: float = 60.0  # ... or whose request body stops arriving for this long
     unikraft_image: str | None = None
     local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
     unikraft_ready_timeout: float = 60.0
@@ -194,6 +196,8 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "reaper_interval": (float, "a number of seconds such as 1"),
     "approval_timeout": (float, "a number of seconds such as 3600"),
     "http_keepalive": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),
+    "header_timeout": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 10"),
+    "body_timeout": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),
     "unikraft_ready_timeout": (float, "a number of seconds such as 60"),
     "unikraft_timeout": (float, "a number of seconds such as 30"),
     **dict.fromkeys(

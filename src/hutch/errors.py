@@ -9,7 +9,8 @@ Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the
     +-- ConflictError          conflict           run/exec: 125, others: 1
     |   +-- IncompatibleError  conflict           (a sandbox made by another version of hutch)
     +-- UnauthorizedError      unauthorized       run/exec: 125, others: 1
-    +-- CapacityError          capacity           run/exec: 125, others: 1
+    +-- CapacityError          capacity           run/exec: 125, others: 1 (a quota: what is in use)
+    +-- RateLimitedError       rate_limited       HTTP 429 with Retry-After: nothing was done, send it again later
     +-- UnavailableError       unavailable        (daemon, bwrap, user namespaces, disk ...)
     +-- TimeoutError_          timeout            run/exec: 124, others: 1
     +-- PolicyError            policy
@@ -51,6 +52,8 @@ class HutchError(Exception):
         err = cls(str(body.get("message", "unknown error")), body.get("hint"))
         if isinstance(err, ApprovalRequiredError):
             err.approval_id = body.get("approval_id")
+        if isinstance(err, RateLimitedError) and isinstance(body.get("retry_after"), (int, float)):
+            err.retry_after = float(body["retry_after"])
         return err
 
 
@@ -82,6 +85,24 @@ class UnauthorizedError(HutchError):
 class CapacityError(HutchError):
     kind = "capacity"
     status = 429
+
+
+class RateLimitedError(HutchError):
+    """Too many requests (or runs) for a key's rate: refused before anything was done, so
+    any request may be sent again after ``retry_after`` seconds (the Retry-After header)."""
+
+    kind = "rate_limited"
+    status = 429
+
+    def __init__(self, message: str, hint: str | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message, hint)
+        self.retry_after = retry_after
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        if self.retry_after is not None:
+            body["error"]["retry_after"] = self.retry_after
+        return body
 
 
 class UnavailableError(HutchError):
@@ -135,6 +156,7 @@ KINDS: dict[str, type[HutchError]] = {
         ConflictError,
         UnauthorizedError,
         CapacityError,
+        RateLimitedError,
         UnavailableError,
         TimeoutError_,
         PolicyError,

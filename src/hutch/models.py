@@ -313,6 +313,7 @@ class SandboxRecord(BaseModel):
     egress: dict[str, int] | None = None  # decisions so far (allowed / denied), when it has a network
     expires_at: float | None = None  # the TTL deadline (stored: the daemon enforces it after a restart)
     last_active_at: float | None = None  # the last run or API activity (for --idle-timeout)
+    owner: str | None = None  # the key that made it (key_...), owner (the local user) or token (hutch serve --token-file)
     data: SkipJsonSchema[dict[str, Any]] = Field(default_factory=dict, exclude=True)  # the provider's, never sent
     ssh: SshEndpoint | None = None  # where `hutch ssh` connects (unikraft --ssh); from data
     # which credential its account has in the daemon's memory (providers whose resources
@@ -424,6 +425,7 @@ class SnapshotRecord(BaseModel):
     path: str
     size: int
     created_at: float
+    owner: str | None = None  # the key that saved it
 
 
 class ApprovalStatus(StrEnum):
@@ -448,6 +450,7 @@ class ApprovalRecord(BaseModel):
     decided_by: str | None = None
     decision_reason: str | None = None
     used_at: float | None = None  # a policy approval is good for one performance of its action
+    owner: str | None = None  # the key whose request (or sandbox) it is about
 
 
 class ApprovalRequest(BaseModel):

@@ -15,6 +15,7 @@ EXPECTED_KINDS = {
     "conflict",
     "unauthorized",
     "capacity",
+    "rate_limited",
     "unavailable",
     "timeout",
     "policy",

@@ -102,6 +102,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "_version",
             "imageref",
             "fdlimit",
+            "actors",
         },
     ),
 ]

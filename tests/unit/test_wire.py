@@ -26,6 +26,7 @@ MODEL_MODULES = (
     "hutch.models",
     "hutch.netpolicy",
     "hutch.server.app",
+    "hutch.server.keys",
     "hutch.server.lifecycle",
     "hutch.server.oneshot",
     "hutch.server.runs",

@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("system", "doctor"),
     "daemon": ("system", "daemon"),
     "serve": ("system", "serve"),
+    "key": ("keys", "key"),
     "mcp": ("agents", "mcp"),
     "skill": ("skill", "skill"),
     "catalog": ("catalog", "catalog"),

@@ -232,3 +232,20 @@ class AsyncClient:
     ) -> wire.ApprovalRecord:
         body = {"approve": approve, "reason": reason, "by": by}
         return cast("wire.ApprovalRecord", await self.json("POST", paths.approval(approval_id) + "/decision", json=body))
+
+    # -- API keys (a gateway's admin) -----------------------------------------------------
+    async def create_key(self, req: wire.KeyRequest) -> wire.KeyCreated:
+        return cast("wire.KeyCreated", await self.json("POST", "/v1/keys", json=req))
+
+    async def keys(self) -> builtins.list[wire.KeyRecord]:
+        return cast("builtins.list[wire.KeyRecord]", await self.json("GET", "/v1/keys"))
+
+    async def revoke_key(self, ref: str) -> wire.KeyRevoked:
+        return cast("wire.KeyRevoked", await self.json("DELETE", paths.key(ref)))
+
+    async def rotate_key(self, ref: str, ttl: float | str | None = None) -> wire.KeyCreated:
+        return cast("wire.KeyCreated", await self.json("POST", paths.key(ref) + "/rotate", json={"ttl": ttl}))
+
+    async def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus text (the metrics scope)."""
+        return (await self.request("GET", "/metrics")).content.decode()

@@ -36,6 +36,10 @@ def provider(name: str) -> str:
     return "/v1/providers/" + quote(name, safe="")
 
 
+def key(ref: str) -> str:
+    return "/v1/keys/" + quote(ref, safe="")
+
+
 def list_params(include_all: bool, labels: dict[str, str] | None, state: str | None) -> dict[str, object]:
     return {"all": include_all, "label": [f"{k}={v}" for k, v in (labels or {}).items()] or None, "state": state}
 

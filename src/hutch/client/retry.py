@@ -6,10 +6,17 @@ the daemon keeps it open for all of it, but a stalled process can still cross th
 restarted. GET, HEAD, PUT and DELETE are idempotent and are sent again. A POST is sent again
 only when it carries an ``Idempotency-Key`` (create and background exec do): the daemon
 performs a keyed request once and answers a repeat with the first one's outcome.
+
+A gateway refuses a request over its key's rate with HTTP 429 ``rate_limited`` and
+``Retry-After`` before doing anything: such a request is sent again, whatever its method,
+after the time it says (up to ``RATE_ATTEMPTS`` tries and ``MAX_RATE_WAIT`` seconds per wait;
+a longer wait is the caller's to decide, and the error is raised). A ``capacity`` answer (a
+quota) is not retried: waiting does not free a quota.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 
@@ -18,6 +25,8 @@ from hutch.client.http1 import RemoteDisconnected
 KEY_HEADER = "idempotency-key"
 ATTEMPTS = 3  # the first try and two more
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+RATE_ATTEMPTS = 8
+MAX_RATE_WAIT = 30.0
 
 
 def new_key() -> dict[str, str]:
@@ -32,3 +41,22 @@ def may_retry(method: str, headers: Mapping[str, str] | None) -> bool:
 def dropped(exc: BaseException) -> bool:
     """The daemon closed the connection under a request (the sync client's errors)."""
     return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, RemoteDisconnected))
+
+
+def rate_wait(status: int, headers: Mapping[str, str], content: bytes) -> float | None:
+    """Seconds to wait before sending a ``rate_limited`` request again; None: not to be retried."""
+    if status != 429:
+        return None
+    try:
+        error = json.loads(content)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(error, dict) or error.get("kind") != "rate_limited":
+        return None
+    wait = error.get("retry_after")
+    if not isinstance(wait, (int, float)):
+        try:
+            wait = float(headers.get("retry-after", ""))
+        except ValueError:
+            return None
+    return float(wait) if 0 <= wait <= MAX_RATE_WAIT else None

@@ -283,3 +283,20 @@ class Client:
     def decide(self, approval_id: str, approve: bool, reason: str | None = None, by: str | None = None) -> wire.ApprovalRecord:
         body = {"approve": approve, "reason": reason, "by": by}
         return cast("wire.ApprovalRecord", self.json("POST", paths.approval(approval_id) + "/decision", json=body))
+
+    # -- API keys (a gateway's admin) -----------------------------------------------------
+    def create_key(self, req: wire.KeyRequest) -> wire.KeyCreated:
+        return cast("wire.KeyCreated", self.json("POST", "/v1/keys", json=req))
+
+    def keys(self) -> builtins.list[wire.KeyRecord]:
+        return cast("builtins.list[wire.KeyRecord]", self.json("GET", "/v1/keys"))
+
+    def revoke_key(self, ref: str) -> wire.KeyRevoked:
+        return cast("wire.KeyRevoked", self.json("DELETE", paths.key(ref)))
+
+    def rotate_key(self, ref: str, ttl: float | str | None = None) -> wire.KeyCreated:
+        return cast("wire.KeyCreated", self.json("POST", paths.key(ref) + "/rotate", json={"ttl": ttl}))
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the Prometheus text (the metrics scope)."""
+        return self.request("GET", "/metrics").content.decode()

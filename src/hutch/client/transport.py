@@ -11,13 +11,14 @@ again only as :mod:`hutch.client.retry` allows, bound the answer, and raise the 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from hutch.client import http1
 from hutch.client.endpoint import Endpoint
 from hutch.client.launcher import ensure_daemon
-from hutch.client.retry import ATTEMPTS, dropped, may_retry
+from hutch.client.retry import ATTEMPTS, RATE_ATTEMPTS, dropped, may_retry, rate_wait
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError
 
@@ -102,21 +103,28 @@ class Transport:
         if json is not None:
             body = _dumps(json)
             headers["content-type"] = "application/json"
-        for attempt in range(ATTEMPTS):  # see retry.py: which requests are sent again
+        attempt = limited = 0
+        while True:  # see retry.py: which requests are sent again
             try:
                 resp = self.send(method, url, body, headers)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 if attempt == 0 and self.autostart:
+                    attempt += 1
                     ensure_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (OSError, http1.HTTPException) as exc:
-                if attempt + 1 < ATTEMPTS and dropped(exc) and may_retry(method, headers):
+                attempt += 1
+                if attempt < ATTEMPTS and dropped(exc) and may_retry(method, headers):
                     continue
                 raise self.endpoint.unavailable(exc) from exc
+            wait = rate_wait(resp.status_code, resp.headers, resp.content)
+            if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                limited += 1
+                time.sleep(wait)
+                continue
             raise_for(resp)
             return resp
-        raise AssertionError("unreachable")
 
     def stream(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Iterator[Any]:
         """An NDJSON response, one parsed line at a time, as the daemon sends them."""
@@ -124,7 +132,8 @@ class Transport:
             url += query(params)
         body = _dumps(json) if json is not None else None
         headers = self.endpoint.headers() | ({"content-type": "application/json"} if json is not None else {})
-        for attempt in (0, 1):
+        attempt = limited = 0
+        while attempt < 2:
             conn = self.endpoint.connection()
             try:
                 conn.request(method, url, body=body, headers=headers)
@@ -132,12 +141,22 @@ class Transport:
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 conn.close()
                 if attempt == 0 and self.autostart:
+                    attempt += 1
                     ensure_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (OSError, http1.HTTPException) as exc:
                 conn.close()
                 raise self.endpoint.unavailable(exc) from exc
+            if raw.status == 429:  # refused before anything was done: sent again after Retry-After
+                content = raw.read(MAX_RESPONSE)
+                conn.close()
+                wait = rate_wait(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
+                if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                    limited += 1
+                    time.sleep(wait)
+                    continue
+                raise_for(Response(raw.status, {}, content))
             try:
                 if raw.status >= 400:
                     raise_for(Response(raw.status, {}, raw.read(MAX_RESPONSE)))
@@ -182,26 +201,33 @@ class AsyncTransport:
         await self.http.aclose()
 
     async def request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        import asyncio
+
         h = self._httpx
-        for attempt in range(ATTEMPTS):  # see retry.py: which requests are sent again
+        attempt = limited = 0
+        while True:  # see retry.py: which requests are sent again
             try:
                 resp = await self.http.request(method, url, **kw)
             except (h.ConnectError, FileNotFoundError) as exc:
                 if attempt == 0 and self.autostart:
-                    import asyncio
-
+                    attempt += 1
                     await asyncio.to_thread(ensure_daemon, self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (h.RemoteProtocolError, h.ReadError, h.WriteError) as exc:  # the daemon dropped the connection
-                if attempt + 1 < ATTEMPTS and may_retry(method, kw.get("headers")):
+                attempt += 1
+                if attempt < ATTEMPTS and may_retry(method, kw.get("headers")):
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except h.TransportError as exc:
                 raise self.endpoint.unavailable(exc) from exc
+            wait = rate_wait(resp.status_code, resp.headers, resp.content)
+            if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                limited += 1
+                await asyncio.sleep(wait)
+                continue
             raise_for(resp)
             return resp
-        raise AssertionError("unreachable")
 
     async def stream(self, method: str, url: str, *, content: bytes, content_type: str) -> AsyncIterator[Any]:
         """An NDJSON response, one parsed line at a time, as the daemon sends them."""

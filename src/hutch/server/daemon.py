@@ -21,8 +21,9 @@ from hutch.config import Settings
 from hutch.credentials import Credential, load_file
 from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
+from hutch.server.auth import Auth
 from hutch.server.home import prepare_home, socket_answers
-from hutch.server.remote import Listener, TokenAuth, bind, listener
+from hutch.server.remote import Listener, bind, listener, slow_clients
 from hutch.service import Service
 from hutch.service.claims import StepHook, no_step
 
@@ -93,17 +94,18 @@ async def _serve(
         "timeout_graceful_shutdown": 5,
         "timeout_keep_alive": settings.http_keepalive,  # clients drop idle connections after half of it
     }
-    servers.append((_Server(uvicorn.Config(app, **common)), sock))
+    servers.append((_Server(uvicorn.Config(Auth(app, service, local=True), **common)), sock))
     if tcp is not None:
         lst, tcp_sock = tcp
         tls: dict[str, Any] = {"ssl_certfile": lst.tls_cert, "ssl_keyfile": lst.tls_key} if lst.tls_cert else {}
-        servers.append((_Server(uvicorn.Config(TokenAuth(app, lst.token), **common, **tls)), tcp_sock))
+        edge = Auth(app, service, token=lst.token)  # the --token-file token, or an API key
+        servers.append((_Server(uvicorn.Config(edge, **common, **tls, http=slow_clients(settings))), tcp_sock))
     app.state.shutdown = stop_all
     if stopping:
         stop_all(stopping[-1])
     log.info("hutch daemon %d listening on %s", os.getpid(), settings.socket_path)
     if tcp is not None:
-        log.info("and on %s (token required)", tcp[0].url)
+        log.info("and on %s (%s required)", tcp[0].url, "a token or an API key" if tcp[0].token else "an API key")
     if announce is not None:
         announce()
 

@@ -5,6 +5,7 @@
 - a request that does not validate (FastAPI's or a model's :class:`ValidationError`): 400 ``invalid``;
 - a body over its route's limit (Starlette's 413, raised while the body is read): 413 ``invalid``;
 - no such route or method, or a request Starlette refused: its status, ``not_found`` or ``invalid``;
+- a key over its rate (:class:`~hutch.errors.RateLimitedError`): 429 ``rate_limited`` with ``Retry-After``;
 - a client that hung up before its answer was ready (:class:`~hutch.server.edge.ClientGone`): 499, no body;
 - anything else is a bug: 500 ``internal``, logged with its traceback (like an ``internal`` HutchError).
 
@@ -15,6 +16,7 @@ last frame, a WebSocket message).
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,7 +26,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Scope
 
-from hutch.errors import HutchError, InvalidError
+from hutch.errors import HutchError, InvalidError, RateLimitedError
 from hutch.server.edge import ClientGone, too_large
 
 log = logging.getLogger("hutch.daemon")
@@ -87,7 +89,10 @@ async def handle(request: Request, exc: Exception) -> Response:
     status, body = error_body(exc, request.scope)
     if unexpected(exc):
         log.error("internal error on %s %s: %s", request.method, request.url.path, body["error"]["message"], exc_info=exc)
-    return JSONResponse(body, status_code=status)
+    headers = None
+    if isinstance(exc, RateLimitedError) and exc.retry_after is not None:  # nothing was done: send it again then
+        headers = {"retry-after": str(max(1, math.ceil(exc.retry_after)))}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def install(app: FastAPI) -> None:

@@ -21,29 +21,19 @@ from hutch.wire.routes import ROUTES
 NDJSON = "application/x-ndjson"
 STATUSES = {
     400: "`invalid`: bad input (a parameter or body out of its bounds, or not what the operation takes)",
-    401: "`unauthorized`: no or a wrong bearer token (a TCP listener; the unix socket needs none)",
+    401: "`unauthorized`: no, a wrong, revoked or expired token or API key, or a key without the scope the operation "
+    "needs (a TCP listener; the unix socket needs none)",
     403: "`policy`, `approval_required` (the sandbox's policy wants a human's approval: `approval_id`) "
     "or `permission_denied` (inside the sandbox)",
     404: "`not_found`: no such sandbox, run, approval, snapshot or tenant, or one no longer live",
     409: "`conflict`: the state does not allow it (a name taken, a paused or destroyed sandbox, "
     "an ambiguous id prefix, a request racing a destroy)",
     413: "`invalid`: the request body is over the operation's limit (refused while it is read)",
-    429: "`capacity`: a limit reached (background runs per sandbox, a provider's quota, disk space)",
+    429: "`capacity`: a limit reached (background runs per sandbox, a key's or a provider's quota, disk space); "
+    "`rate_limited`: a key's requests or runs per second or minute, with `Retry-After` (nothing was done: send it again then)",
     500: "`internal`: a bug (logged with its traceback in the daemon's log)",
     503: "`unavailable`: the sandbox or its provider cannot be reached or has failed",
     504: "`timeout`: a wait ran out of time",
-}
-CAPACITY = {
-    ("post", "/v1/sandboxes"),
-    ("post", "/v1/sandboxes/{ref}/exec"),
-    ("post", "/v1/sandboxes/{ref}/subagents"),
-    ("post", "/v1/sandboxes/{ref}/fork"),
-    ("post", "/v1/sessions"),
-    ("post", "/v1/run"),
-    ("post", "/v1/snapshots/{name}/restore"),
-    ("post", "/v1/sandboxes/{ref}/snapshots"),
-    ("post", "/v1/sandboxes/{ref}/push"),
-    ("put", "/v1/sandboxes/{ref}/files"),
 }
 RAW_BODIES = {  # routes that read their body themselves
     ("put", "/v1/sandboxes/{ref}/files"): ("application/octet-stream", "the file's bytes (at most 64 MiB)"),
@@ -83,7 +73,7 @@ RAW_ANSWERS = {  # routes that answer bytes, not JSON
 def _errors(method: str, path: str, op: dict[str, Any]) -> list[int]:
     params = {p["name"] for p in op.get("parameters", [])}
     body = "requestBody" in op
-    codes = [401, 500, 503]
+    codes = [401, 429, 500, 503]  # any request over a key's rate: 429
     if params or body:
         codes.append(400)
     if "{" in path or body or params & {"sandbox", "run"}:  # names something that may be missing or busy
@@ -92,8 +82,6 @@ def _errors(method: str, path: str, op: dict[str, Any]) -> list[int]:
         codes.append(403)
     if body:
         codes.append(413)
-    if (method, path) in CAPACITY:
-        codes.append(429)
     if "timeout" in params:  # the waits
         codes.append(504)
     return sorted(codes)

@@ -1,31 +1,30 @@
-"""``hutch serve --listen``: the same app on TCP, behind a bearer token (and TLS off loopback).
+"""``hutch serve --listen``: the same app on TCP, behind API keys and/or a bearer token (and
+TLS off loopback), with deadlines for a slow client.
 
 The unix socket stays owner-only and unauthenticated; only the TCP listener checks the
-token, in constant time, on every HTTP request and WebSocket handshake.
+token or key (:mod:`hutch.server.auth`) on every HTTP request and WebSocket handshake.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
+import asyncio
 import os
 import socket
 from dataclasses import dataclass, field
 from typing import Any
 
-from hutch.config import Settings
-from hutch.errors import InvalidError, UnauthorizedError
-from hutch.tokens import TOKEN_RECIPE, is_loopback, read_token
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-Scope = dict[str, Any]
-ASGIApp = Any
+from hutch.config import Settings
+from hutch.errors import InvalidError
+from hutch.tokens import is_loopback, read_token
 
 
 @dataclass(frozen=True)
 class Listener:
     host: str
     port: int
-    token: str = field(repr=False)
+    token: str | None = field(default=None, repr=False)  # --token-file: an admin; None: API keys only
     tls_cert: str = ""
     tls_key: str = ""
 
@@ -58,12 +57,7 @@ def listener(settings: Settings) -> Listener | None:
     for what, path in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
         if path and not os.path.isfile(path):
             raise InvalidError(f"{what} {path}: no such file", hint="point it at a PEM file")
-    if not settings.api_token_file:
-        raise InvalidError(
-            "--listen needs a token: --token-file PATH (or HUTCH_API_TOKEN_FILE)",
-            hint=f"e.g. {TOKEN_RECIPE}, then --token-file token",
-        )
-    token = read_token(settings.api_token_file, "--token-file")
+    token = read_token(settings.api_token_file, "--token-file") if settings.api_token_file else None
     return Listener(host, port, token, settings.tls_cert, settings.tls_key)
 
 
@@ -81,38 +75,53 @@ def bind(lst: Listener) -> socket.socket:
     return sock
 
 
-class TokenAuth:
-    """ASGI middleware: every request and WebSocket handshake carries ``Authorization: Bearer TOKEN``."""
+class SlowClients(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with deadlines for a slow client (slowloris): a request's
+    head (its line and headers) must arrive within ``header_timeout`` seconds of its first
+    byte (or of the connection), and a body that stops arriving for ``body_timeout`` seconds
+    ends the connection. uvicorn alone waits for either for ever."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self._token = token.encode()
+    header_timeout = 10.0
+    body_timeout = 60.0
 
-    def _ok(self, scope: Scope) -> bool:
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                scheme, _, given = bytes(value).partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token)
-        return False
+    def connection_made(self, transport: Any) -> None:
+        self._deadline: asyncio.TimerHandle | None = None
+        super().connection_made(transport)
+        self._arm(self.header_timeout)
 
-    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] not in ("http", "websocket") or self._ok(scope):
-            await self.app(scope, receive, send)
-            return
-        have = any(name == b"authorization" for name, _ in scope.get("headers", ()))
-        err = UnauthorizedError(
-            "wrong token" if have else "this daemon wants a token (Authorization: Bearer ...)",
-            hint="set HUTCH_TOKEN_FILE (or HUTCH_TOKEN) to the daemon's token file (hutch serve --token-file)",
-        )
-        body = json.dumps(err.to_dict()).encode()
-        headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-        if scope["type"] == "websocket":
-            await receive()  # websocket.connect
-        if scope["type"] == "http":
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-        elif "websocket.http.response" in scope.get("extensions", {}):
-            await send({"type": "websocket.http.response.start", "status": 401, "headers": headers})
-            await send({"type": "websocket.http.response.body", "body": body})
-        else:
-            await send({"type": "websocket.close", "code": 1008})
+    def _arm(self, seconds: float) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+        self._deadline = self.loop.call_later(seconds, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:  # a request is in (its head was complete)
+            if cycle.more_body:
+                self._arm(self.body_timeout)  # more of its body must keep coming
+            else:
+                self._disarm()
+        elif self._deadline is None:  # the start of the next request's head
+            self._arm(self.header_timeout)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def slow_clients(settings: Settings) -> type[SlowClients]:
+    """The protocol class with the daemon's deadlines."""
+    return type(
+        "SlowClientsProtocol", (SlowClients,), {"header_timeout": settings.header_timeout, "body_timeout": settings.body_timeout}
+    )

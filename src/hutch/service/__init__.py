@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from hutch import fdlimit
 from hutch._version import __version__
+from hutch.actors import acting
 from hutch.checks import check_mode, check_path
 from hutch.config import Settings
 from hutch.errors import (
@@ -47,12 +48,15 @@ from hutch.provider import (
     network_provider,
     ranged_reads,
 )
+from hutch.service.access import Access
 from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
 from hutch.service.hints import check_options, no_egress
 from hutch.service.keyring import Keyring, Scope, credential_checks
+from hutch.service.keys import Keys
 from hutch.service.lifecycle import Lifecycle
+from hutch.service.metrics import Metrics
 from hutch.service.oneshot import OneShot
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
@@ -83,6 +87,9 @@ class Service:
         self.oneshot = OneShot(self)  # hutch run: make, push, run, pull, destroy
         self.keyring = Keyring(self)  # provider credentials: in memory only
         self.restart = Restart(self)  # what a previous daemon left: adopted, lost or kept apart
+        self.access = Access(self)  # what the request's actor may see and do: ownership, quotas, rates
+        self.keys = Keys(self)  # API keys of the gateway
+        self.metrics = Metrics(self)  # /metrics
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -95,8 +102,10 @@ class Service:
         return self._providers[name]
 
     def _provider_event(self, type_: str, sandbox_id: str, run_id: str | None, data: dict[str, Any]) -> None:
-        """Events a provider observes on its own (egress decisions), recorded like any other."""
-        self.store.events.append(type_, sandbox_id, run_id, **data)
+        """Events a provider observes on its own (egress decisions): no actor, the sandbox's own doing."""
+        with acting(None):
+            self.store.events.append(type_, sandbox_id, run_id, **data)
+        self.metrics.event(type_, data)
 
     @staticmethod
     def claimed(provider: Provider) -> bool:
@@ -125,6 +134,7 @@ class Service:
 
     async def create(self, spec: SandboxSpec) -> SandboxRecord:
         spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
+        spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)
         caps = provider.capabilities
         if spec.mounts and not caps.mounts:
@@ -144,6 +154,7 @@ class Service:
             raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")
         now = time.time()
         async with self._create_lock:
+            self.access.check_create(spec)  # the key's quotas: live sandboxes, memory
             self.workspaces.check_tenant(spec)
             rec = SandboxRecord(
                 id=new_id("sbx"),
@@ -155,6 +166,7 @@ class Service:
                 updated_at=now,
                 expires_at=now + spec.ttl if spec.ttl else None,
                 last_active_at=now,
+                owner=self.access.owner(),
             )
             if parent is not None:
                 rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
@@ -179,12 +191,13 @@ class Service:
         own = spec.model_copy(update={"workdir": workdir}) if workdir and "workdir" not in spec.model_fields_set else None
         rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, enforcement=enforcement, spec=own)
         self.store.events.append("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
+        self.metrics.created(rec.provider, time.time() - rec.created_at)
         self.lifecycle.watch(rec)
         rec.credential = self.keyring.describe(rec)
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
-        rec = self.store.sandboxes.get(ref)
+        rec = self.access.sandbox(self.store.sandboxes.get(ref), ref)
         if rec.spec.network.mode != "none" or rec.spec.network.deny_hosts:
             counts = self.store.events.count(rec.id, ["egress_allowed", "egress_denied"])
             rec.egress = {"allowed": counts["egress_allowed"], "denied": counts["egress_denied"]}
@@ -206,6 +219,7 @@ class Service:
         if after == before:
             return self.get(rec.id)
         self.lifecycle.check_policy_change(rec, after)
+        self.access.ceiling(after)
         self.approvals.require(rec, "network.change", approval)
         provider = self.provider(rec.provider)
         if after.mode != "none" and not provider.capabilities.network:
@@ -248,7 +262,7 @@ class Service:
                 ) from None
         else:
             states = None if include_all else (*LIVE_STATES, SandboxState.lost)
-        recs = self.store.sandboxes.all(states)
+        recs = self.store.sandboxes.all(states, owner=self.access.owner_filter())
         want = labels or {}
         recs = [r for r in recs if all(r.spec.labels.get(k) == v for k, v in want.items())]
         for rec in recs:
@@ -295,6 +309,7 @@ class Service:
         if self.claimed(provider):
             claims_provider(provider).forget(rec)
         self.store.events.append("sandbox_destroyed", rec.id, cause=cause, children=children)
+        self.metrics.destroyed(rec.provider)
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}
         return out | ({"children": children} if children else {})

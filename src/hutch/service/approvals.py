@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, PolicyError
+from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, NotFoundError, PolicyError
 from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, SandboxState, check_action, new_id
 
 if TYPE_CHECKING:
@@ -90,12 +90,16 @@ class Approvals:
             status=ApprovalStatus.pending,
             created_at=now,
             expires_at=now + (timeout or self.svc.settings.approval_timeout),
+            owner=self.svc.store.sandboxes.get(sandbox_id).owner if sandbox_id else self.svc.access.owner(),
         )
         self.store.approvals.insert(apr)
         return apr
 
     def get(self, approval_id: str) -> ApprovalRecord:
+        """A request the actor may see (another key's does not exist for it)."""
         apr = self.store.approvals.get(approval_id)
+        if not self.svc.access.visible(apr.owner):
+            raise NotFoundError(f"no approval request {approval_id!r}", hint="list them with: hutch approvals")
         if apr.status == ApprovalStatus.pending and apr.expires_at is not None and apr.expires_at <= time.time():
             self.store.approvals.decide(apr.id, ApprovalStatus.expired, "hutch (timeout)", None, time.time())
             apr = self.store.approvals.get(approval_id)
@@ -104,7 +108,8 @@ class Approvals:
     def list(self, pending: bool = False, sandbox: str | None = None) -> builtins.list[ApprovalRecord]:
         self.expire_due(time.time())
         sandbox_id = self.svc.get(sandbox).id if sandbox else None
-        return self.store.approvals.all(ApprovalStatus.pending if pending else None, sandbox_id)
+        items = self.store.approvals.all(ApprovalStatus.pending if pending else None, sandbox_id)
+        return [a for a in items if self.svc.access.visible(a.owner)]
 
     async def wait(self, approval_id: str, timeout: float | None) -> ApprovalRecord:
         """Until decided or expired, or ``timeout`` seconds (then it is returned still pending).

@@ -37,8 +37,9 @@ class Events:
         """Events after ``after`` (a sequence number), oldest first: of one sandbox, one run
         (a short id works too), some types, since a time."""
         store = self.service.store
-        sandbox_id = store.sandboxes.get(sandbox).id if sandbox else None
+        sandbox_id = self.service.get(sandbox).id if sandbox else None  # another key's sandbox does not exist
         if since is not None and since > time.time() + FUTURE_SLACK:
             raise InvalidError("--since is in the future", hint="give a past time, e.g. 10m or 2026-11-29T10:00")
-        run_id = store.runs.get(run)["id"] if run else None
-        return store.events.all(sandbox_id, limit, types=types, since=since, after_seq=after, run_id=run_id)
+        run_id = self.service.runs.get(run)["id"] if run else None
+        owner = self.service.access.owner_filter()  # a key reads what is about its own sandboxes, or by it
+        return store.events.all(sandbox_id, limit, types=types, since=since, after_seq=after, run_id=run_id, owner=owner)

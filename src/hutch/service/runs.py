@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
-from hutch.errors import CapacityError, HutchError, InvalidError, TimeoutError_, UnavailableError
+from hutch.errors import CapacityError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, SandboxState, new_id
 from hutch.provider import ExecSpec, Interactive
 from hutch.service.adoption import WATCH_INTERVAL, Adoption
@@ -140,6 +140,7 @@ class Runs(Adoption):
 
     def _prepare(self, rec: SandboxRecord, req: ExecRequest, background: bool) -> tuple[str, list[str], bytes | None]:
         argv = req.argv()
+        self.svc.access.run_started()  # the key's runs per minute
         self.svc.approvals.require(rec, "exec", req.approval, command_text(req.command))
         if req.idle_timeout is not None and req.idle_timeout <= 0:
             raise InvalidError("--idle-output-timeout must be positive")
@@ -248,6 +249,7 @@ class Runs(Adoption):
         ]
         if oom:
             events.append(("limit_hit", {"limit": "memory"}))
+        self.svc.metrics.run_finished(result.status.value, result.duration_ms / 1000)
         try:
             self.store.runs.finish(result, events)
         except HutchError as exc:
@@ -367,13 +369,17 @@ class Runs(Adoption):
     # -- following and controlling ---------------------------------------------------
 
     def get(self, run_id: str) -> dict[str, Any]:
-        return self.store.runs.get(run_id)
+        """A run of a sandbox the request's actor may see (another key's does not exist for it)."""
+        run = self.store.runs.get(run_id)
+        if not self.svc.access.visible(self.store.sandboxes.get(run["sandbox_id"]).owner):
+            raise NotFoundError(f"no run {run_id!r}", hint="list runs with: hutch runs SANDBOX")
+        return run
 
     def list(self, ref: str, status: str | None = None) -> builtins.list[dict[str, Any]]:
         return self.store.runs.all(self.svc.get(ref).id, status)
 
     async def wait(self, run_id: str, timeout: float | None) -> dict[str, Any]:
-        run = self.store.runs.get(run_id)
+        run = self.get(run_id)
         run_id = run["id"]  # the whole id, when given a short one
         deadline = None if timeout is None else time.monotonic() + timeout
         while run["status"] == "running":
@@ -390,7 +396,7 @@ class Runs(Adoption):
 
     async def kill(self, run_id: str, sig: str | int) -> dict[str, Any]:
         signum = parse_signal(sig)
-        run = self.store.runs.get(run_id)
+        run = self.get(run_id)
         run_id = run["id"]
         if run["status"] != "running":
             return {"run_id": run_id, "signalled": False, "status": run["status"], "message": f"already {run['status']}"}
@@ -409,7 +415,7 @@ class Runs(Adoption):
 
     async def poll(self, run_id: str, offsets: dict[str, int], limit: int) -> dict[str, Any]:
         """Status and the output written so far, from the given offsets."""
-        run = self.store.runs.get(run_id)
+        run = self.get(run_id)
         run_id, rec = run["id"], self.svc.get(run["sandbox_id"])
         provider = self.svc.provider(rec.provider)
         out: dict[str, Any] = {"run": run}
@@ -425,7 +431,7 @@ class Runs(Adoption):
         """The sandbox's transcript (all runs, in the order output arrived) from ``offset``."""
         rec = self.svc.get(ref)
         if run_id is not None:
-            run = self.store.runs.get(run_id)
+            run = self.get(run_id)
             if run["sandbox_id"] != rec.id:
                 raise InvalidError(f"run {run_id} is not a run of {ref}", hint=f"list them with: hutch runs {ref}")
             run_id = run["id"]

@@ -88,7 +88,7 @@ class Workspaces:
         return await self.service.create(spec), True
 
     def _kept_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
-        live = self.store.sandboxes.all(LIVE_STATES)
+        live = self.store.sandboxes.all(LIVE_STATES, owner=self.service.access.owner_filter())
         if spec.tenant:
             return [r for r in live if r.spec.tenant == spec.tenant]
         return [r for r in live if r.spec.reuse_key == spec.reuse_key and r.spec.provider == spec.provider]
@@ -98,21 +98,32 @@ class Workspaces:
         if not spec.tenant:
             return
         workspace_provider(self.service.provider(spec.provider))
+        self._tenant(spec.tenant)  # another key's tenant: refused
         for rec in self._kept_sandboxes(spec):
             raise ConflictError(
                 f"tenant {spec.tenant!r} already has a live sandbox {rec.id}",
                 hint=f"use it (hutch exec {rec.id} -- ...), or destroy it first: hutch destroy {rec.id}",
             )
-        self.store.tenants.ensure(spec.tenant, spec.provider)
+        self.store.tenants.ensure(spec.tenant, spec.provider, self.service.access.owner())
+
+    def _tenant(self, name: str) -> None:
+        """A tenant of another key (unless admin) is refused: its workspace is that key's."""
+        with contextlib.suppress(NotFoundError):
+            tenant = self.store.tenants.get(name)
+            if not self.service.access.visible(tenant.get("owner")):
+                raise ConflictError(f"tenant {name!r} belongs to another key", hint="choose another tenant name")
 
     def tenants(self) -> list[dict[str, Any]]:
         live = {r.spec.tenant: r for r in self.store.sandboxes.all(LIVE_STATES) if r.spec.tenant}
-        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in self.store.tenants.all()]
+        mine = [t for t in self.store.tenants.all() if self.service.access.visible(t.get("owner"))]
+        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in mine]
 
     async def delete_tenant(self, name: str) -> dict[str, Any]:
         """Idempotent teardown: an unknown tenant is a success that says so (``existed: false``)."""
         try:
             tenant = self.store.tenants.get(check_name(name, "tenant"))
+            if not self.service.access.visible(tenant.get("owner")):
+                raise NotFoundError(f"no tenant {name!r}")
         except NotFoundError:
             return {"tenant": name, "deleted": True, "existed": False, "destroyed": []}
         destroyed = []
@@ -233,7 +244,13 @@ class Workspaces:
             os.replace(tmp, final)
             placed = True
             snap = SnapshotRecord(
-                name=name, sandbox_id=rec.id, provider=rec.provider, path=str(final), size=size, created_at=time.time()
+                name=name,
+                sandbox_id=rec.id,
+                provider=rec.provider,
+                path=str(final),
+                size=size,
+                created_at=time.time(),
+                owner=self.service.access.owner(),
             )
             self.store.snapshots.insert(snap)
         except BaseException:
@@ -246,10 +263,17 @@ class Workspaces:
         return snap
 
     def snapshots(self) -> list[SnapshotRecord]:
-        return self.store.snapshots.all()
+        return [s for s in self.store.snapshots.all() if self.service.access.visible(s.owner)]
+
+    def _snapshot(self, name: str) -> SnapshotRecord:
+        """A snapshot the actor may see (another key's does not exist for it)."""
+        snap = self.store.snapshots.get(check_name(name, "snapshot"))
+        if not self.service.access.visible(snap.owner):
+            raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
+        return snap
 
     async def snapshot_restore(self, name: str, new_name: str | None = None) -> SandboxRecord:
-        snap = self.store.snapshots.get(check_name(name, "snapshot"))
+        snap = self._snapshot(name)
         if not Path(snap.path).is_file():
             raise NotFoundError(f"snapshot {name!r} has lost its archive {snap.path}", hint=f"hutch snapshot delete {name}")
         spec = SandboxSpec(name=new_name, provider=snap.provider)
@@ -268,7 +292,7 @@ class Workspaces:
 
     async def snapshot_delete(self, name: str) -> dict[str, Any]:
         try:
-            snap = self.store.snapshots.get(check_name(name, "snapshot"))
+            snap = self._snapshot(name)
         except NotFoundError:
             return {"snapshot": name, "deleted": True, "existed": False}
         Path(snap.path).unlink(missing_ok=True)

@@ -13,9 +13,11 @@ each in its own module::
     store.tenants     TenantTable     workspaces.py  ensure, all, get, delete
     store.manifests   ManifestTable   workspaces.py  get, set
     store.images      ImageTable      images.py      put, get, by_name, by_prefix, names, all, untag, delete
+    store.keys        KeyTable        keys.py        insert, get, find, all, revoke, rotate
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
-inside its table's method. Short ids (``sbx_19c2f``) are resolved by refs.py.
+inside its table's method. Each event's ``actor`` and each new row's ``owner`` come from the
+request's actor (hutch.actors). Short ids (``sbx_19c2f``) are resolved by refs.py.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hutch.store.claims import ClaimTable
 from hutch.store.db import Database
 from hutch.store.events import EventTable
 from hutch.store.images import ImageTable
+from hutch.store.keys import KeyTable
 from hutch.store.migrations import MIGRATIONS
 from hutch.store.runs import RunTable
 from hutch.store.sandboxes import SandboxTable
@@ -47,3 +50,4 @@ class Store:
         self.tenants = TenantTable(self.db)
         self.manifests = ManifestTable(self.db)
         self.images = ImageTable(self.db)
+        self.keys = KeyTable(self.db)

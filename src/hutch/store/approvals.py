@@ -17,9 +17,19 @@ class ApprovalTable:
         """The request and its ``approval_requested`` event, in one transaction."""
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT INTO approvals (id, sandbox_id, action, detail, reason, status, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (apr.id, apr.sandbox_id, apr.action, apr.detail, apr.reason, apr.status.value, apr.created_at, apr.expires_at),
+                "INSERT INTO approvals (id, sandbox_id, action, detail, reason, status, created_at, expires_at, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    apr.id,
+                    apr.sandbox_id,
+                    apr.action,
+                    apr.detail,
+                    apr.reason,
+                    apr.status.value,
+                    apr.created_at,
+                    apr.expires_at,
+                    apr.owner,
+                ),
             )
             data = {"approval_id": apr.id, "action": apr.action, "detail": apr.detail, "reason": apr.reason}
             insert_event(conn, apr.created_at, "approval_requested", apr.sandbox_id, None, data)

@@ -8,16 +8,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from hutch.actors import current_id
 from hutch.store.db import Database
 
 
 def insert_event(
     conn: sqlite3.Connection, when: float, type_: str, sandbox_id: str | None, run_id: str | None, data: dict[str, Any]
 ) -> int:
-    """One event, inside the caller's transaction (a row and its event are written together)."""
+    """One event, inside the caller's transaction (a row and its event are written together);
+    its ``actor`` is the request's (hutch.actors), None when hutch acts on its own."""
     cur = conn.execute(
-        "INSERT INTO events (time, sandbox_id, run_id, type, data) VALUES (?, ?, ?, ?, ?)",
-        (when, sandbox_id, run_id, type_, json.dumps(data)),
+        "INSERT INTO events (time, sandbox_id, run_id, type, data, actor) VALUES (?, ?, ?, ?, ?, ?)",
+        (when, sandbox_id, run_id, type_, json.dumps(data), current_id()),
     )
     return int(cur.lastrowid or 0)
 
@@ -49,10 +51,15 @@ class EventTable:
         since: float | None = None,
         after_seq: int = 0,
         run_id: str | None = None,
+        owner: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Events after ``after_seq`` (of a sandbox, a run, some types, since a time), oldest first."""
+        """Events after ``after_seq`` (of a sandbox, a run, some types, since a time; with
+        ``owner``, only those about its sandboxes or, about none, made by it), oldest first."""
         where: list[str] = ["seq > ?"]
         args: list[Any] = [after_seq]
+        if owner is not None:
+            where.append("(sandbox_id IN (SELECT id FROM sandboxes WHERE owner = ?) OR (sandbox_id IS NULL AND actor = ?))")
+            args += [owner, owner]
         if sandbox_id:
             where.append("sandbox_id = ?")
             args.append(sandbox_id)

@@ -147,6 +147,34 @@ CREATE TABLE image_names (
 CREATE INDEX image_names_image ON image_names(image_id);
 """
 
+KEYS_SQL = """
+CREATE TABLE keys (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    quotas TEXT NOT NULL DEFAULT '{}',
+    network_default TEXT,
+    network_ceiling TEXT,
+    created_at REAL NOT NULL,
+    expires_at REAL,
+    revoked_at REAL,
+    rotated_at REAL,
+    created_by TEXT
+);
+CREATE UNIQUE INDEX keys_live_name ON keys(name) WHERE revoked_at IS NULL;
+ALTER TABLE sandboxes ADD COLUMN owner TEXT;
+ALTER TABLE snapshots ADD COLUMN owner TEXT;
+ALTER TABLE tenants ADD COLUMN owner TEXT;
+ALTER TABLE approvals ADD COLUMN owner TEXT;
+ALTER TABLE events ADD COLUMN actor TEXT;
+UPDATE sandboxes SET owner = 'owner';
+UPDATE snapshots SET owner = 'owner';
+UPDATE tenants SET owner = 'owner';
+UPDATE approvals SET owner = 'owner';
+CREATE INDEX sandboxes_owner ON sandboxes(owner, state);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -154,4 +182,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0005_lifecycle", LIFECYCLE_SQL),
     ("0006_claims", CLAIMS_SQL),
     ("0007_images", IMAGES_SQL),
+    ("0008_keys", KEYS_SQL),  # API keys (hashed); who owns each sandbox, snapshot, tenant, approval; each event's actor
 ]

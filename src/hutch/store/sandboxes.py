@@ -45,6 +45,7 @@ def _record(row: sqlite3.Row) -> SandboxRecord:
         updated_at=row["updated_at"],
         expires_at=row["expires_at"],
         last_active_at=row["last_active_at"],
+        owner=row["owner"],
     )
 
 
@@ -57,7 +58,7 @@ class SandboxTable:
             with self.db.transaction() as conn:
                 conn.execute(
                     "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at,"
-                    " expires_at, last_active_at, parent_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " expires_at, last_active_at, parent_id, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         rec.id,
                         rec.name,
@@ -72,6 +73,7 @@ class SandboxTable:
                         rec.expires_at,
                         rec.last_active_at,
                         rec.spec.parent,
+                        rec.owner,
                     ),
                 )
         except ConflictError as exc:
@@ -138,10 +140,15 @@ class SandboxTable:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return _record(row)
 
-    def all(self, states: tuple[SandboxState, ...] | None = None, *, parent: str | None = None) -> list[SandboxRecord]:
-        """Every sandbox (in one of ``states``, a child of ``parent``), oldest first."""
+    def all(
+        self, states: tuple[SandboxState, ...] | None = None, *, parent: str | None = None, owner: str | None = None
+    ) -> list[SandboxRecord]:
+        """Every sandbox (in one of ``states``, a child of ``parent``, made by ``owner``), oldest first."""
         where: list[str] = []
         args: list[Any] = []
+        if owner is not None:
+            where.append("owner = ?")
+            args.append(owner)
         if states:
             where.append(f"state IN ({', '.join('?' for _ in states)})")
             args += [s.value for s in states]
@@ -150,3 +157,8 @@ class SandboxTable:
             args.append(parent)
         sql = "SELECT * FROM sandboxes" + (f" WHERE {' AND '.join(where)}" if where else "")
         return [_record(r) for r in self.db.conn().execute(sql + " ORDER BY created_at", args)]
+
+    def counts(self) -> list[tuple[str, str, int]]:
+        """(state, provider, how many) for every pair that has sandboxes."""
+        rows = self.db.conn().execute("SELECT state, provider, COUNT(*) AS n FROM sandboxes GROUP BY state, provider")
+        return [(r["state"], r["provider"], int(r["n"])) for r in rows]

@@ -19,8 +19,9 @@ class SnapshotTable:
         try:
             with self.db.transaction() as conn:
                 conn.execute(
-                    "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at),
+                    "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at, owner)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at, snap.owner),
                 )
         except ConflictError as exc:
             raise ConflictError(
@@ -47,11 +48,12 @@ class TenantTable:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def ensure(self, name: str, provider: str) -> None:
+    def ensure(self, name: str, provider: str, owner: str | None = None) -> None:
         """Record the tenant unless it is already known."""
         with self.db.transaction() as conn:
             conn.execute(
-                "INSERT OR IGNORE INTO tenants (name, provider, created_at) VALUES (?, ?, ?)", (name, provider, time.time())
+                "INSERT OR IGNORE INTO tenants (name, provider, created_at, owner) VALUES (?, ?, ?, ?)",
+                (name, provider, time.time(), owner),
             )
 
     def all(self) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ daemon sends validate against them.
 - :mod:`hutch.wire.oneshot`: ``hutch run`` in one request (``POST /v1/run``) and its frames
 - :mod:`hutch.wire.workspaces`: files, push/pull, snapshots, fork, tenants
 - :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
+- :mod:`hutch.wire.keys`: a gateway's API keys
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
 - :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
 - :mod:`hutch.wire.pydantic`: these TypedDicts as pydantic types, for the server side only
@@ -28,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hutch.wire.keys import KeyCreated, KeyQuotas, KeyRecord, KeyRequest, KeyRevoked, KeyScope, KeyState, RotateRequest
     from hutch.wire.oneshot import (
         DoneFrame,
         InputFrame,
@@ -128,7 +130,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys")
 
 __all__ = [
     "AccountCredential",
@@ -171,6 +173,13 @@ __all__ = [
     "Inventory",
     "InventoryItem",
     "KeepaliveRequest",
+    "KeyCreated",
+    "KeyQuotas",
+    "KeyRecord",
+    "KeyRequest",
+    "KeyRevoked",
+    "KeyScope",
+    "KeyState",
     "KillRequest",
     "KillResult",
     "LabelRequest",
@@ -193,6 +202,7 @@ __all__ = [
     "PushSummary",
     "PushedFrame",
     "RestoreRequest",
+    "RotateRequest",
     "RunFrame",
     "RunOnceFrame",
     "RunOnceRequest",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
 from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
 from hutch.wire.runs import (
     Event,
@@ -140,4 +141,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/providers/{name}/inventory", None, Inventory),
     Route("POST", "/v1/cleanup", CleanupRequest, CleanupReport),
     Route("GET", "/v1/credentials", None, Credentials),
+    # API keys of a gateway (admin scope)
+    Route("POST", "/v1/keys", KeyRequest, KeyCreated, 201),
+    Route("GET", "/v1/keys", None, list[KeyRecord]),
+    Route("GET", "/v1/keys/{ref}", None, KeyRecord),
+    Route("DELETE", "/v1/keys/{ref}", None, KeyRevoked),
+    Route("POST", "/v1/keys/{ref}/rotate", RotateRequest, KeyCreated),
 )

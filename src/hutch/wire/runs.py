@@ -229,6 +229,7 @@ class Event(TypedDict):
     run_id: str | None
     type: str  # sandbox_created, run_started, run_finished, egress_denied, ...
     data: dict[str, object]
+    actor: NotRequired[str | None]  # who asked: a key's id, owner (the unix socket), token; None: hutch itself
 
 
 class Process(TypedDict):

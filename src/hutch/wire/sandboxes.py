@@ -128,6 +128,7 @@ class SandboxRecord(TypedDict):
     egress: NotRequired[dict[str, int] | None]  # allowed / denied decisions so far, when it has a network
     expires_at: NotRequired[float | None]
     last_active_at: NotRequired[float | None]
+    owner: NotRequired[str | None]  # the key that made it (key_...), owner (the local user) or token
     ssh: NotRequired[SshEndpoint | None]
     credential: NotRequired[CredentialStatus | None]  # providers whose resources need one (unikraft)
 

@@ -38,6 +38,7 @@ ErrorKind = Literal[
     "not_found",
     "permission_denied",
     "policy",
+    "rate_limited",
     "timeout",
     "unauthorized",
     "unavailable",
@@ -49,6 +50,7 @@ class ErrorDetail(TypedDict):
     message: str
     hint: NotRequired[str]
     approval_id: NotRequired[str]  # kind approval_required: the request a human must approve
+    retry_after: NotRequired[float]  # kind rate_limited: seconds to wait (also the Retry-After header)
 
 
 class Error(TypedDict):
@@ -116,6 +118,7 @@ class ApprovalRecord(TypedDict):
     decided_by: NotRequired[str | None]
     decision_reason: NotRequired[str | None]
     used_at: NotRequired[float | None]
+    owner: NotRequired[str | None]  # the key whose request it is
 
 
 class CredentialStatus(TypedDict):

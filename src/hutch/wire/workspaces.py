@@ -115,6 +115,7 @@ class SnapshotRecord(TypedDict):
     path: str
     size: int
     created_at: float
+    owner: NotRequired[str | None]  # the key that saved it
 
 
 class SnapshotDeleted(TypedDict):
@@ -154,6 +155,7 @@ class Tenant(TypedDict):
     provider: str
     created_at: float
     sandbox: str | None  # its live sandbox
+    owner: NotRequired[str | None]  # the key that made it
 
 
 class TenantDeleted(TypedDict):

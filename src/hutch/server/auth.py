@@ -1,0 +1,138 @@
+"""Who a request is, in one place: the ASGI middleware :class:`Auth` resolves each HTTP
+request's and WebSocket handshake's :class:`~hutch.actors.Actor`, checks the scope its route
+needs, applies the actor's request rate, counts the request per key, and runs the app as
+that actor (:mod:`hutch.actors`).
+
+- On the unix socket (owner-only): the owner, an admin; nothing is checked.
+- On the TCP listener: ``Authorization: Bearer ...`` is the ``--token-file`` token (an
+  admin, compared in constant time) or an API key (``hk_...``, :mod:`hutch.service.keys`).
+  A client certificate bound to a key resolves to that key's actor the same way
+  (:meth:`Auth.resolve` is the seam: it receives the whole ASGI scope).
+
+Refusals are error bodies that never quote what the client sent: 401 ``unauthorized`` for a
+missing, wrong, revoked or expired credential and for a scope the key lacks, 429
+``rate_limited`` with ``Retry-After`` past the key's requests per second.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from typing import Any
+
+from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
+from hutch.errors import HutchError, UnauthorizedError
+from hutch.service import Service
+from hutch.service.access import Buckets, too_many
+from hutch.service.keys import looks_like_key
+
+Scope = dict[str, Any]
+ASGIApp = Any
+TOKEN_HINT = "set HUTCH_TOKEN_FILE (or HUTCH_TOKEN) to the daemon's token file (hutch serve --token-file) or to an API key"
+ADMIN_PREFIXES = ("/v1/keys", "/v1/shutdown", "/v1/cleanup", "/v1/providers/", "/v1/credentials")
+OPEN_PATHS = ("/v1/health", "/openapi.json")
+READ_METHODS = ("GET", "HEAD")
+
+
+def required_scope(kind: str, method: str, path: str) -> str | None:
+    """The scope a request needs (None: any valid credential)."""
+    if path in OPEN_PATHS:
+        return None
+    if path == "/metrics":
+        return "metrics"
+    if path.startswith(ADMIN_PREFIXES):
+        return "admin"
+    if path.startswith("/v1/approvals/") and path.endswith("/decision"):
+        return "approve"
+    if kind == "http" and (method in READ_METHODS or path.endswith("/wait")):
+        return "read"
+    return "write"  # every other change, and the attach WebSocket
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            kind, _, given = bytes(value).decode("latin-1").partition(" ")
+            return given.strip() if kind.lower() == "bearer" else ""
+    return None
+
+
+class Auth:
+    """The middleware (see the module's docstring); ``local``: the unix socket's."""
+
+    def __init__(self, app: ASGIApp, service: Service, *, local: bool = False, token: str | None = None) -> None:
+        self.app = app
+        self.service = service
+        self.local = local
+        self._token = token.encode() if token else None
+        self.rates = Buckets()
+
+    def resolve(self, scope: Scope) -> Actor:
+        """The actor of a TCP request; ``unauthorized`` when it has none that is valid."""
+        given = _bearer(scope)
+        if given is None:
+            raise UnauthorizedError("this daemon wants a token or an API key (Authorization: Bearer ...)", hint=TOKEN_HINT)
+        if self._token is not None and hmac.compare_digest(given.encode("latin-1", "replace"), self._token):
+            return TOKEN
+        if looks_like_key(given):
+            return self.service.keys.authenticate(given)
+        raise UnauthorizedError("wrong token", hint=TOKEN_HINT)
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        actor: Actor | None = None
+        try:
+            actor = OWNER if self.local else self.resolve(scope)
+            need = required_scope(scope["type"], scope.get("method", ""), scope.get("path", ""))
+            if need is not None and not actor.allows(need):
+                raise UnauthorizedError(
+                    f"key {actor.name} may not do this: it needs the {need} scope (it has {', '.join(sorted(actor.scopes))})",
+                    hint="use a key with that scope, or ask an admin: hutch key create --scope " + need,
+                )
+            rps = actor.quotas.rps
+            if rps is not None:
+                wait = self.rates.take(actor.id, rps, max(1.0, rps))
+                if wait > 0:
+                    self.service.metrics.limited.labels(key=actor.name, limit="rps").inc()
+                    raise too_many("requests", wait, f"{rps:g} a second")
+        except HutchError as exc:
+            self.service.metrics.request(actor.name if actor is not None else "unauthenticated", exc.status)
+            await refuse(scope, receive, send, exc)
+            return
+        token = set_current(actor)
+        status = [0]
+
+        async def counted(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counted if scope["type"] == "http" else send)
+        finally:
+            reset_current(token)
+            self.service.metrics.request(actor.name, status[0] or 101)
+
+
+async def refuse(scope: Scope, receive: Any, send: Any, exc: HutchError) -> None:
+    """Answer ``exc`` without reading the request's body (a huge upload is not read at all)."""
+    body = json.dumps(exc.to_dict()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if exc.status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        headers.append((b"retry-after", str(max(1, math.ceil(retry_after))).encode()))
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": exc.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+        return
+    await receive()  # websocket.connect
+    if "websocket.http.response" in scope.get("extensions", {}):
+        await send({"type": "websocket.http.response.start", "status": exc.status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
