@@ -223,7 +223,7 @@ def test_refusals_before_anything_starts(hutch_home: Path, tmp: Path, token: str
     r = cli(hutch_home, "serve", "--json", "--listen", "0.0.0.0:0", "--token-file", str(tmp / "token"))
     err = json.loads(r.stdout)["error"]
     assert r.returncode == 2 and "without TLS" in err["message"] and "--tls-cert" in err["hint"]
-    r = cli(hutch_home, "serve", "--json", "--listen", "127.0.0.1:0")
+    r = cli(hutch_home, "serve", "--json", "--listen", "127.0.0.1:0", "--token-file", str(tmp / "missing"))
     assert r.returncode == 2 and "--token-file" in json.loads(r.stdout)["error"]["message"]
     assert not (hutch_home / "hutchd.sock").exists()
     r = cli(tmp / "client", "list", "--json", HUTCH_HOST="http://192.0.2.1:8765", HUTCH_TOKEN=token)

@@ -9,8 +9,10 @@ performs a keyed request once and answers a repeat with the first one's outcome.
 
 A gateway refuses a request over its key's rate with HTTP 429 ``rate_limited`` and
 ``Retry-After`` before doing anything: such a request is sent again, whatever its method,
-after the time it says (up to ``RATE_ATTEMPTS`` tries and ``MAX_RATE_WAIT`` seconds per wait;
-a longer wait is the caller's to decide, and the error is raised). A ``capacity`` answer (a
+no sooner than the time it says, plus a random share of a window that doubles with each
+refusal (callers refused together do not all come back at the same instant), up to
+``RATE_ATTEMPTS`` tries; a Retry-After longer than ``MAX_RATE_WAIT`` seconds is the caller's
+to decide, and the error is raised. A ``capacity`` answer (a
 quota) is not retried: waiting does not free a quota.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Mapping
 
 from hutch.client.http1 import RemoteDisconnected
@@ -25,7 +28,7 @@ from hutch.client.http1 import RemoteDisconnected
 KEY_HEADER = "idempotency-key"
 ATTEMPTS = 3  # the first try and two more
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
-RATE_ATTEMPTS = 8
+RATE_ATTEMPTS = 10
 MAX_RATE_WAIT = 30.0
 
 
@@ -41,6 +44,11 @@ def may_retry(method: str, headers: Mapping[str, str] | None) -> bool:
 def dropped(exc: BaseException) -> bool:
     """The daemon closed the connection under a request (the sync client's errors)."""
     return isinstance(exc, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, RemoteDisconnected))
+
+
+def backoff(wait: float, refused: int) -> float:
+    """How long to wait after the ``refused``-th refusal (0 the first) that said ``wait``."""
+    return min(MAX_RATE_WAIT, wait + random.uniform(0, max(wait, 0.05) * 2**refused))
 
 
 def rate_wait(status: int, headers: Mapping[str, str], content: bytes) -> float | None:

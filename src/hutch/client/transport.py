@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hutch.client import http1
 from hutch.client.endpoint import Endpoint
 from hutch.client.launcher import ensure_daemon
-from hutch.client.retry import ATTEMPTS, RATE_ATTEMPTS, dropped, may_retry, rate_wait
+from hutch.client.retry import ATTEMPTS, RATE_ATTEMPTS, backoff, dropped, may_retry, rate_wait
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError
 
@@ -120,8 +120,8 @@ class Transport:
                 raise self.endpoint.unavailable(exc) from exc
             wait = rate_wait(resp.status_code, resp.headers, resp.content)
             if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                time.sleep(backoff(wait, limited))
                 limited += 1
-                time.sleep(wait)
                 continue
             raise_for(resp)
             return resp
@@ -153,8 +153,8 @@ class Transport:
                 conn.close()
                 wait = rate_wait(raw.status, {k.lower(): v for k, v in raw.getheaders()}, content)
                 if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                    time.sleep(backoff(wait, limited))
                     limited += 1
-                    time.sleep(wait)
                     continue
                 raise_for(Response(raw.status, {}, content))
             try:
@@ -223,8 +223,8 @@ class AsyncTransport:
                 raise self.endpoint.unavailable(exc) from exc
             wait = rate_wait(resp.status_code, resp.headers, resp.content)
             if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                await asyncio.sleep(backoff(wait, limited))
                 limited += 1
-                await asyncio.sleep(wait)
                 continue
             raise_for(resp)
             return resp

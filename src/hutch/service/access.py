@@ -171,4 +171,5 @@ class Access:
             return
         wait = self.runs.take(actor.id, limit / 60.0, float(limit))
         if wait > 0:
+            self.svc.metrics.limited.labels(key=actor.name, limit="runs").inc()
             raise too_many("runs", wait, f"{limit} a minute")
