@@ -120,6 +120,13 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("DELETE", "/v1/tenants/{name}", name="t1")
     assert tenant["created"]
 
+    # API keys
+    made = c.call("POST", "/v1/keys", json={"name": "k1", "ttl": "30d", "scopes": ["read"], "quotas": {"memory": "1G", "rps": 5}})
+    c.call("GET", "/v1/keys")
+    c.call("GET", "/v1/keys/{ref}", ref="k1")
+    assert c.call("POST", "/v1/keys/{ref}/rotate", ref=made["id"], json={})["key"] != made["key"]
+    assert c.call("DELETE", "/v1/keys/{ref}", ref="k1")["changed"] is True
+
     # events, the claim reports (refused here: the fake keeps no claims), and the teardown
     c.call("GET", "/v1/events", params={"sandbox": sid, "limit": 1000})
     c.call("GET", "/v1/sandboxes/{ref}/events", ref=sid)
