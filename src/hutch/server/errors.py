@@ -89,10 +89,15 @@ async def handle(request: Request, exc: Exception) -> Response:
     status, body = error_body(exc, request.scope)
     if unexpected(exc):
         log.error("internal error on %s %s: %s", request.method, request.url.path, body["error"]["message"], exc_info=exc)
-    headers = None
-    if isinstance(exc, RateLimitedError) and exc.retry_after is not None:  # nothing was done: send it again then
-        headers = {"retry-after": str(max(1, math.ceil(exc.retry_after)))}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=dict(error_headers(exc)) or None)
+
+
+def error_headers(exc: BaseException) -> list[tuple[str, str]]:
+    """The headers an error's answer carries besides its body: ``Retry-After`` of a rate limit
+    (nothing was done: send it again then)."""
+    if isinstance(exc, RateLimitedError) and exc.retry_after is not None:
+        return [("retry-after", str(max(1, math.ceil(exc.retry_after))))]
+    return []
 
 
 def install(app: FastAPI) -> None:

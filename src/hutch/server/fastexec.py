@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ from hutch.errors import HutchError
 from hutch.models import ExecRequest
 from hutch.server.credentials import CallerCredentials
 from hutch.server.edge import too_large
-from hutch.server.errors import error_body, unexpected
+from hutch.server.errors import error_body, error_headers, unexpected
 from hutch.service import Service
 
 log = logging.getLogger("hutch.daemon")
@@ -78,7 +79,7 @@ class FastExec:
             status, err = error_body(exc, scope)
             if unexpected(exc):
                 log.error("internal error on POST %s: %s", scope["path"], err["error"]["message"], exc_info=exc)
-            await _answer(send, status, err)
+            await _answer(send, status, err, error_headers(exc))
             return
         data = result.model_dump_json().encode()
         await send({"type": "http.response.start", "status": 200, "headers": [_JSON, (b"content-length", b"%d" % len(data))]})
@@ -125,9 +126,10 @@ def _plain(headers: list[tuple[bytes, bytes]]) -> bool:
     return True
 
 
-async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _answer(send: Send, status: int, body: dict[str, Any], extra: Sequence[tuple[str, str]] = ()) -> None:
     from json import dumps
 
     data = dumps(body).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [_JSON, (b"content-length", b"%d" % len(data))]})
+    headers = [_JSON, (b"content-length", b"%d" % len(data)), *((k.encode(), v.encode()) for k, v in extra)]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})

@@ -61,7 +61,7 @@ def router(service: Service) -> APIRouter:
         return keys.create(
             req.name,
             ttl=_ttl(req.ttl),
-            scopes=req.scopes,
+            scopes=[str(s) for s in req.scopes],
             admin=req.admin,
             quotas=req.quotas.values(),
             network_default=_policy(req.network_default),
