@@ -69,6 +69,7 @@ def make_dirs(root: ImageRoot, uid: int | None) -> None:
     os.chmod(root.dir, 0o711)
     for d in (root.upper, root.work, root.mnt):
         d.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(d, 0o755)  # the upper's mode is the root's: every user inside passes it (the daemon's umask is 077)
     made = [root.upper, root.work]
     for name, mode in (("tmp", 0o1777), ("root", 0o700)):
         if not os.path.lexists(root.image.rootfs / name):
