@@ -29,7 +29,10 @@ TABLE_FLAG = re.compile(r"`(--?[A-Za-z][\w-]*)")
 def walk(command: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     yield path, command
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        ctx = click.Context(command)
+        for name in sorted(command.list_commands(ctx)):  # lazy groups import a command on get_command
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
             yield from walk(sub, (*path, name))
 
 
@@ -136,7 +139,7 @@ def resolve(group: click.Group, path: tuple[str, ...]) -> str | None:
     for i, word in enumerate(path):
         if not isinstance(command, click.Group):
             return None  # the rest are arguments
-        sub = command.commands.get(word)
+        sub = command.get_command(click.Context(command), word)
         if sub is None:
             return f"'hutch {' '.join(path[: i + 1])}' is not a command"
         command = sub
