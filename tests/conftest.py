@@ -142,3 +142,43 @@ def daemon(hutch_home: Path) -> Iterator[Daemon]:
         finally:
             d.stop()
             sweep(hutch_home)
+
+
+# -- images: a tiny OCI layout and local registries (tests/imagekit.py), once per session ----------
+
+
+@pytest.fixture(scope="session")
+def image_layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An OCI layout with refs ``tiny`` (busybox + files), ``multi`` (amd64 + arm64) and ``arm`` (arm64)."""
+    from tests.imagekit import tiny_layout
+
+    layout = tmp_path_factory.mktemp("oci-layout")
+    return tiny_layout(layout)
+
+
+@pytest.fixture(scope="session")
+def registry(image_layout: Path) -> Iterator[object]:
+    """docker-registry on 127.0.0.1, anonymous, holding tiny:1, multi:1 (an index) and arm:1."""
+    from tests.imagekit import Registry
+
+    reg = Registry().start()
+    try:
+        reg.push(image_layout, "tiny", "tiny:1")
+        reg.push(image_layout, "multi", "multi:1", all_platforms=True)
+        reg.push(image_layout, "arm", "arm:1")
+        yield reg
+    finally:
+        reg.stop()
+
+
+@pytest.fixture(scope="session")
+def auth_registry(image_layout: Path) -> Iterator[object]:
+    """docker-registry on 127.0.0.1 with htpasswd auth (user ``alice``), holding team/tiny:1."""
+    from tests.imagekit import Registry
+
+    reg = Registry(users={"alice": "s3cret-pass-42"}).start()
+    try:
+        reg.push(image_layout, "tiny", "team/tiny:1")
+        yield reg
+    finally:
+        reg.stop()

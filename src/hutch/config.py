@@ -54,6 +54,7 @@ class Settings:
     body_timeout: float = 60.0  # ... or whose request body stops arriving for this long
     unikraft_image: str | None = None
     local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
+    insecure_registries: str = ""  # registries (host[:port], comma-separated) pulled from over plain http
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
     unikraft_ca_file: str = ""  # a CA bundle for the TLS of `hutch ssh` only (tests: the test server's CA)

@@ -115,11 +115,11 @@ def encode(creds: Mapping[str, Credential]) -> str:
     return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
 
 
-def _text(value: object, what: str, limit: int) -> str:
+def _text(value: object, what: str, limit: int, header: str = HEADER) -> str:
     if value is None:
         return ""
     if not isinstance(value, str) or len(value) > limit or not all(32 <= ord(ch) < 127 for ch in value):
-        raise InvalidError(f"the {HEADER} header has an invalid {what}", hint=f"printable ASCII, at most {limit} characters")
+        raise InvalidError(f"the {header} header has an invalid {what}", hint=f"printable ASCII, at most {limit} characters")
     return value.strip()
 
 
@@ -233,3 +233,89 @@ def describe(info: Mapping[str, object]) -> str:
     origin, source = info.get("origin"), info.get("source")
     via = f"from {origin}" + (f", {source}" if source and source != origin else "")
     return f"in memory ({via}, token {info.get('fingerprint')})"
+
+
+# -- registry logins (hutch image pull) ------------------------------------------------------
+
+REGISTRY_HEADER = "x-hutch-registry-auth"
+REGISTRY_USER_VAR = "HUTCH_REGISTRY_USER"
+REGISTRY_PASSWORD_VAR = "HUTCH_REGISTRY_PASSWORD"
+REGISTRY_VAR = "HUTCH_REGISTRY"  # optional: the registry (host[:port]) the two above are for
+MAX_DOCKER_CONFIG = 1 << 20
+DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """A registry username and password (or identity token) of the caller, and where they were found."""
+
+    username: str = field(default="", repr=False)
+    password: str = field(default="", repr=False)
+    source: str = ""
+
+
+def _docker_config(environ: Mapping[str, str]) -> dict[str, object]:
+    base = environ.get("DOCKER_CONFIG") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".docker")
+    try:
+        with open(os.path.join(base, "config.json"), "rb") as f:
+            raw = f.read(MAX_DOCKER_CONFIG + 1)
+        doc = json.loads(raw) if len(raw) <= MAX_DOCKER_CONFIG else {}
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def registry_login(environ: Mapping[str, str], registry: str) -> RegistryLogin | None:
+    """The caller's login for ``registry`` (``host[:port]``, ``docker.io`` for Docker Hub):
+    ``HUTCH_REGISTRY_USER`` + ``HUTCH_REGISTRY_PASSWORD`` (for any registry, or the one
+    ``HUTCH_REGISTRY`` names), else the ``auths`` entry of the docker config file
+    (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``). None: pull anonymously."""
+    user, password = environ.get(REGISTRY_USER_VAR, ""), environ.get(REGISTRY_PASSWORD_VAR, "")
+    scope = environ.get(REGISTRY_VAR, "").strip()
+    if user and password and (not scope or scope == registry):
+        return RegistryLogin(user, password, f"{REGISTRY_USER_VAR}/{REGISTRY_PASSWORD_VAR}")
+    auths = _docker_config(environ).get("auths")
+    if not isinstance(auths, dict):
+        return None
+    keys = DOCKER_HUB_KEYS if registry == "docker.io" else (registry, f"https://{registry}", f"http://{registry}")
+    for key in keys:
+        entry = auths.get(key) or auths.get(key.rstrip("/"))
+        if not isinstance(entry, dict):
+            continue
+        if isinstance(entry.get("identitytoken"), str) and entry["identitytoken"]:
+            return RegistryLogin("<token>", entry["identitytoken"], "docker config file")
+        user, password = str(entry.get("username") or ""), str(entry.get("password") or "")
+        if not (user and password) and isinstance(entry.get("auth"), str):
+            try:
+                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                continue
+        if user and password:
+            return RegistryLogin(user, password, "docker config file")
+    return None
+
+
+def encode_login(login: RegistryLogin) -> str:
+    doc = {"username": login.username, "password": login.password, "source": login.source}
+    return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_login(value: str) -> RegistryLogin:
+    """The login a request carries in :data:`REGISTRY_HEADER`; bounded and strict (errors never quote it)."""
+    hint = "the header is built by hutch's client; check the client's version"
+    if len(value) > MAX_HEADER:
+        raise InvalidError(f"the {REGISTRY_HEADER} header is longer than {MAX_HEADER} bytes", hint=hint)
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+    except (binascii.Error, ValueError):
+        raise InvalidError(f"the {REGISTRY_HEADER} header is not base64url JSON", hint=hint) from None
+    if not isinstance(doc, dict):
+        raise InvalidError(f"the {REGISTRY_HEADER} header is not an object", hint=hint)
+    login = RegistryLogin(
+        _text(doc.get("username"), "username", MAX_TOKEN, REGISTRY_HEADER),
+        _text(doc.get("password"), "password", MAX_TOKEN, REGISTRY_HEADER),
+        _text(doc.get("source"), "source", 100, REGISTRY_HEADER),
+    )
+    if not login.username or not login.password:
+        raise InvalidError(f"the {REGISTRY_HEADER} header has no username or password", hint=hint)
+    return login

@@ -7,7 +7,7 @@ Two families:
   ``localhost``, is a domain; otherwise the domain is ``docker.io`` and a one-component path
   gets ``library/`` (``python:3.12`` is ``docker.io/library/python:3.12``). No tag and no digest
   means ``:latest``. Names a user gives to imported images are registry references too.
-- a **local source**, read on the client side and uploaded: ``oci-archive:PATH``,
+- a **local source**, read on the client side and uploaded: ``oci-archive:PATH[:REF]``,
   ``oci:DIR[:REF]`` (an OCI image layout), ``docker-archive:PATH`` (``docker save``),
   ``rootfs:PATH`` (a root filesystem directory or tarball) and ``-`` (a root filesystem tar on
   standard input).
@@ -41,7 +41,7 @@ _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _ID_RE = re.compile(r"(?:sha256:)?([0-9a-f]{6,64})")
 FORMS_HINT = (
     "e.g. python:3.12-slim, docker.io/library/debian:bookworm, localhost:5000/team/img:tag, NAME@sha256:<64 hex>; "
-    "or oci-archive:PATH, oci:DIR[:REF], docker-archive:PATH, rootfs:PATH"
+    "or oci-archive:PATH[:REF], oci:DIR[:REF], docker-archive:PATH, rootfs:PATH"
 )
 
 
@@ -124,13 +124,13 @@ def parse(text: str) -> ImageRef:
             raise _invalid(text, f"{transport}: needs a path")
         if len(text) > 4096 or "\0" in text:
             raise _invalid(text, "the path is too long or has a NUL byte")
-        if transport == "oci":
+        if transport in ("oci", "oci-archive"):
             path, ref = rest, None
-            if not os.path.isdir(rest) and ":" in rest:
+            if not os.path.exists(rest) and ":" in rest:
                 path, _, ref = rest.rpartition(":")
                 if not ref:
                     raise _invalid(text, "the image name after the directory is empty")
-            return LocalRef("oci", path, ref)
+            return LocalRef(transport, path, ref)  # type: ignore[arg-type]  # one of the two
         return LocalRef(transport, rest)  # type: ignore[arg-type]  # one of the local transports
     return parse_registry(text)
 

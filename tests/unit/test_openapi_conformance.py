@@ -30,6 +30,7 @@ SEED = 20261201
 EXAMPLES = 5  # per operation and pass: about 650 requests in all
 BOX = "box"
 schemathesis.serializer.alias("application/x-hutch-push", "application/octet-stream")  # a push body is bytes
+schemathesis.serializer.alias("application/x-tar", "application/octet-stream")  # an image import's body
 
 
 @pytest.fixture
@@ -78,6 +79,8 @@ def test_the_api_keeps_its_openapi_document(app: Any) -> None:
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) > 40
     for op in operations:
+        if op.path == "/v1/images/pull":
+            continue  # it would reach registries outside this machine: tests/integration/test_images.py
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             failures += _run(op, mode, lambda: None)
         if "{ref}" in op.path:

@@ -27,6 +27,7 @@ MODEL_MODULES = (
     "hutch.netpolicy",
     "hutch.server.app",
     "hutch.server.keys",
+    "hutch.server.images",
     "hutch.server.lifecycle",
     "hutch.server.oneshot",
     "hutch.server.runs",

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -249,3 +249,32 @@ class AsyncClient:
     async def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text (the metrics scope)."""
         return (await self.request("GET", "/metrics")).content.decode()
+    # -- images -------------------------------------------------------------------------
+    def image_pull(self, ref: str, *, insecure: bool = False, platform: str | None = None) -> AsyncIterator[wire.ImagePullFrame]:
+        from hutch.client import images
+
+        headers = images.login_headers(self.endpoint, ref)
+        body = {"ref": ref, "insecure": insecure} | ({"platform": platform} if platform else {})
+        return self.transport.stream("POST", "/v1/images/pull", json=body, headers=headers)
+
+    def image_import(self, source: str, name: str | None = None) -> AsyncIterator[wire.ImagePullFrame]:
+        from hutch.client import images
+
+        up = images.upload(source, name)
+        params = {"format": up.format, **up.params}
+        return self.transport.stream(
+            "POST", "/v1/images/import", params=params, content=images.aiter_chunks(up.chunks), content_type="application/x-tar"
+        )
+
+    async def images(self) -> builtins.list[wire.ImageRecord]:
+        return cast("builtins.list[wire.ImageRecord]", await self.json("GET", "/v1/images"))
+
+    async def image_inspect(self, ref: str) -> wire.ImageRecord:
+        return cast("wire.ImageRecord", await self.json("GET", "/v1/images/inspect", params={"ref": ref}))
+
+    async def image_rm(self, ref: str, force: bool = False) -> wire.ImageRemoved:
+        params = {"ref": ref, "force": force}
+        return cast("wire.ImageRemoved", await self.json("DELETE", "/v1/images", params=params))
+
+    async def image_prune(self) -> wire.ImagePruned:
+        return cast("wire.ImagePruned", await self.json("POST", "/v1/images/prune"))

@@ -300,3 +300,33 @@ class Client:
     def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text (the metrics scope)."""
         return self.request("GET", "/metrics").content.decode()
+    # -- images -------------------------------------------------------------------------
+    def image_pull(self, ref: str, *, insecure: bool = False, platform: str | None = None) -> Iterator[wire.ImagePullFrame]:
+        """Pull ``ref`` into the daemon's store: its frames, ``done`` (or ``error``) last. The
+        caller's registry login (environment or docker config file) travels in a header."""
+        from hutch.client import images
+
+        headers = images.login_headers(self.endpoint, ref)
+        body = {"ref": ref, "insecure": insecure} | ({"platform": platform} if platform else {})
+        return self.transport.stream("POST", "/v1/images/pull", json=body, headers=headers)
+
+    def image_import(self, source: str, name: str | None = None) -> Iterator[wire.ImagePullFrame]:
+        """Upload ``source`` (``oci-archive:``, ``oci:``, ``docker-archive:``, ``rootfs:`` or ``-``) as an image."""
+        from hutch.client import images
+
+        up = images.upload(source, name)
+        params = {"format": up.format, **up.params}
+        headers = {"content-type": "application/x-tar"}
+        return self.transport.stream("POST", "/v1/images/import", params=params, upload=up.chunks, headers=headers)
+
+    def images(self) -> builtins.list[wire.ImageRecord]:
+        return cast("builtins.list[wire.ImageRecord]", self.json("GET", "/v1/images"))
+
+    def image_inspect(self, ref: str) -> wire.ImageRecord:
+        return cast("wire.ImageRecord", self.json("GET", "/v1/images/inspect", params={"ref": ref}))
+
+    def image_rm(self, ref: str, force: bool = False) -> wire.ImageRemoved:
+        return cast("wire.ImageRemoved", self.json("DELETE", "/v1/images", params={"ref": ref, "force": force}))
+
+    def image_prune(self) -> wire.ImagePruned:
+        return cast("wire.ImagePruned", self.json("POST", "/v1/images/prune"))

@@ -10,9 +10,10 @@ again only as :mod:`hutch.client.retry` allows, bound the answer, and raise the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from hutch.client import http1
@@ -126,17 +127,34 @@ class Transport:
             raise_for(resp)
             return resp
 
-    def stream(self, method: str, url: str, *, params: dict[str, Any] | None = None, json: Any = None) -> Iterator[Any]:
-        """An NDJSON response, one parsed line at a time, as the daemon sends them."""
+    def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        upload: Iterable[bytes] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Iterator[Any]:
+        """An NDJSON response, one parsed line at a time, as the daemon sends them. ``upload``:
+        a body sent in chunks as it is produced (a daemon that answers before reading it all is heard)."""
         if params:
             url += query(params)
         body = _dumps(json) if json is not None else None
-        headers = self.endpoint.headers() | ({"content-type": "application/json"} if json is not None else {})
+        headers = self.endpoint.headers() | (headers or {}) | ({"content-type": "application/json"} if json is not None else {})
+        if upload is not None:
+            headers["transfer-encoding"] = "chunked"
         attempt = limited = 0
         while attempt < 2:
             conn = self.endpoint.connection()
             try:
-                conn.request(method, url, body=body, headers=headers)
+                if upload is None:
+                    conn.request(method, url, body=body, headers=headers)
+                else:
+                    # a daemon that refused the body closes it early: its answer says why
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        _send_chunked(conn, method, url, headers, upload)
                 raw = conn.getresponse(method)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 conn.close()
@@ -229,13 +247,25 @@ class AsyncTransport:
             raise_for(resp)
             return resp
 
-    async def stream(self, method: str, url: str, *, content: bytes, content_type: str) -> AsyncIterator[Any]:
+    async def stream(
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes | AsyncIterable[bytes] | None = None,
+        content_type: str | None = None,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> AsyncIterator[Any]:
         """An NDJSON response, one parsed line at a time, as the daemon sends them."""
         h = self._httpx
-        headers = {"content-type": content_type}
+        headers = dict(headers or {}) | ({"content-type": content_type} if content_type else {})
+        if params:
+            url += query(params)
         for attempt in (0, 1):
             try:
-                async with self.http.stream(method, url, content=content, headers=headers) as resp:
+                async with self.http.stream(method, url, content=content, json=json, headers=headers) as resp:
                     if resp.status_code >= 400:
                         await resp.aread()
                         raise_for(resp)
@@ -261,3 +291,16 @@ def _dumps(obj: Any) -> bytes:
 
 def _loads(data: bytes) -> Any:
     return json.loads(data)
+
+
+def _send_chunked(conn: http1.Connection, method: str, url: str, headers: dict[str, str], upload: Iterable[bytes]) -> None:
+    """A request whose body is sent as it is produced (chunked transfer coding)."""
+    conn.putrequest(method, url)
+    for key, value in headers.items():
+        conn.putheader(key, value)
+    conn.endheaders()
+    assert conn.sock is not None
+    for chunk in upload:
+        if chunk:
+            conn.sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+    conn.sock.sendall(b"0\r\n\r\n")

@@ -25,7 +25,7 @@ STATUSES = {
     "needs (a TCP listener; the unix socket needs none)",
     403: "`policy`, `approval_required` (the sandbox's policy wants a human's approval: `approval_id`) "
     "or `permission_denied` (inside the sandbox)",
-    404: "`not_found`: no such sandbox, run, approval, snapshot or tenant, or one no longer live",
+    404: "`not_found`: no such sandbox, run, approval, snapshot, tenant or image, or one no longer live",
     409: "`conflict`: the state does not allow it (a name taken, a paused or destroyed sandbox, "
     "an ambiguous id prefix, a request racing a destroy)",
     413: "`invalid`: the request body is over the operation's limit (refused while it is read)",
@@ -36,6 +36,10 @@ STATUSES = {
     504: "`timeout`: a wait ran out of time",
 }
 RAW_BODIES = {  # routes that read their body themselves
+    ("post", "/v1/images/import"): (
+        "application/x-tar",
+        "the image as a tar stream: an OCI image layout, a docker save archive or a root filesystem (see format)",
+    ),
     ("put", "/v1/sandboxes/{ref}/files"): ("application/octet-stream", "the file's bytes (at most 64 MiB)"),
     ("post", "/v1/sandboxes/{ref}/push"): (
         "application/x-hutch-push",
@@ -76,7 +80,7 @@ def _errors(method: str, path: str, op: dict[str, Any]) -> list[int]:
     codes = [401, 429, 500, 503]  # any request over a key's rate: 429
     if params or body:
         codes.append(400)
-    if "{" in path or body or params & {"sandbox", "run"}:  # names something that may be missing or busy
+    if "{" in path or body or params & {"sandbox", "run", "ref"}:  # names something that may be missing or busy
         codes += [404, 409]
     if "{ref}" in path:  # a sandbox's policy (approvals), or a permission inside it
         codes.append(403)

@@ -53,6 +53,7 @@ from hutch.service.approvals import Approvals
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
 from hutch.service.hints import check_options, no_egress
+from hutch.service.images import Images
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.keys import Keys
 from hutch.service.lifecycle import Lifecycle
@@ -90,6 +91,7 @@ class Service:
         self.access = Access(self)  # what the request's actor may see and do: ownership, quotas, rates
         self.keys = Keys(self)  # API keys of the gateway
         self.metrics = Metrics(self)  # /metrics
+        self.images = Images(self)  # the image store (pull, import, rm, prune) and the ImageSource of --image
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:

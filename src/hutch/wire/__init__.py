@@ -13,6 +13,7 @@ daemon sends validate against them.
 - :mod:`hutch.wire.workspaces`: files, push/pull, snapshots, fork, tenants
 - :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
 - :mod:`hutch.wire.keys`: a gateway's API keys
+- :mod:`hutch.wire.images`: stored images, pull/import frames, rm, prune
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
 - :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
 - :mod:`hutch.wire.pydantic`: these TypedDicts as pydantic types, for the server side only
@@ -29,6 +30,21 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hutch.wire.images import (
+        ImageConfigBody,
+        ImageDoneFrame,
+        ImageErrorFrame,
+        ImageLayer,
+        ImageLayerFrame,
+        ImageProgressFrame,
+        ImagePruned,
+        ImagePullFrame,
+        ImagePullRequest,
+        ImageReceivedFrame,
+        ImageRecord,
+        ImageRemoved,
+        ImageResolvedFrame,
+    )
     from hutch.wire.keys import KeyCreated, KeyQuotas, KeyRecord, KeyRequest, KeyRevoked, KeyScope, KeyState, RotateRequest
     from hutch.wire.oneshot import (
         DoneFrame,
@@ -130,7 +146,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images")
 
 __all__ = [
     "AccountCredential",
@@ -169,6 +185,19 @@ __all__ = [
     "ForkRequest",
     "ForkResult",
     "Health",
+    "ImageConfigBody",
+    "ImageDoneFrame",
+    "ImageErrorFrame",
+    "ImageLayer",
+    "ImageLayerFrame",
+    "ImageProgressFrame",
+    "ImagePruned",
+    "ImagePullFrame",
+    "ImagePullRequest",
+    "ImageReceivedFrame",
+    "ImageRecord",
+    "ImageRemoved",
+    "ImageResolvedFrame",
     "InputFrame",
     "Inventory",
     "InventoryItem",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
 from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
 from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
 from hutch.wire.runs import (
@@ -147,4 +148,11 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/keys/{ref}", None, KeyRecord),
     Route("DELETE", "/v1/keys/{ref}", None, KeyRevoked),
     Route("POST", "/v1/keys/{ref}/rotate", RotateRequest, KeyCreated),
+    # images (the registry login of a pull travels in the x-hutch-registry-auth header)
+    Route("POST", "/v1/images/pull", ImagePullRequest, None, stream=ImagePullFrame, media=NDJSON),
+    Route("POST", "/v1/images/import", None, None, stream=ImagePullFrame, media=NDJSON, request_media=TAR),
+    Route("GET", "/v1/images", None, list[ImageRecord]),
+    Route("GET", "/v1/images/inspect", None, ImageRecord),
+    Route("DELETE", "/v1/images", None, ImageRemoved),
+    Route("POST", "/v1/images/prune", None, ImagePruned),
 )

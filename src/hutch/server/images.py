@@ -1,0 +1,110 @@
+"""HTTP routes for images: pull, import (an uploaded archive or root filesystem), list, inspect, rm, prune.
+
+A pull or an import answers NDJSON frames (``wire.ImagePullFrame``): what fails before its first
+frame is a plain error answer; after it, an ``error`` frame ends the stream. A pull's registry
+login travels in the ``x-hutch-registry-auth`` header (base64url JSON: username, password,
+source), is used for that pull only and is never stored or shown.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
+
+from hutch.credentials import REGISTRY_HEADER, RegistryLogin, decode_login
+from hutch.errors import InvalidError
+from hutch.service import Service
+from hutch.service.images import MAX_IMPORT
+
+NDJSON = "application/x-ndjson"
+FRAMES: dict[str, Any] = {
+    "description": "NDJSON frames: resolved, layer, progress (received for an import), then done or error",
+    "content": {NDJSON: {"schema": {"type": "string", "description": "one JSON frame per line"}}},
+}
+
+
+class FrameStream(StreamingResponse):
+    media_type = NDJSON
+
+
+class ImagePullRequest(BaseModel):
+    ref: str
+    insecure: bool = False
+    platform: str | None = None
+
+
+async def _ndjson(first: dict[str, Any], items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    yield json.dumps(first).encode() + b"\n"
+    async for item in items:
+        yield json.dumps(item).encode() + b"\n"
+
+
+async def _streamed(items: AsyncIterator[dict[str, Any]]) -> FrameStream:
+    first = await anext(items)  # errors before the first frame are plain error answers
+    if first.get("type") == "error":
+        from hutch.errors import HutchError
+
+        raise HutchError.from_dict(first["error"])
+    return FrameStream(_ndjson(first, items), media_type=NDJSON)
+
+
+def _login(request: Request) -> RegistryLogin | None:
+    raw = request.headers.get(REGISTRY_HEADER)
+    return decode_login(raw) if raw else None
+
+
+def router(service: Service) -> APIRouter:
+    r = APIRouter()
+    images = service.images
+
+    @r.post("/v1/images/pull", response_model=None, response_class=FrameStream, responses={200: FRAMES})
+    async def pull(req: ImagePullRequest, request: Request) -> FrameStream:
+        """Pull an image from a registry into the store (a multi-platform image: the host's
+        platform). The answer is NDJSON: ``resolved``, ``layer`` and ``progress`` frames, then
+        ``done`` with the image and the blob bytes transferred (0 when every layer was stored)."""
+        return await _streamed(images.pull(req.ref, _login(request), insecure=req.insecure, platform=req.platform))
+
+    @r.post(
+        "/v1/images/import", response_model=None, response_class=FrameStream, responses={200: FRAMES}, max_body_size=MAX_IMPORT
+    )
+    async def import_(
+        request: Request,
+        format: str,  # noqa: A002 - the query's name
+        name: str | None = None,
+        ref: str | None = None,
+    ) -> FrameStream:
+        """Import an uploaded image: ``format`` ``oci`` (an OCI image layout as a tar: what
+        ``oci-archive:`` files are, and how the client sends ``oci:DIR``), ``docker`` (what
+        ``docker save`` writes) or ``rootfs`` (a root filesystem tar, plain, gzip or zstd).
+        ``name`` names the result (else the names the archive carries); ``ref`` picks an image
+        of an OCI layout by its ref name. The body streams in (at most 64 GiB, refused as it is
+        read); the answer is NDJSON like a pull's."""
+        if name is not None and not name:
+            raise InvalidError("name is empty", hint="drop it, or give NAME[:TAG]")
+        return await _streamed(images.import_(format, request.stream(), name=name, ref=ref))
+
+    @r.get("/v1/images")
+    async def list_() -> list[dict[str, Any]]:
+        return images.list()
+
+    @r.get("/v1/images/inspect")
+    async def inspect(ref: str) -> dict[str, Any]:
+        return images.inspect(ref)
+
+    @r.delete("/v1/images")
+    async def remove(ref: str, force: bool = False) -> dict[str, Any]:
+        """Remove a name (a name given) or the image (its id given); an image used by a live sandbox
+        is a ``conflict`` unless ``force`` (its files then stay until those sandboxes are gone)."""
+        return await images.remove(ref, force)
+
+    @r.post("/v1/images/prune")
+    async def prune() -> dict[str, Any]:
+        """Remove the files no stored image and no live sandbox uses (and interrupted downloads); what went."""
+        return await images.prune()
+
+    return r

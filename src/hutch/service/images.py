@@ -1,0 +1,262 @@
+"""Image use-cases: pull, import, list, inspect, rm, prune (the store itself: providers/local/images).
+
+A pull or an import is a stream of events (``wire.ImagePullFrame``) ending with ``done`` (the
+image) or ``error``. Whatever fails, nothing half-stored stays: the files the attempt added
+and no image uses are collected before the error is told (a transfer cut by the network keeps
+its partial blob, so that pulling again resumes it; ``prune`` removes those too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hutch import imageref as refs
+from hutch.credentials import RegistryLogin
+from hutch.errors import ConflictError, HutchError, InternalError, InvalidError
+from hutch.models import LIVE_STATES
+from hutch.providers.local.images import archive
+from hutch.providers.local.images.build import Emit, build
+from hutch.providers.local.images.manifests import host_platform
+from hutch.providers.local.images.pull import PullOptions, keep_owners, pull
+from hutch.providers.local.images.store import ImageStore
+
+if TYPE_CHECKING:
+    from hutch.service import Service
+
+log = logging.getLogger("hutch.service")
+THROTTLE = 0.2  # seconds between two progress (or received) events
+MAX_IMPORT = 64 << 30  # bytes of one upload
+FORMATS = ("oci", "docker", "rootfs")
+
+Work = Callable[[Emit], Awaitable[dict[str, Any]]]
+
+
+class Images:
+    def __init__(self, service: Service) -> None:
+        self.svc = service
+        self.store = ImageStore(service.settings.home / "images", service.store.images)
+
+    @property
+    def source(self) -> ImageStore:
+        """The ``ImageSource`` local sandboxes resolve their ``--image`` through."""
+        return self.store
+
+    # -- what uses an image ----------------------------------------------------------------
+
+    def in_use(self) -> dict[str, list[str]]:
+        """Image id -> the live sandboxes made from it."""
+        out: dict[str, list[str]] = {}
+        for rec in self.svc.store.sandboxes.all(LIVE_STATES):
+            image_id = rec.data.get("image_id") if isinstance(rec.data.get("image_id"), str) else None
+            if image_id is None and rec.spec.image and rec.provider != "unikraft":
+                with contextlib.suppress(HutchError):
+                    row = self.store.find(rec.spec.image)
+                    image_id = row["id"] if row is not None else None
+            if image_id is not None:
+                out.setdefault(image_id, []).append(rec.id)
+        return out
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def list(self) -> list[dict[str, Any]]:
+        used = self.in_use()
+        return [self.store.describe(row, used.get(row["id"])) for row in self.store.rows.all()]
+
+    def inspect(self, ref: str) -> dict[str, Any]:
+        row = self.store.lookup(ref)
+        return self.store.describe(row, self.in_use().get(row["id"]))
+
+    # -- pull and import -------------------------------------------------------------------
+
+    def pull(
+        self, ref: str, auth: RegistryLogin | None, *, insecure: bool = False, platform: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Pull ``ref``: its events, ``done`` last (with the image and the blob bytes transferred)."""
+        parsed = refs.parse(ref)
+        if isinstance(parsed, refs.LocalRef):
+            raise InvalidError(f"{ref} is a local source, not a registry reference", hint=f"hutch image import {ref} NAME")
+        want = _platform(platform)
+        opts = PullOptions(platform=want, insecure=insecure or self._insecure(parsed), keep_owners=keep_owners())
+
+        async def work(emit: Emit) -> dict[str, Any]:
+            row, transferred = await pull(self.store, parsed, auth, opts, emit)
+            return {"image": self.store.describe(row), "transferred": transferred}
+
+        return self._events(work)
+
+    def _insecure(self, ref: refs.RegistryRef) -> bool:
+        allowed = {h.strip() for h in self.svc.settings.insecure_registries.split(",") if h.strip()}
+        return ref.domain in allowed
+
+    def import_(
+        self, fmt: str, chunks: AsyncIterator[bytes], *, name: str | None, ref: str | None, platform: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Import an upload (``oci``: an OCI layout tar, ``docker``: docker save, ``rootfs``: a root filesystem tar)."""
+        if fmt not in FORMATS:
+            raise InvalidError(f"unknown import format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
+        target = refs.parse_registry(name) if name else None
+        want = _platform(platform)
+
+        async def work(emit: Emit) -> dict[str, Any]:
+            spool = self.store.tmp / f"upload-{secrets.token_hex(8)}"
+            self.store.tmp.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                size = 0
+                try:
+                    # the whole body is read before the first frame: once the answer streams, Starlette
+                    # listens for the client's disconnect on the same channel and would take the rest
+                    async for chunk in chunks:  # the route's body limit stops it past MAX_IMPORT, as it is read
+                        size += len(chunk)
+                        await asyncio.to_thread(_write_all, fd, chunk)
+                finally:
+                    os.close(fd)
+                emit({"type": "received", "bytes": size})
+                return await asyncio.to_thread(self._import_sync, fmt, spool, target, ref, want, emit)
+            finally:
+                spool.unlink(missing_ok=True)
+
+        return self._events(work)
+
+    def _import_sync(
+        self, fmt: str, spool: Path, target: refs.RegistryRef | None, ref: str | None, want: str, emit: Emit
+    ) -> dict[str, Any]:
+        carried: list[str] = []
+        with spool.open("rb") as stream:
+            if fmt == "rootfs":
+                parts = archive.rootfs_parts(self.store, stream, MAX_IMPORT, want, emit, keep_owners=keep_owners())
+            else:
+                got = archive.receive(self.store, stream, MAX_IMPORT, emit)
+                if fmt == "oci":
+                    parts, carried = archive.oci_parts(self.store, got, ref, want)
+                else:
+                    parts, carried = archive.docker_parts(self.store, got, want)
+        names = [target.name] if target else _carried_names(carried)
+        row = build(self.store, parts, names, emit, keep_owners=keep_owners())
+        return {"image": self.store.describe(row), "transferred": 0}
+
+    async def _events(self, work: Work) -> AsyncIterator[dict[str, Any]]:
+        """Run ``work`` (which emits events, from any thread), yield its events, then ``done`` or ``error``."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        last: dict[str, float] = {}
+        loop_thread = threading.get_ident()
+
+        def emit(event: dict[str, Any]) -> None:
+            kind = event.get("type", "")
+            if kind in ("progress", "received"):
+                key = f"{kind} {event.get('digest', '')}"
+                now = time.monotonic()
+                if now - last.get(key, 0.0) < THROTTLE:
+                    return
+                last[key] = now
+            if threading.get_ident() == loop_thread:
+                events.put_nowait(event)
+            else:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+
+        async def run() -> dict[str, Any]:
+            lock = await asyncio.to_thread(_enter, self.store.shared())
+            try:
+                return await work(emit)
+            finally:
+                await asyncio.to_thread(lock.__exit__, None, None, None)
+
+        task = asyncio.ensure_future(run())
+        task.add_done_callback(lambda _t: events.put_nowait(None))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            try:
+                result = task.result()
+            except HutchError as exc:
+                await self._cleanup()
+                yield {"type": "error", "error": exc.to_dict()}
+                return
+            except Exception as exc:
+                log.exception("image transfer failed")
+                await self._cleanup()
+                yield {"type": "error", "error": InternalError(f"{type(exc).__name__}: {exc}").to_dict()}
+                return
+            yield {"type": "done", **result}
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _cleanup(self) -> None:
+        """After a failed pull or import: remove what it added that no image uses."""
+        keep = set(self.in_use())
+        try:
+            await asyncio.to_thread(self.store.collect, keep)
+        except (HutchError, OSError) as exc:
+            log.warning("cleaning up after a failed image transfer: %s", exc)
+
+    # -- removing --------------------------------------------------------------------------
+
+    async def remove(self, ref: str, force: bool = False) -> dict[str, Any]:
+        row = self.store.lookup(ref)
+        users = self.in_use().get(row["id"], [])
+        if users and not force:
+            shown = ", ".join(users[:5]) + (" ..." if len(users) > 5 else "")
+            raise ConflictError(
+                f"image {ref!r} is used by {len(users)} live sandbox(es): {shown}",
+                hint="destroy them first, or hutch image rm --force (its files stay until they are gone)",
+            )
+        row, untagged, deleted = self.store.remove(ref)
+        freed = 0
+        if deleted:
+            report = await asyncio.to_thread(self.store.collect, set(self.in_use()))
+            freed = report["freed"]
+        return {
+            "image": row["id"],
+            "untagged": [refs.familiar(n) for n in untagged],
+            "deleted": deleted,
+            "sandboxes": users,
+            "freed": freed,
+        }
+
+    async def prune(self) -> dict[str, Any]:
+        report = await asyncio.to_thread(self.store.collect, set(self.in_use()), True)
+        return dict(report)
+
+
+def _platform(platform: str | None) -> str:
+    host = host_platform()
+    if platform is None or platform == host:
+        return host
+    if platform.split("/")[:2] != host.split("/")[:2]:
+        raise InvalidError(
+            f"this machine runs {host} images only, not {platform}",
+            hint="drop --platform (images for another architecture cannot run here)",
+        )
+    return platform
+
+
+def _carried_names(names: list[str]) -> list[str]:
+    out = []
+    for name in names:
+        with contextlib.suppress(HutchError):
+            out.append(refs.parse_registry(name).name)
+    return out
+
+
+def _enter(cm: contextlib.AbstractContextManager[None]) -> contextlib.AbstractContextManager[None]:
+    cm.__enter__()
+    return cm
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
