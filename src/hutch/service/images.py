@@ -180,12 +180,12 @@ class Images:
                 result = task.result()
             except HutchError as exc:
                 await self._cleanup()
-                yield {"type": "error", "error": exc.to_dict()}
+                yield {"type": "error", **exc.to_dict()}
                 return
             except Exception as exc:
                 log.exception("image transfer failed")
                 await self._cleanup()
-                yield {"type": "error", "error": InternalError(f"{type(exc).__name__}: {exc}").to_dict()}
+                yield {"type": "error", **InternalError(f"{type(exc).__name__}: {exc}").to_dict()}
                 return
             yield {"type": "done", **result}
         finally:
