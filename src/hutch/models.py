@@ -131,10 +131,28 @@ class Mount(BaseModel):
         raise InvalidError(f"invalid mount {text!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
 
 
+MIN_DISK = 16 << 20  # a filesystem this small still holds its journal and a few files
+MAX_DISK = 1 << 40
+
+
 class Limits(BaseModel):
     memory: Size = Field(default=DEFAULT_MEMORY, description="bytes, or a size with a unit: 512M, 1G")
     pids: int = DEFAULT_PIDS
     cpus: StrictFloat | None = None
+    disk: Size | None = Field(default=None, description="what the sandbox may write (bytes or 1G); None: no cap")
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, v: Any) -> int | None:
+        if v is None:
+            return None
+        size = parse_size(v)
+        if not MIN_DISK <= size <= MAX_DISK:
+            raise InvalidError(
+                f"--disk must be between {format_size(MIN_DISK)} and {format_size(MAX_DISK)}, got {format_size(size)}",
+                hint="e.g. --disk 2G",
+            )
+        return size
 
     @field_validator("memory", mode="before")
     @classmethod

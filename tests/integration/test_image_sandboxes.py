@@ -176,3 +176,22 @@ def test_the_images_config_is_the_sandboxs_default(idaemon: Daemon) -> None:
     r = _cli(idaemon, "run", "--image", "busybox", "--json")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "names none" in json.loads(r.stdout)["error"]["message"]
+
+
+def test_disk_caps_what_a_sandbox_writes(idaemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=idaemon.settings, image="busybox", disk="64M")
+    sdir = idaemon.home / "sandboxes" / sbx.id
+    try:
+        assert "64" in sbx.refresh()["enforcement"]["disk"]
+        for target in ("/root/big", "/workspace/big"):  # the writable root and the workspace share the cap
+            r = sbx.exec(f"dd if=/dev/zero of={target} bs=1M count=100 2>&1; echo rc=$?; rm -f {target}")
+            assert "No space left on device" in r.stdout and "rc=1" in r.stdout, r.stdout
+        r = sbx.exec("echo still > /etc/written && cat /etc/written")  # the sandbox keeps working
+        assert r.stdout == "still\n"
+        assert str(sdir / "disk") in Path("/proc/self/mountinfo").read_text()
+    finally:
+        sbx.destroy()
+    assert not sdir.exists()
+    assert str(sdir) not in Path("/proc/self/mountinfo").read_text()  # nothing stays mounted
+    loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=False).stdout
+    assert str(sdir) not in loops

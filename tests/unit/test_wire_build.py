@@ -207,3 +207,16 @@ def test_an_image_reaches_the_spec_from_every_edge_and_local_image_is_the_defaul
     assert "image" not in build.sandbox_spec(settings, provider="unikraft")  # unikraft picks its own, in the daemon
     clean_env.delenv("HUTCH_LOCAL_IMAGE")
     assert "image" not in build.sandbox_spec(Settings.load())  # no setting: the host-/usr sandbox
+
+
+def test_disk_is_a_limit_and_a_user_daemon_refuses_it() -> None:
+    from hutch.errors import UnavailableError
+    from hutch.providers.local import disk
+
+    assert build.limits(Settings(), disk="2G")["disk"] == "2G"
+    assert "disk" not in build.limits(Settings())
+    with pytest.raises(UnavailableError, match="needs hutch running as root"):
+        disk.check(False, None)
+    with pytest.raises(InvalidError, match="tenant"):
+        disk.check(True, "t1")
+    disk.check(True, None)

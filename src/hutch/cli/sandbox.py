@@ -32,6 +32,12 @@ def create_options(f: Any) -> Any:
         click.option("--pids", type=count(), metavar="N", help="Maximum number of processes (default 512)."),
         click.option("--cpus", type=float, help="CPU limit in cores, e.g. 0.5 (default: none)."),
         click.option(
+            "--disk",
+            type=SIZE,
+            help="Cap on what the sandbox writes (its writable root and /workspace), e.g. 2G; past it writes fail "
+            "with ENOSPC (local: hutch as root).",
+        ),
+        click.option(
             "--env",
             "-e",
             "env",
@@ -138,6 +144,7 @@ def build_spec(
     on_expire: str | None = None,
     require_approval: tuple[str, ...] = (),
     ssh: bool = False,
+    disk: int | None = None,
 ) -> wire.SandboxSpec:
     """The spec of the command line's options (``K=V`` pairs, secrets read here), built as every
     edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
@@ -148,6 +155,7 @@ def build_spec(
         memory=memory,
         pids=pids,
         cpus=cpus,
+        disk=disk,
         env=parse_pairs(env, "env", from_env=True),
         labels=parse_pairs(labels, "label"),
         mounts=mounts,

@@ -37,6 +37,7 @@ class CreateOptions(TypedDict, total=False):
     on_expire: Literal["destroy", "pause"] | None
     require_approval: list[str] | None
     image: str | None
+    disk: int | str | None
     unikraft_metro: str | None
 
 
@@ -48,6 +49,7 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         memory=c.get("memory"),
         pids=c.get("pids"),
         cpus=c.get("cpus"),
+        disk=c.get("disk"),
         env=c.get("env"),
         mounts=c.get("mounts") or (),
         labels=c.get("labels"),

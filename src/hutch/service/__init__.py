@@ -143,6 +143,8 @@ class Service:
             raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
         if spec.limits.cpus is not None and "cpus" not in caps.limits:
             raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
+        if spec.limits.disk is not None and "disk" not in caps.limits:
+            raise InvalidError(f"the {provider.name} provider cannot cap what a sandbox writes", hint="drop --disk")
         if spec.network.mode != "none" and not caps.network:
             raise no_egress(provider, spec.network)
         if spec.secrets and not caps.secrets:

@@ -69,13 +69,22 @@ class SpecDefaults(Protocol):
     def default_image(self, provider: str) -> str | None: ...
 
 
-def limits(defaults: SpecDefaults, memory: int | str | None = None, pids: int | None = None, cpus: float | None = None) -> Limits:
+def limits(
+    defaults: SpecDefaults,
+    memory: int | str | None = None,
+    pids: int | None = None,
+    cpus: float | None = None,
+    disk: int | str | None = None,
+) -> Limits:
     """Limits as given, the caller's settings for the rest."""
-    return {
+    out: Limits = {
         "memory": memory or defaults.memory,
         "pids": pids if pids is not None else defaults.pids,
         "cpus": cpus if cpus is not None else defaults.cpus,
     }
+    if disk is not None:
+        out["disk"] = disk
+    return out
 
 
 def mount(value: str | Mount, flag: str = "mount") -> Mount:
@@ -118,6 +127,7 @@ class Shape(TypedDict, total=False):
     memory: int | str | None
     pids: int | None
     cpus: float | None
+    disk: int | str | None
     env: Mapping[str, str] | None
     labels: Mapping[str, str] | None
     network: str | None
@@ -128,7 +138,7 @@ class Shape(TypedDict, total=False):
 
 def _shape(defaults: SpecDefaults, shape: Shape) -> tuple[Limits, dict[str, str], dict[str, str]]:
     """The limits, environment and labels ``shape`` gives."""
-    given = limits(defaults, shape.get("memory"), shape.get("pids"), shape.get("cpus"))
+    given = limits(defaults, shape.get("memory"), shape.get("pids"), shape.get("cpus"), shape.get("disk"))
     return given, dict(shape.get("env") or {}), dict(shape.get("labels") or {})
 
 

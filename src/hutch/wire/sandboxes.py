@@ -42,6 +42,7 @@ class Limits(TypedDict, total=False):
     memory: int | str
     pids: int
     cpus: float | None  # cores; None: no cpu limit
+    disk: int | str | None  # what the sandbox may write (its writable root and /workspace); None: no cap
 
 
 class Mount(TypedDict):

@@ -27,7 +27,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, freeze, hostca, hostpython, mounts, seccomp, userns, view
+from hutch.providers.local import cgroups, disk, freeze, hostca, hostpython, mounts, seccomp, userns, view
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
@@ -40,9 +40,11 @@ from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.source import default_images
 from hutch.providers.local.images.types import ImageSource
 from hutch.providers.local.runs import raw_output
+from hutch.providers.local.sandboxdir import make_dirs
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
-from hutch.providers.local.workspace import WorkspaceMixin, make_tenant_workspace
+from hutch.providers.local.workspace import WorkspaceMixin
+from hutch.units import format_size
 
 AGENT_DIR = hostpython.SANDBOX_DIR  # the agent's files inside the sandbox (a package: see agent/__init__.py)
 AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "agent").glob("*.py"))}
@@ -53,7 +55,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
     name = "local"
     capabilities = Capabilities(
         mounts=True,
-        limits=frozenset({"memory", "pids", "cpus"}),
+        limits=frozenset({"memory", "pids", "cpus", "disk"}),
         survives_daemon=True,
         secrets=True,
         shared_workspace=True,
@@ -196,6 +198,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             raise UnavailableError(f"cannot create the sandbox: {exc}", hint="run hutch doctor") from exc
 
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        if rec.spec.limits.disk is not None:
+            disk.check(self.root, rec.spec.tenant)
         image = await asyncio.to_thread(self.images.resolve, rec.spec.image) if rec.spec.image else None
         # its own users (a range of uids): asked for, or an image's (its USER, else root); else uid 1000 sandbox
         want = rec.spec.user or (rootfs.user_of(image) if image is not None else None)
@@ -228,12 +232,14 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how}
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
-        root = ImageRoot(image, sdir / "root", runtime) if image is not None and runtime is not None else None
+        top = sdir / "disk" if rec.spec.limits.disk is not None else sdir  # the capped filesystem holds what it writes
+        root = ImageRoot(image, top / "root", runtime) if image is not None and runtime is not None else None
         ns_fd: int | None = None
         stack = contextlib.ExitStack()
         try:
             own = (uid + plan.uid, uid + plan.gid) if plan and self.root else (uid, uid)  # the user's, seen from here
-            ws, ctl, rdir = await asyncio.to_thread(self._make_dirs, sdir, own, rec.spec.tenant)  # disk work off the loop
+            cap = (rec.spec.limits.disk, uid) if rec.spec.limits.disk is not None else None
+            ws, ctl, rdir = await asyncio.to_thread(make_dirs, self.settings, self.root, sdir, own, rec.spec.tenant, cap)
             if plan is not None:  # its own user namespace, a range of uids mapped: made before bwrap joins it
                 ns_fd = await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None)
                 fds.append(ns_fd)
@@ -262,6 +268,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                     enforcement[key] = "rlimit (per user)"
                 elif limits.cpus is not None:
                     enforcement[key] = "not enforced (no cgroup cpu controller)"
+            if limits.disk is not None:
+                enforcement["disk"] = f"ext4 of {format_size(limits.disk)} on a loop device (writable root and /workspace)"
             shared = self._shared_workspace(rec)
             data["workspace_path"] = shared or str(ws)  # a sub-agent's is its parent's
             ws_fd = os.open(shared or ws, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
@@ -343,28 +351,6 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             return None
         return str(parent.get("workspace_path") or Path(parent["dir"]) / "workspace")
 
-    def _make_dirs(self, sdir: Path, owner: tuple[int, int], tenant: str | None = None) -> tuple[Path, Path, Path]:
-        """The sandbox's directories: its own (0711), workspace, control and runs (0700, its uid's)."""
-        self.settings.sandboxes_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.settings.sandboxes_dir, 0o711)
-        if self.root:  # bwrap runs as the sandbox's uid and must pass through the state dir
-            home = self.settings.home
-            os.chmod(home, home.stat().st_mode | 0o111)
-        sdir.mkdir(exist_ok=True)
-        os.chmod(sdir, 0o711)  # explicit: the daemon runs with umask 077
-        ws, ctl = sdir / "workspace", sdir / "ctl"
-        uid, gid = owner
-        if tenant:  # kept under the state dir, outside the sandbox's own (removed on destroy)
-            ws = make_tenant_workspace(self.settings, tenant, uid if self.root else None)
-        ws.mkdir(mode=0o700, exist_ok=True)
-        ctl.mkdir(mode=0o700, exist_ok=True)
-        rdir = sdir / "runs"
-        rdir.mkdir(mode=0o700, exist_ok=True)
-        if self.root:
-            for d in (ws, ctl, rdir):
-                os.chown(d, uid, gid)
-        return ws, ctl, rdir
-
     async def alive(self, rec: SandboxRecord) -> bool:
         pid, start = rec.data.get("init_pid"), rec.data.get("init_start")
         if not pid or start_time(int(pid)) != start:
@@ -437,6 +423,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             cg.remove()
             if data.get("dir"):
                 rootfs.teardown(Path(data["dir"]))  # nothing of a create cut short stays mounted in it
+                disk.remove(Path(data["dir"]))
                 rmtree(Path(data["dir"]))
             self.uids.release(sandbox_id)
 
