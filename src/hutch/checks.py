@@ -162,3 +162,18 @@ def check_label(key: str, value: str) -> None:
         )
     if len(value) > 256 or "\n" in value or "\x00" in value:
         raise InvalidError(f"invalid value for label {key!r}", hint="label values are one line of at most 256 characters")
+
+
+MIN_DISK, MAX_DISK = 16 << 20, 1 << 40  # --disk: a filesystem this small still holds its journal and a few files
+
+
+def size_between(value: str | int, low: int, high: int, flag: str, hint: str) -> int:
+    """A size (bytes, or text with a unit) within ``[low, high]``; else ``invalid`` naming ``flag``."""
+    from hutch.units import format_size, parse_size
+
+    size = parse_size(value)
+    if not low <= size <= high:
+        raise InvalidError(
+            f"{flag} must be between {format_size(low)} and {format_size(high)}, got {format_size(size)}", hint=hint
+        )
+    return size

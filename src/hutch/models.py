@@ -27,11 +27,13 @@ from pydantic.json_schema import SkipJsonSchema
 
 from hutch import wire
 from hutch.checks import (
+    MAX_DISK,
     MAX_ITEMS,
     MAX_MEMORY,
     MAX_MOUNTS,
     MAX_OUTPUT,
     MAX_PIDS,
+    MIN_DISK,
     MIN_MEMORY,
     MIN_PIDS,
     NAME_HINT,
@@ -42,12 +44,13 @@ from hutch.checks import (
     check_path,
     check_secrets,
     is_name,
+    size_between,
 )
 from hutch.errors import InvalidError
 from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
-from hutch.units import format_size, parse_duration, parse_size
+from hutch.units import format_size, parse_duration
 from hutch.wire.pydantic import typeddict
 
 # --user: a name or a uid, then optionally a group name or a gid (uids below 2^31)
@@ -131,10 +134,6 @@ class Mount(BaseModel):
         raise InvalidError(f"invalid mount {text!r}", hint="use HOST:SANDBOX or HOST:SANDBOX:ro")
 
 
-MIN_DISK = 16 << 20  # a filesystem this small still holds its journal and a few files
-MAX_DISK = 1 << 40
-
-
 class Limits(BaseModel):
     memory: Size = Field(default=DEFAULT_MEMORY, description="bytes, or a size with a unit: 512M, 1G")
     pids: int = DEFAULT_PIDS
@@ -144,26 +143,13 @@ class Limits(BaseModel):
     @field_validator("disk", mode="before")
     @classmethod
     def _disk(cls, v: Any) -> int | None:
-        if v is None:
-            return None
-        size = parse_size(v)
-        if not MIN_DISK <= size <= MAX_DISK:
-            raise InvalidError(
-                f"--disk must be between {format_size(MIN_DISK)} and {format_size(MAX_DISK)}, got {format_size(size)}",
-                hint="e.g. --disk 2G",
-            )
-        return size
+        return None if v is None else size_between(v, MIN_DISK, MAX_DISK, "--disk", "e.g. --disk 2G")
 
     @field_validator("memory", mode="before")
     @classmethod
     def _memory(cls, v: Any) -> int:
-        size = parse_size(v)
-        if not MIN_MEMORY <= size <= MAX_MEMORY:
-            raise InvalidError(
-                f"--memory must be between {format_size(MIN_MEMORY)} and {format_size(MAX_MEMORY)}, got {format_size(size)}",
-                hint=f"a sandbox needs at least {format_size(MIN_MEMORY)} to start, e.g. --memory 512M",
-            )
-        return size
+        hint = f"a sandbox needs at least {format_size(MIN_MEMORY)} to start, e.g. --memory 512M"
+        return size_between(v, MIN_MEMORY, MAX_MEMORY, "--memory", hint)
 
     @field_validator("pids")
     @classmethod
