@@ -280,3 +280,37 @@ def test_a_disk_that_fills_mid_pull_is_a_clear_error_and_leaves_nothing(small_ho
     finally:
         d.stop()
         sweep(small_home)
+
+
+def _hutch(d: Daemon, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    import sys
+
+    from tests.conftest import hutch_env
+
+    env = hutch_env(d.home)
+    return subprocess.run([sys.executable, "-m", "hutch", *args], input=stdin, capture_output=True, env=env, timeout=300)
+
+
+def test_the_cli_imports_from_stdin_lists_inspects_and_hints(daemon: Daemon, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/os-release").write_text("ID=piped\n")
+    tar = subprocess.run(["tar", "-cf", "-", "-C", str(root), "."], check=True, capture_output=True).stdout
+    r = _hutch(daemon, "image", "import", "-", "piped:1", "--json", stdin=tar)
+    assert r.returncode == 0, r.stderr
+    frames = [json.loads(line) for line in r.stdout.splitlines()]
+    assert frames[-1]["type"] == "done" and frames[-1]["image"]["names"] == ["piped:1"]
+    listed = json.loads(_hutch(daemon, "image", "list", "--json").stdout)
+    assert [i["names"] for i in listed] == [["piped:1"]]
+    shown = json.loads(_hutch(daemon, "image", "inspect", "piped:1", "--json").stdout)
+    assert (Path(shown["rootfs"]) / "etc/os-release").read_text() == "ID=piped\n"
+    r = _hutch(daemon, "image", "inspect", "nosuch:2", "--json")
+    assert r.returncode == 1 and json.loads(r.stdout)["error"]["hint"].startswith("hutch image pull nosuch:2")
+    r = _hutch(daemon, "pull", "python:3.12", "--json")
+    assert r.returncode == 1 and "hutch image pull python:3.12" in json.loads(r.stdout)["error"]["hint"]
+    r = _hutch(daemon, "image", "pull", "Bad Ref", "--json")
+    assert r.returncode == 2 and json.loads(r.stdout)["error"]["kind"] == "invalid"
+    doctor = json.loads(_hutch(daemon, "doctor", "--json").stdout)
+    assert any(c["name"] == "images" and "piped:1" in c["detail"] for c in doctor["checks"])
+    r = _hutch(daemon, "image", "rm", "piped:1", "--json")
+    assert json.loads(r.stdout)["deleted"] is True

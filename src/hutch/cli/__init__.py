@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "daemon": ("system", "daemon"),
     "serve": ("system", "serve"),
     "key": ("keys", "key"),
+    "image": ("images", "image"),
     "mcp": ("agents", "mcp"),
     "skill": ("skill", "skill"),
     "catalog": ("catalog", "catalog"),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hutch.cli.common import Ctx, SandboxCommand, count, emit, human_bytes, json_option, table
+from hutch.errors import NotFoundError
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -108,7 +109,27 @@ def pull(obj: Ctx, sandbox: str, directory: str, dry_run: bool, force: bool) -> 
     Refuses, before writing anything, when a local file would be overwritten with other
     content, unless --force.
     """
-    show_pull(obj, obj.client.pull(sandbox, directory, dry_run=dry_run, force=force))
+    try:
+        summary = obj.client.pull(sandbox, directory, dry_run=dry_run, force=force)
+    except NotFoundError as exc:
+        if _image_like(sandbox):  # hutch pull python:3.12 meant an image
+            exc.hint = f"hutch pull copies a sandbox's /workspace; to pull an image: hutch image pull {sandbox}"
+        raise
+    show_pull(obj, summary)
+
+
+def _image_like(text: str) -> bool:
+    """Whether a missing sandbox's name reads like an image reference (a tag, a registry, a digest)."""
+    from hutch.errors import InvalidError
+    from hutch.imageref import parse_registry
+
+    if not any(ch in text for ch in ":/@"):
+        return False
+    try:
+        parse_registry(text)
+    except InvalidError:
+        return False
+    return True
 
 
 @click.group()

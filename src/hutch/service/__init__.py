@@ -468,6 +468,8 @@ class Service:
             checks += await self.provider(provider or self.settings.provider).check()
         except HutchError as exc:
             checks.append(CheckResult("provider", False, exc.message, exc.hint))
+        if (provider or self.settings.provider) == "local":
+            checks.append(self.images.check())
         if credentials:  # the daemon's own doctor: its process
             checks.append(CheckResult("open files", True, fdlimit.report()))
             checks += credential_checks(self.keyring.report())

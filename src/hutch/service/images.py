@@ -23,6 +23,7 @@ from hutch import imageref as refs
 from hutch.credentials import RegistryLogin
 from hutch.errors import ConflictError, HutchError, InternalError, InvalidError
 from hutch.models import LIVE_STATES
+from hutch.provider import CheckResult
 from hutch.providers.local.images import archive
 from hutch.providers.local.images.build import Emit, build
 from hutch.providers.local.images.manifests import host_platform
@@ -66,6 +67,21 @@ class Images:
         return out
 
     # -- reading ---------------------------------------------------------------------------
+
+    def check(self) -> CheckResult:
+        """``hutch doctor``'s line: what the store holds, and how to get a useful image when it holds none."""
+        rows = self.store.rows.all()
+        if not rows:
+            how = (
+                "none stored; sandboxes without --image use the host's /usr. To get one: hutch image pull python:3.12-slim, "
+                "or with no registry: mmdebstrap --variant=minbase bookworm - | hutch image import - debian:bookworm "
+                "(docs/images.md)"
+            )
+            return CheckResult("images", True, how)
+        names = [refs.familiar(n) for r in rows for n in r["names"] if "@" not in n]
+        shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+        return CheckResult("images", True, f"{len(rows)} stored ({shown or 'unnamed'}) in {self.store.root}")
+
 
     def list(self) -> list[dict[str, Any]]:
         used = self.in_use()
