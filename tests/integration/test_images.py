@@ -314,3 +314,20 @@ def test_the_cli_imports_from_stdin_lists_inspects_and_hints(daemon: Daemon, tmp
     assert any(c["name"] == "images" and "piped:1" in c["detail"] for c in doctor["checks"])
     r = _hutch(daemon, "image", "rm", "piped:1", "--json")
     assert json.loads(r.stdout)["deleted"] is True
+
+
+def test_sandboxes_start_from_a_pulled_image_and_rm_waits_for_them(daemon: Daemon, registry: Registry) -> None:
+    from hutch import Sandbox
+
+    ref = f"{registry.host}/tiny:1"
+    image = pull(daemon, ref)["image"]
+    sbx = Sandbox.create(image=ref, settings=daemon.settings)
+    try:
+        assert sbx.exec("cat /etc/hello.txt").stdout == "hello from the image\n"
+        assert daemon.client().image_inspect(ref)["sandboxes"] == [sbx.id]
+        with pytest.raises(HutchError) as err:
+            daemon.client().image_rm(ref)
+        assert err.value.kind == "conflict" and sbx.id in err.value.message and "--force" in (err.value.hint or "")
+    finally:
+        sbx.destroy()
+    assert daemon.client().image_rm(ref)["deleted"] and not Path(image["rootfs"]).exists()

@@ -20,6 +20,8 @@ class EmptySource:
 
 
 def default_images(settings: Settings) -> ImageSource:
-    """The image store of ``settings.home``."""
-    del settings
-    return EmptySource()
+    """The image store of ``settings.home`` (``hutch image pull`` and ``import`` fill it)."""
+    from hutch.providers.local.images.store import ImageStore
+    from hutch.store import Store
+
+    return ImageStore(settings.home / "images", Store(settings.db_path).images)
