@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import re
+import time
 
 from hutch.errors import InvalidError
 
@@ -64,3 +66,29 @@ def format_duration(seconds: float) -> str:
     if s < 120:
         return f"{s}s"
     return f"{s // 60}m" if s < 7200 else f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def parse_time(value: str | float | datetime.datetime, now: float | None = None) -> float:
+    """When something happened, as a Unix time: a Unix time (``1767225600``), an ISO 8601 time
+    (``2026-12-01T10:00:00Z``; without a zone it is local time), a ``datetime``, or a duration
+    with its unit meaning that long ago (``90s``, ``10m``, ``2h``, ``1d``)."""
+    hint = "use a Unix time (1767225600), an ISO 8601 time (2026-12-01T10:00:00Z) or a duration ago (10m, 2h)"
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        m = _DURATION_RE.fullmatch(text)
+        if m and m.group(2):
+            return (time.time() if now is None else now) - parse_duration(text)
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                return datetime.datetime.fromisoformat(text.replace("z", "Z")).timestamp()
+            except ValueError:
+                raise InvalidError(f"invalid time {value!r}", hint=hint) from None
+    if not 0 <= seconds < 1e11:  # NaN too
+        raise InvalidError(f"invalid time {value!r}", hint=hint)
+    return seconds

@@ -28,6 +28,7 @@ TOOLS = {
     "file_write",
     "file_read",
     "file_list",
+    "sandbox_diff",
     "exec_background",
     "run_poll",
     "run_wait",

@@ -39,6 +39,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "watch": contract.watching_provider,
     "ssh": contract.ssh_provider,
     "claims": contract.claims_provider,
+    "changes": contract.changes_provider,
 }
 
 

@@ -98,6 +98,7 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("PUT", "/v1/sandboxes/{ref}/files", ref=sid, params={"path": "a.txt"}, content=b"abc")
     assert c.call("GET", "/v1/sandboxes/{ref}/files", ref=sid, params={"path": "a.txt"}) == b"abc"
     c.call("GET", "/v1/sandboxes/{ref}/ls", ref=sid)
+    c.call("GET", "/v1/sandboxes/{ref}/diff", ref=sid, params={"since": 1.5, "path": "/workspace"})
     kept = c.call("GET", "/v1/sandboxes/{ref}/manifest", ref=sid)["files"]
     root = tmp_path / "tree"
     (root / "sub").mkdir(parents=True)

@@ -45,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "write": ("files", "write"),
     "read": ("files", "read"),
     "ls": ("files", "ls"),
+    "diff": ("files", "diff"),
     "push": ("workspace", "push"),
     "pull": ("workspace", "pull"),
     "snapshot": ("workspace", "snapshot"),

@@ -1,4 +1,4 @@
-"""write, read, ls."""
+"""write, read, ls, diff."""
 
 from __future__ import annotations
 
@@ -7,11 +7,16 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
 from hutch.errors import InvalidError
+from hutch.units import parse_time
+
+if TYPE_CHECKING:
+    from hutch import wire
 
 
 @click.command(cls=SandboxCommand)
@@ -73,10 +78,27 @@ def read(obj: Ctx, sandbox: str, path: str) -> None:
 @click.argument("sandbox")
 @click.argument("path", required=False)
 @click.option("--long", "-l", "long_", is_flag=True, help="Show type, mode, size and time.")
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="List the files under PATH changed at or after TIME, recursively (judged by ctime): a Unix time, "
+    "ISO 8601 (2026-12-01T10:00:00Z) or a duration ago (10m, 2h).",
+)
 @json_option
 @click.pass_obj
-def ls(obj: Ctx, sandbox: str, path: str | None, long_: bool) -> None:
-    """List a directory in a sandbox (default: the workdir)."""
+def ls(obj: Ctx, sandbox: str, path: str | None, long_: bool, since: str | None) -> None:
+    """List a directory in a sandbox (default: the workdir), or with --since what changed under it."""
+    if since is not None:
+        found = obj.client.diff(sandbox, parse_time(since), path or ".")
+        changed = [c for c in found["changes"] if c["kind"] != "deleted" and c["path"] != found["path"]]
+        if obj.json:
+            emit(changed)
+        else:
+            for c in changed:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(c["ctime"] or 0))
+                click.echo(f"{when}  {c['path']}{'/' if c['type'] == 'dir' else ''}" if long_ else c["path"])
+            _warn(found)
+        return
     entries = obj.client.list_files(sandbox, path)
     if obj.json:
         emit(entries)
@@ -96,3 +118,40 @@ def ls(obj: Ctx, sandbox: str, path: str | None, long_: bool) -> None:
         for e in entries
     ]
     table(rows, ["type", "mode", "size", "modified", "name"])
+
+
+KINDS = {"added": "A", "modified": "C", "deleted": "D"}
+
+
+def _warn(found: wire.ChangeList) -> None:
+    for note in found["notes"]:
+        click.echo(f"hutch: {note}", err=True)
+    if found["truncated"]:
+        click.echo(f"hutch: only the first {len(found['changes'])} changes are shown", err=True)
+
+
+@click.command(cls=SandboxCommand)
+@click.argument("sandbox")
+@click.option(
+    "--since",
+    metavar="TIME",
+    help="Only changes at or after TIME (judged by ctime): a Unix time, ISO 8601 (2026-12-01T10:00:00Z) "
+    "or a duration ago (10m, 2h).",
+)
+@click.option("--path", "path", metavar="PATH", help="Only changes at or under PATH (relative: under the workdir).")
+@json_option
+@click.pass_obj
+def diff(obj: Ctx, sandbox: str, since: str | None, path: str | None) -> None:
+    """What a sandbox changed, like docker diff: A added, C modified, D deleted.
+
+    Compares the sandbox's writable root (an image sandbox's own layer over its image) and its
+    /workspace with what they had when it started; changes are judged by ctime, which a
+    workload cannot set back.
+    """
+    found = obj.client.diff(sandbox, parse_time(since) if since is not None else None, path)
+    if obj.json:
+        emit(found)
+        return
+    for c in found["changes"]:
+        click.echo(f"{KINDS[c['kind']]} {c['path']}")
+    _warn(found)

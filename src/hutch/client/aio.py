@@ -167,6 +167,11 @@ class AsyncClient:
         params = {"path": path} if path else {}
         return cast("builtins.list[wire.FileEntry]", await self.json("GET", paths.sandbox(ref) + "/ls", params=params))
 
+    async def diff(self, ref: str, since: float | None = None, path: str | None = None) -> wire.ChangeList:
+        """What the sandbox changed (at or under ``path``), at or after ``since`` (a Unix time)."""
+        params: dict[str, str] = ({"since": repr(float(since))} if since is not None else {}) | ({"path": path} if path else {})
+        return cast("wire.ChangeList", await self.json("GET", paths.sandbox(ref) + "/diff", params=params))
+
     # -- workspaces ---------------------------------------------------------------------
     async def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
         return cast("wire.Session", await self.json("POST", "/v1/sessions", json=spec))
@@ -249,6 +254,7 @@ class AsyncClient:
     async def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text (the metrics scope)."""
         return (await self.request("GET", "/metrics")).content.decode()
+
     # -- images -------------------------------------------------------------------------
     def image_pull(self, ref: str, *, insecure: bool = False, platform: str | None = None) -> AsyncIterator[wire.ImagePullFrame]:
         from hutch.client import images

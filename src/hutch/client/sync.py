@@ -213,6 +213,11 @@ class Client:
         params = {"path": path} if path else {}
         return cast("builtins.list[wire.FileEntry]", self.json("GET", paths.sandbox(ref) + "/ls", params=params))
 
+    def diff(self, ref: str, since: float | None = None, path: str | None = None) -> wire.ChangeList:
+        """What the sandbox changed (at or under ``path``), at or after ``since`` (a Unix time)."""
+        params: dict[str, str] = ({"since": repr(float(since))} if since is not None else {}) | ({"path": path} if path else {})
+        return cast("wire.ChangeList", self.json("GET", paths.sandbox(ref) + "/diff", params=params))
+
     # -- workspaces ---------------------------------------------------------------------
     def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
         return cast("wire.Session", self.json("POST", "/v1/sessions", json=spec))
@@ -300,6 +305,7 @@ class Client:
     def metrics(self) -> str:
         """``GET /metrics``: the Prometheus text (the metrics scope)."""
         return self.request("GET", "/metrics").content.decode()
+
     # -- images -------------------------------------------------------------------------
     def image_pull(self, ref: str, *, insecure: bool = False, platform: str | None = None) -> Iterator[wire.ImagePullFrame]:
         """Pull ``ref`` into the daemon's store: its frames, ``done`` (or ``error``) last. The

@@ -32,6 +32,7 @@ from hutch.mcp.shapes import (
     error_result,
     file_chunk,
 )
+from hutch.units import parse_time
 from hutch.wire import build
 
 if TYPE_CHECKING:
@@ -216,6 +217,24 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
 
         async def work() -> Body:
             return {"path": path, "entries": await client.list_files(sandbox, path)}
+
+        return await _call(work())
+
+    @app.tool(annotations=read_only)
+    async def sandbox_diff(
+        sandbox: Sandbox,
+        since: Annotated[
+            str | None,
+            Field(description="Only changes at or after this time: a Unix time, ISO 8601, or a duration ago (10m, 2h)."),
+        ] = None,
+        path: Annotated[str | None, Field(description="Only changes at or under this path (default: everything).")] = None,
+    ) -> CallToolResult:
+        """What a sandbox changed, like docker diff: the paths added, modified and deleted in its
+        writable root (image sandboxes) and its /workspace, judged by ctime (which a workload cannot set back)."""
+
+        async def work() -> Body:
+            when = parse_time(since) if since is not None else None
+            return await client.diff(sandbox, when, path)
 
         return await _call(work())
 

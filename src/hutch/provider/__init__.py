@@ -5,7 +5,7 @@ by, and the registry.
 - :mod:`hutch.provider.core`: ``Provider`` (with its run records), ``ExecSpec``,
   ``Capabilities``, ``CheckResult``, ``Interactive``;
 - :mod:`hutch.provider.optional`: the optional protocols (network, events, ranged reads,
-  options, transfer, workspace, pause, watch, ssh, claims) and the values they speak in;
+  options, transfer, workspace, pause, watch, ssh, claims, changes) and the values they speak in;
 - :mod:`hutch.provider.require`: one helper per optional protocol (``pause_provider`` ...);
 - :mod:`hutch.provider.registry`: ``load_provider``, ``provider_names``.
 
@@ -25,6 +25,7 @@ from hutch.provider.core import (
 from hutch.provider.optional import (
     PROTOCOLS,
     AccountScope,
+    ChangesProvider,
     ClaimsProvider,
     CopyReport,
     CreatePlan,
@@ -46,6 +47,7 @@ from hutch.provider.optional import (
 )
 from hutch.provider.registry import BUILTINS, load_provider, option_owners, provider_names
 from hutch.provider.require import (
+    changes_provider,
     claims_provider,
     event_source,
     missing,
@@ -64,6 +66,7 @@ __all__ = [
     "PROTOCOLS",
     "AccountScope",
     "Capabilities",
+    "ChangesProvider",
     "CheckResult",
     "ClaimsProvider",
     "CopyReport",
@@ -89,6 +92,7 @@ __all__ = [
     "TransferProvider",
     "WatchingProvider",
     "WorkspaceProvider",
+    "changes_provider",
     "claims_provider",
     "event_source",
     "load_provider",

@@ -89,6 +89,7 @@ class Capabilities:
     ranged_reads: bool = False  # reads a file at an offset (RangedReads)
     ssh: bool = False  # sandboxes reachable with hutch ssh (SshProvider)
     claims: bool = False  # resources that outlive hutch, made and removed through claims (ClaimsProvider)
+    changes: bool = False  # says what a sandbox changed, and exports its writable root as a layer (ChangesProvider)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

@@ -251,6 +251,23 @@ class ClaimsProvider(Protocol):
         ...
 
 
+@runtime_checkable
+class ChangesProvider(Protocol):
+    """``capabilities.changes``: what a sandbox changed (its writable root and its workspace),
+    judged by ctime, and its writable root as an image layer."""
+
+    async def changes(self, rec: SandboxRecord, since: float | None, under: str) -> dict[str, Any]:
+        """``{"changes": [...], "truncated", "notes"}``: what changed at or under the absolute
+        path ``under`` (at or after ``since``, a Unix time, when given), sorted by path."""
+        ...
+
+    async def export_changes(self, rec: SandboxRecord, dest: Path) -> dict[str, Any]:
+        """Write the sandbox's writable root as an uncompressed OCI layer tar to ``dest``
+        (whiteouts as ``.wh.`` entries, owners as the image sees them); its summary
+        (``diff_id``, ``size``, ``entries``)."""
+        ...
+
+
 PROTOCOLS: dict[str, type] = {
     "network": NetworkProvider,
     "events": EventSource,
@@ -262,5 +279,6 @@ PROTOCOLS: dict[str, type] = {
     "watch": WatchingProvider,
     "ssh": SshProvider,
     "claims": ClaimsProvider,
+    "changes": ChangesProvider,
 }
 """Each capability flag that promises an optional protocol, and that protocol."""

@@ -11,6 +11,7 @@ from hutch.errors import InternalError, InvalidError
 from hutch.provider.core import Provider
 from hutch.provider.optional import (
     PROTOCOLS,
+    ChangesProvider,
     ClaimsProvider,
     EventSource,
     NetworkProvider,
@@ -94,3 +95,8 @@ def ssh_provider(provider: Provider) -> SshProvider:
 
 def claims_provider(provider: Provider) -> ClaimsProvider:
     return _require(provider, "claims", ClaimsProvider, "keeps no claims", "use hutch list for its sandboxes")
+
+
+def changes_provider(provider: Provider) -> ChangesProvider:
+    lacks = "cannot say what a sandbox changed"
+    return _require(provider, "changes", ChangesProvider, lacks, "use the local provider")

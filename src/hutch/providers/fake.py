@@ -154,6 +154,7 @@ class FakeProvider:
         shared_workspace=True,
         interactive=True,
         watch=True,
+        changes=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -162,6 +163,8 @@ class FakeProvider:
         self.secrets: dict[str, dict[str, str]] = {}  # in memory only, like a real provider's agent
         self.env: dict[str, dict[str, str]] = {}
         self.jobs: dict[str, Job] = {}
+        self.started: dict[str, set[str]] = {}  # the files each sandbox had at create
+        self.ctimes: dict[str, float] = {}  # "ID:PATH" -> when hutch last wrote it
         self.status: dict[str, RawOutput] = {}
         self.transcript: list[tuple[str, str, str, bytes]] = []
         self.tenants: dict[str, dict[str, bytes]] = {}
@@ -176,6 +179,7 @@ class FakeProvider:
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         self.calls.append(("create", rec.id))
         self.sandboxes[rec.id] = self.tenants.setdefault(rec.spec.tenant, {}) if rec.spec.tenant else {}
+        self.started[rec.id] = set(self.sandboxes[rec.id])
         self.secrets[rec.id] = dict(rec.spec.secrets)
         self.env[rec.id] = dict(rec.spec.env)  # the store keeps only the keys: held from create, like an agent
         parent = rec.data.get("parent")
@@ -320,6 +324,7 @@ class FakeProvider:
         if rec.id in self.readonly:
             raise PermissionDeniedError(f"{path}: read-only file system")
         self._files(rec)[path] = data
+        self.ctimes[f"{rec.id}:{path}"] = time.time()
         self.modes[f"{rec.id}:{path}"] = mode
 
     async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
@@ -336,6 +341,25 @@ class FakeProvider:
             )
             for n in names
         ]
+
+    # -- changes capability: the files written through hutch since create ------------------
+
+    async def changes(self, rec: SandboxRecord, since: float | None, under: str) -> dict[str, Any]:
+        files, began = self._files(rec), self.started.get(rec.id, set())
+        found: list[dict[str, Any]] = []
+        for path in sorted(set(files) | began):
+            when = self.ctimes.get(f"{rec.id}:{path}")
+            if not (path == under or path.startswith(under.rstrip("/") + "/")):
+                continue
+            if path not in files:
+                found.append({"path": path, "kind": "deleted", "type": "other", "size": 0, "mode": 0, "ctime": None})
+            elif when is not None and (since is None or when >= since):
+                kind = "modified" if path in began else "added"
+                found.append({"path": path, "kind": kind, "type": "file", "size": len(files[path]), "mode": 0o644, "ctime": when})
+        return {"since": since, "changes": found, "truncated": False, "notes": ["the fake sees only files written through hutch"]}
+
+    async def export_changes(self, rec: SandboxRecord, dest: Path) -> dict[str, Any]:
+        raise InvalidError("the fake provider has no writable root to commit", hint="use the local provider with --image")
 
     # -- workspace capability: real tars of the in-memory files -------------------------
 

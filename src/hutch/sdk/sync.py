@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal, Self, Unpack, overload
 
 from hutch.client import Client
@@ -19,6 +20,7 @@ from hutch.sdk.policy import Policy
 from hutch.sdk.pty import Pty, _attach_path, _pty_start
 from hutch.sdk.results import ExecResult
 from hutch.sdk.runs import Run, Runs
+from hutch.units import parse_time
 from hutch.wire.build import ExecOptions, approval_request, exec_request, subagent_request
 
 if TYPE_CHECKING:
@@ -253,6 +255,14 @@ class Sandbox:
     def pull(self, directory: str = ".", *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
         """Copy /workspace into a local directory; refuses to overwrite other content unless ``force``."""
         return self.client.pull(self.id, directory, dry_run=dry_run, force=force)
+
+    def diff(self, since: str | float | datetime | None = None, path: str | None = None) -> wire.ChangeList:
+        """What the sandbox changed (its writable root and /workspace, or at or under ``path``),
+        like ``docker diff``: ``changes`` of ``{"path", "kind", "type", "size", "mode", "ctime"}``.
+        ``since`` (a Unix time, a ``datetime``, ISO 8601 text or a duration ago such as ``"10m"``)
+        keeps what changed at or after it (judged by ctime, which a workload cannot set back)."""
+        when = parse_time(since) if since is not None else None
+        return self.client.diff(self.id, when, path)
 
     def snapshot(self, name: str) -> wire.SnapshotRecord:
         """Save the workspace as snapshot ``name``."""

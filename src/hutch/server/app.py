@@ -15,6 +15,7 @@ from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server import errors, idempotency, openapi
+from hutch.server.changes import router as changes_router
 from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, unless_gone
@@ -163,6 +164,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(credentials_router(service))
     app.include_router(keys_router(service))
     app.include_router(images_router(service))
+    app.include_router(changes_router(service))
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

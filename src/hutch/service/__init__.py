@@ -50,6 +50,7 @@ from hutch.provider import (
 )
 from hutch.service.access import Access
 from hutch.service.approvals import Approvals
+from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
 from hutch.service.hints import check_options, no_egress
@@ -92,6 +93,7 @@ class Service:
         self.keys = Keys(self)  # API keys of the gateway
         self.metrics = Metrics(self)  # /metrics
         self.images = Images(self)  # the image store (pull, import, rm, prune) and the ImageSource of --image
+        self.changes = Changes(self)  # what a sandbox changed (diff, ls --since)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:

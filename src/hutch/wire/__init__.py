@@ -14,6 +14,7 @@ daemon sends validate against them.
 - :mod:`hutch.wire.system`: errors, health, doctor, approvals, claim reports
 - :mod:`hutch.wire.keys`: a gateway's API keys
 - :mod:`hutch.wire.images`: stored images, pull/import frames, rm, prune
+- :mod:`hutch.wire.changes`: what a sandbox changed
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
 - :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
 - :mod:`hutch.wire.pydantic`: these TypedDicts as pydantic types, for the server side only
@@ -30,6 +31,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from hutch.wire.changes import Change, ChangeKind, ChangeList
     from hutch.wire.images import (
         ImageConfigBody,
         ImageDoneFrame,
@@ -146,7 +148,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images", "changes")
 
 __all__ = [
     "AccountCredential",
@@ -159,6 +161,9 @@ __all__ = [
     "AttachResize",
     "AttachStart",
     "AttachStdin",
+    "Change",
+    "ChangeKind",
+    "ChangeList",
     "Check",
     "CleanupAction",
     "CleanupReport",

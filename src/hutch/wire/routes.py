@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from hutch.wire.changes import ChangeList
 from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
 from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
 from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
@@ -123,6 +124,7 @@ ROUTES: tuple[Route, ...] = (
     Route("PUT", SBX + "/files", None, FileWritten, request_media=BYTES),
     Route("GET", SBX + "/ls", None, list[FileEntry]),
     Route("GET", SBX + "/manifest", None, Manifest),
+    Route("GET", SBX + "/diff", None, ChangeList),
     Route("POST", SBX + "/push", None, PushResult, request_media=PUSH),  # <length>\n<PushManifest JSON><tar>
     Route("GET", SBX + "/pull", None, None, media=TAR),
     Route("POST", SBX + "/snapshots", SnapshotRequest, SnapshotRecord, 201),

@@ -27,9 +27,10 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, disk, freeze, hostca, hostpython, mounts, seccomp, userns, view
+from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, seccomp, userns, view
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
+from hutch.providers.local.changeops import ChangesMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
@@ -51,7 +52,7 @@ AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "
 KILL_GRACE = 5.0
 
 
-class LocalProvider(AgentOpsMixin, WorkspaceMixin):
+class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
     name = "local"
     capabilities = Capabilities(
         mounts=True,
@@ -68,6 +69,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
         events=True,
         ranged_reads=True,
         images=True,
+        changes=True,
     )
 
     def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
@@ -246,7 +248,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
                 identity = userns.bwrap_args(ns_fd, plan)
             if root is not None:  # its writable root: the sandbox's root's (its first uid's, as root)
                 await asyncio.to_thread(rootfs.make_dirs, root, uid if self.root else None)
-                data["image"] = {"ref": root.image.ref, "id": root.image.id, "root": str(root.dir)}
+                img = root.image
+                data["image"] = {"ref": img.ref, "id": img.id, "root": str(root.dir), "rootfs": str(img.rootfs)}
                 data["defaults"] = rootfs.defaults(root.image)
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
@@ -323,6 +326,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin):
             async with Channel(str(ctl / "agent.sock")) as ch:
                 configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets}
                 await ch.request(configure, timeout=10.0)
+            upper = root.upper if root is not None else None  # what it has at start: what hutch diff compares with
+            await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))
             if rec.spec.network.mode != "none":
                 await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
             data |= {

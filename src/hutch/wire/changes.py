@@ -1,0 +1,30 @@
+"""What a sandbox changed (``hutch diff``, ``hutch ls --since``)."""
+
+# No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
+from typing import Literal, TypedDict
+
+__all__ = ["Change", "ChangeKind", "ChangeList"]
+
+ChangeKind = Literal["added", "modified", "deleted"]
+
+
+class Change(TypedDict):
+    """One path a sandbox changed, as the sandbox sees it (``/etc/x``, ``/workspace/y``)."""
+
+    path: str
+    kind: ChangeKind
+    type: str  # file, dir, symlink, other (a deletion: what the image had there, else other)
+    size: int  # files; 0 otherwise
+    mode: int  # permission bits; 0 for a deletion
+    ctime: float | None  # when it last changed (a Unix time); None for a deletion in /workspace
+
+
+class ChangeList(TypedDict):
+    """``GET /v1/sandboxes/{ref}/diff``: the changes at or under ``path``, sorted by path."""
+
+    sandbox: str
+    path: str  # what was compared: "/" for everything
+    since: float | None
+    changes: list[Change]
+    truncated: bool  # more changes than one answer carries (100,000), or a tree too large to read whole
+    notes: list[str]  # what could not be compared, and why
