@@ -113,7 +113,8 @@ def build(store: ImageStore, parts: Parts, names: list[str], emit: Emit, *, keep
     try:
         for layer, diff_id in zip(parts.layers, parts.diff_ids, strict=True):
             _, fresh = ensure_layer(store, layer, diff_id, keep_owners)
-            emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked" if fresh else "exists"})
+            if fresh:
+                emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked"})
         ensure_rootfs(store, parts.config_digest, parts.diff_ids)
     except (HutchError, OSError) as exc:
         if isinstance(exc, OSError) and (full := disk_full(exc, "the image")) is not None:

@@ -22,7 +22,7 @@ from hutch.errors import InvalidError
 from hutch.imageref import RegistryRef
 from hutch.providers.local.images import manifests as m
 from hutch.providers.local.images.blobs import BlobStore, BlobWriter, BusyError
-from hutch.providers.local.images.build import Emit, Parts, build
+from hutch.providers.local.images.build import Emit, Parts, build, ensure_layer
 from hutch.providers.local.images.registry import Registry
 from hutch.providers.local.images.store import ImageStore
 
@@ -97,6 +97,8 @@ async def pull(
                 emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "exists"})
         gate = asyncio.Semaphore(max(1, opts.parallel))
 
+        diff_of = dict(zip((layer.digest for layer in man.layers), diff_ids, strict=False))
+
         async def one(layer: m.Layer) -> None:
             async with gate:
                 done, last = 0, 0.0
@@ -113,6 +115,9 @@ async def pull(
                 fetched = await _fetch(reg, store.blobs, layer.digest, layer.size, on_bytes)
                 emit({"type": "layer", "digest": layer.digest, "size": layer.size,
                       "status": "downloaded" if fetched else "exists"})  # fmt: skip
+                if layer.digest in diff_of:  # unpacked while the other layers still download
+                    await asyncio.to_thread(ensure_layer, store, layer, diff_of[layer.digest], opts.keep_owners)
+                    emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked"})
 
         tasks = [asyncio.create_task(one(layer)) for layer in missing]
         try:
