@@ -195,3 +195,24 @@ def test_disk_caps_what_a_sandbox_writes(idaemon: Daemon) -> None:
     assert str(sdir) not in Path("/proc/self/mountinfo").read_text()  # nothing stays mounted
     loops = subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=False).stdout
     assert str(sdir) not in loops
+
+
+def test_an_image_imported_into_the_store_starts_sandboxes(daemon: Daemon, roots: dict[str, Path]) -> None:
+    """The real daemon's store (hutch image import rootfs:DIR) is what --image resolves through."""
+    import asyncio
+
+    from hutch.client import AsyncClient
+
+    async def imported() -> list[dict[str, object]]:
+        client = AsyncClient(daemon.settings, autostart=False)
+        try:
+            return [dict(f) async for f in client.image_import(f"rootfs:{roots['busybox']}", "stored-busybox:1")]
+        finally:
+            await client.close()
+
+    frames = asyncio.run(imported())
+    assert frames[-1]["type"] == "done", frames
+    with Sandbox.create(settings=daemon.settings, image="stored-busybox:1") as sbx:
+        r = sbx.exec("cat /etc/marker; id -u; echo x > /etc/marker")
+        assert r.stdout == MARKER + "0\n", r.stdout + r.stderr
+        assert sbx.refresh()["spec"]["image"] == "stored-busybox:1"

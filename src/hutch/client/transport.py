@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import json as _json
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -271,7 +272,7 @@ class AsyncTransport:
                         raise_for(resp)
                     async for line in resp.aiter_lines():
                         if line:
-                            yield json.loads(line)
+                            yield _json.loads(line)  # ``json`` here is the request's body
                     return
             except (h.ConnectError, FileNotFoundError) as exc:
                 if attempt == 0 and self.autostart:

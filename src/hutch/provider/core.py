@@ -90,6 +90,7 @@ class Capabilities:
     ssh: bool = False  # sandboxes reachable with hutch ssh (SshProvider)
     claims: bool = False  # resources that outlive hutch, made and removed through claims (ClaimsProvider)
     changes: bool = False  # says what a sandbox changed, and exports its writable root as a layer (ChangesProvider)
+    image_store: bool = False  # starts sandboxes from the daemon's image store (hutch image pull/import)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

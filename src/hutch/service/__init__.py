@@ -466,11 +466,14 @@ class Service:
         home = self.settings.home
         writable = os.access(home, os.W_OK)
         checks.append(CheckResult("state dir", writable, str(home), None if writable else f"chmod u+w {home} or set HUTCH_HOME"))
+        stores_images = False
         try:
-            checks += await self.provider(provider or self.settings.provider).check()
+            chosen = self.provider(provider or self.settings.provider)
+            stores_images = chosen.capabilities.image_store
+            checks += await chosen.check()
         except HutchError as exc:
             checks.append(CheckResult("provider", False, exc.message, exc.hint))
-        if (provider or self.settings.provider) == "local":
+        if stores_images:  # its sandboxes start from the image store's images
             checks.append(self.images.check())
         if credentials:  # the daemon's own doctor: its process
             checks.append(CheckResult("open files", True, fdlimit.report()))

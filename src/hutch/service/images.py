@@ -53,12 +53,19 @@ class Images:
 
     # -- what uses an image ----------------------------------------------------------------
 
+    def _stores_images(self, provider: str) -> bool:
+        """Whether ``provider``'s sandboxes start from this store (a sandbox still being made has no image_id yet)."""
+        try:
+            return self.svc.provider(provider).capabilities.image_store
+        except HutchError:
+            return False
+
     def in_use(self) -> dict[str, list[str]]:
         """Image id -> the live sandboxes made from it."""
         out: dict[str, list[str]] = {}
         for rec in self.svc.store.sandboxes.all(LIVE_STATES):
             image_id = rec.data.get("image_id") if isinstance(rec.data.get("image_id"), str) else None
-            if image_id is None and rec.spec.image and rec.provider != "unikraft":
+            if image_id is None and rec.spec.image and self._stores_images(rec.provider):
                 with contextlib.suppress(HutchError):
                     row = self.store.find(rec.spec.image)
                     image_id = row["id"] if row is not None else None
@@ -81,7 +88,6 @@ class Images:
         names = [refs.familiar(n) for r in rows for n in r["names"] if "@" not in n]
         shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
         return CheckResult("images", True, f"{len(rows)} stored ({shown or 'unnamed'}) in {self.store.root}")
-
 
     def list(self) -> list[dict[str, Any]]:
         used = self.in_use()

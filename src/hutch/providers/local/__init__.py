@@ -70,6 +70,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
         ranged_reads=True,
         images=True,
         changes=True,
+        image_store=True,
     )
 
     def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
@@ -250,6 +251,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
                 await asyncio.to_thread(rootfs.make_dirs, root, uid if self.root else None)
                 img = root.image
                 data["image"] = {"ref": img.ref, "id": img.id, "root": str(root.dir), "rootfs": str(img.rootfs)}
+                data["image_id"] = img.id  # what hutch image rm and prune see as in use
                 data["defaults"] = rootfs.defaults(root.image)
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}

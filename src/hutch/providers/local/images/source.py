@@ -19,9 +19,23 @@ class EmptySource:
         raise NotFoundError(f"image {ref!r} is not in the image store", hint=f"hutch image pull {ref}")
 
 
+class StoreSource:
+    """The image store of a state directory, opened at the first ``--image`` (a provider is
+    made before its state directory need exist, and most sandboxes name no image)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._store: ImageSource | None = None
+
+    def resolve(self, ref: str) -> ResolvedImage:
+        if self._store is None:
+            from hutch.providers.local.images.store import ImageStore
+            from hutch.store import Store
+
+            self._store = ImageStore(self.settings.home / "images", Store(self.settings.db_path).images)
+        return self._store.resolve(ref)
+
+
 def default_images(settings: Settings) -> ImageSource:
     """The image store of ``settings.home`` (``hutch image pull`` and ``import`` fill it)."""
-    from hutch.providers.local.images.store import ImageStore
-    from hutch.store import Store
-
-    return ImageStore(settings.home / "images", Store(settings.db_path).images)
+    return StoreSource(settings)
