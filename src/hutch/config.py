@@ -65,11 +65,17 @@ class Settings:
     host: str = ""
     token_file: str = ""  # the client's bearer token (or HUTCH_TOKEN, env only)
     ca_file: str = ""  # a CA bundle the client trusts for an https host
+    cert_file: str = ""  # the client's certificate (PEM) for a gateway that takes client certificates (hutch login)
+    key_file: str = ""  # ... and its private key (PEM, owner-only)
     # hutch serve --listen: a TCP listener next to the unix socket, with its token and TLS files
     listen: str = ""
     api_token_file: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    client_ca: str = ""  # the CA whose client certificates the TCP listener accepts ("": the gateway's own, when made)
+    require_client_cert: bool = False  # refuse TCP requests without a client certificate
+    public_url: str = ""  # the gateway's URL as clients see it (preview URLs); "": from hutch gateway init, or --listen
+    preview_domain: str = ""  # a wildcard name (*.DOMAIN) routed to the gateway: previews at https://PORT-SANDBOX.DOMAIN/
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
@@ -174,6 +180,17 @@ def _text(value: Any) -> str:
     return str(value or "")
 
 
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
 def _keepalive(value: Any) -> float:
     seconds = float(value)
     if not 0 < seconds <= 3600:
@@ -210,6 +227,11 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "api_token_file",
             "tls_cert",
             "tls_key",
+            "cert_file",
+            "key_file",
+            "client_ca",
+            "public_url",
+            "preview_domain",
             "unikraft_ca_file",
             "unikraft_ssh_connect",
             "credentials_file",
@@ -218,6 +240,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     ),
     "uid_registry": (_text, "a directory path"),
     "image_host_ca": (_text, "system, or the path of a CA bundle"),
+    "require_client_cert": (_bool, "true or false"),
 }
 
 

@@ -103,6 +103,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "imageref",
             "fdlimit",
             "actors",
+            "pki",
         },
     ),
 ]

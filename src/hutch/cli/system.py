@@ -106,6 +106,12 @@ async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
 @click.option("--token-file", metavar="PATH", help="The bearer token TCP clients must send (env HUTCH_API_TOKEN_FILE).")
 @click.option("--tls-cert", metavar="PEM", help="TLS certificate for --listen (required off loopback).")
 @click.option("--tls-key", metavar="PEM", help="TLS private key for --listen.")
+@click.option("--client-ca", metavar="PEM", help="Ask for client certificates from this CA (default: hutch gateway init's).")
+@click.option("--require-client-cert", is_flag=True, default=None, help="Refuse TCP requests without a client certificate.")
+@click.option("--public-url", metavar="URL", help="The gateway's URL as clients see it, for preview URLs (default: --listen's).")
+@click.option(
+    "--preview-domain", metavar="DOMAIN", help="A wildcard DNS name (*.DOMAIN) to the gateway: https://PORT-SANDBOX.DOMAIN/."
+)
 @click.option(
     "--credentials-file",
     metavar="PATH",
@@ -114,13 +120,24 @@ async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
 @json_option
 @click.pass_obj
 def serve(
-    obj: Ctx, listen: str | None, token_file: str | None, tls_cert: str | None, tls_key: str | None, credentials_file: str | None
+    obj: Ctx,
+    listen: str | None,
+    token_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    client_ca: str | None,
+    require_client_cert: bool | None,
+    public_url: str | None,
+    preview_domain: str | None,
+    credentials_file: str | None,
 ) -> None:
     """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
 
     The owner-only unix socket is always served; --listen adds a TCP listener that wants
     the token of --token-file on every request (never pass a token on the command line),
-    and TLS (--tls-cert/--tls-key) on any address but loopback.
+    and TLS (--tls-cert/--tls-key) on any address but loopback. After hutch gateway init,
+    --listen uses its server certificate and takes client certificates from its CA (a
+    certificate acts as the API key it is bound to; --require-client-cert: nothing else does).
     Provider tokens come with each command from the caller's environment and are kept in
     memory only; --credentials-file (mode 0600, refused otherwise) lets the daemon expire
     and clean up after a restart before any caller brings them again.
@@ -130,6 +147,8 @@ def serve(
 
     flags = {"listen": listen, "api_token_file": token_file, "tls_cert": tls_cert, "tls_key": tls_key}
     flags["credentials_file"] = credentials_file
+    flags |= {"client_ca": client_ca, "require_client_cert": "true" if require_client_cert else None}
+    flags |= {"public_url": public_url, "preview_domain": preview_domain}
     settings = Settings.load(**obj.settings_flags, **flags)
 
     def announce(lst: Any) -> None:

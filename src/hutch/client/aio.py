@@ -172,6 +172,17 @@ class AsyncClient:
         params: dict[str, str] = ({"since": repr(float(since))} if since is not None else {}) | ({"path": path} if path else {})
         return cast("wire.ChangeList", await self.json("GET", paths.sandbox(ref) + "/diff", params=params))
 
+    # -- exposed ports --------------------------------------------------------------------
+    async def expose(self, ref: str, port: int, public: bool = False) -> wire.ExposedPort:
+        body = {"port": port, "public": public}
+        return cast("wire.ExposedPort", await self.json("POST", paths.sandbox(ref) + "/ports", json=body))
+
+    async def ports(self, ref: str) -> builtins.list[wire.ExposedPort]:
+        return cast("builtins.list[wire.ExposedPort]", await self.json("GET", paths.sandbox(ref) + "/ports"))
+
+    async def unexpose(self, ref: str, port: int) -> wire.Unexposed:
+        return cast("wire.Unexposed", await self.json("DELETE", paths.sandbox(ref) + f"/ports/{int(port)}"))
+
     # -- workspaces ---------------------------------------------------------------------
     async def ensure(self, spec: wire.SandboxSpec) -> wire.Session:
         return cast("wire.Session", await self.json("POST", "/v1/sessions", json=spec))

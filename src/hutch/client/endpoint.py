@@ -37,6 +37,8 @@ class Endpoint:
     port: int = 0
     token: str | None = field(default=None, repr=False)
     ca_file: str = ""
+    cert_file: str = ""  # a client certificate (hutch login), presented to a gateway that takes them
+    key_file: str = field(default="", repr=False)
     remote: bool = False  # HUTCH_HOST given: the client never starts a daemon
     credentials: str = field(default="", repr=False)  # the caller's provider credentials (header value)
 
@@ -92,7 +94,15 @@ class Endpoint:
             token = read_token(settings.token_file, "token")
         if settings.ca_file and not os.path.isfile(os.path.expanduser(settings.ca_file)):
             raise InvalidError(f"HUTCH_CA_FILE {settings.ca_file}: no such file", hint="point it at a PEM CA bundle")
-        return cls(url.scheme, url.hostname, port, token, os.path.expanduser(settings.ca_file), remote=True)
+        cert, key = (os.path.expanduser(p) for p in (settings.cert_file, settings.key_file))
+        if bool(cert) != bool(key):
+            raise InvalidError("cert_file and key_file go together", hint="set both (hutch login writes both), or neither")
+        for what, path in (("cert_file", cert), ("key_file", key)):
+            if path and not os.path.isfile(path):
+                raise InvalidError(f"{what} {path}: no such file", hint="log in again: hutch login BUNDLE")
+        if cert and url.scheme != "https":
+            raise InvalidError("a client certificate needs an https:// HUTCH_HOST", hint="use the gateway's https:// URL")
+        return cls(url.scheme, url.hostname, port, token, os.path.expanduser(settings.ca_file), cert, key, remote=True)
 
     def headers(self) -> dict[str, str]:
         out = {"authorization": f"Bearer {self.token}"} if self.token else {}
@@ -107,7 +117,15 @@ class Endpoint:
     def _ssl_context(self) -> ssl.SSLContext:  # loading CAs costs milliseconds: once per client
         import ssl  # here: only https needs it (a CLI process over the unix socket never does)
 
-        return ssl.create_default_context(cafile=self.ca_file or None)
+        ctx = ssl.create_default_context(cafile=self.ca_file or None)
+        if self.cert_file:
+            try:
+                ctx.load_cert_chain(self.cert_file, self.key_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise InvalidError(
+                    f"cannot load the client certificate {self.cert_file}: {exc}", hint="log in again: hutch login BUNDLE"
+                ) from None
+        return ctx
 
     def connection(self) -> http1.Connection:
         """A new connection (one request each), not yet connected."""
@@ -116,8 +134,19 @@ class Endpoint:
     def unavailable(self, exc: BaseException) -> UnavailableError:
         if not self.remote:
             hint = "start it with hutch serve, or check hutch daemon status and hutch daemon logs"
+        elif "Hostname mismatch" in str(exc) or "IP address mismatch" in str(exc):
+            hint = (
+                f"the gateway's certificate is for other names than {self.address}: use a name it has,"
+                f" or make it again with hutch gateway init --name {self.address}"
+            )
         elif "CERTIFICATE_VERIFY_FAILED" in str(exc) or _cert_refused(exc):
             hint = "the daemon's certificate is not trusted: set HUTCH_CA_FILE (setting ca_file) to its CA"
+        elif self.cert_file and "without an answer" in str(exc):  # TLS 1.3: the alert comes after the handshake
+            hint = "the gateway closed the connection at once: it refused this client certificate (another gateway's, or expired)"
+        elif "UNKNOWN_CA" in str(exc) or "BAD_CERTIFICATE" in str(exc) or "CERTIFICATE_EXPIRED" in str(exc):
+            hint = "the gateway refused this client certificate (another gateway's, or expired): log in with one of its bundles"
+        elif "CERTIFICATE_REQUIRED" in str(exc):
+            hint = "the gateway wants a client certificate: hutch login BUNDLE, then --profile NAME"
         else:
             hint = f"check that hutch serve --listen runs there and is reachable, or unset HUTCH_HOST ({self.label})"
         detail = str(exc) or exc.__class__.__name__  # some connection errors carry no message

@@ -32,6 +32,10 @@ def tenant(name: str) -> str:
     return "/v1/tenants/" + quote(name, safe="")
 
 
+def certificate(ref: str) -> str:
+    return "/v1/gateway/certificates/" + quote(ref, safe="")
+
+
 def provider(name: str) -> str:
     return "/v1/providers/" + quote(name, safe="")
 

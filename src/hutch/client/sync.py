@@ -336,3 +336,24 @@ class Client:
 
     def image_prune(self) -> wire.ImagePruned:
         return cast("wire.ImagePruned", self.json("POST", "/v1/images/prune"))
+
+    # -- exposed ports, the gateway's certificates ----------------------------------------
+    def expose(self, ref: str, port: int, public: bool = False) -> wire.ExposedPort:
+        body = {"port": port, "public": public}
+        return cast("wire.ExposedPort", self.json("POST", paths.sandbox(ref) + "/ports", json=body))
+
+    def ports(self, ref: str) -> builtins.list[wire.ExposedPort]:
+        return cast("builtins.list[wire.ExposedPort]", self.json("GET", paths.sandbox(ref) + "/ports"))
+
+    def unexpose(self, ref: str, port: int) -> wire.Unexposed:
+        return cast("wire.Unexposed", self.json("DELETE", paths.sandbox(ref) + f"/ports/{int(port)}"))
+
+    def issue_certificate(self, name: str, **req: Any) -> wire.CertificateIssued:
+        body = {"name": name, **{k: v for k, v in req.items() if v is not None}}
+        return cast("wire.CertificateIssued", self.json("POST", "/v1/gateway/certificates", json=body))
+
+    def certificates(self) -> builtins.list[wire.CertificateRecord]:
+        return cast("builtins.list[wire.CertificateRecord]", self.json("GET", "/v1/gateway/certificates"))
+
+    def revoke_certificate(self, ref: str) -> builtins.list[wire.CertificateRecord]:
+        return cast("builtins.list[wire.CertificateRecord]", self.json("DELETE", paths.certificate(ref)))

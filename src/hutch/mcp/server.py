@@ -379,6 +379,23 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         work = client.wait_approval(approval_id, wait) if wait else client.approval(approval_id)
         return await _call(work)
 
+    @app.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+    async def port_expose(
+        sandbox: Sandbox,
+        port: Annotated[int, Field(ge=1, le=65535, description="A port a server listens on inside the sandbox.")],
+        public: Annotated[bool, Field(description="Anyone with the URL may open it (default: the URL carries a token).")] = False,
+    ) -> CallToolResult:
+        """Open a server listening inside the sandbox (e.g. python3 -m http.server 8000) to the outside:
+        the answer's url opens it from the user's browser as it is. HTTP and WebSocket."""
+        return await _call(client.expose(sandbox, port, public))
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=True, open_world_hint=False))
+    async def port_unexpose(
+        sandbox: Sandbox, port: Annotated[int, Field(ge=1, le=65535, description="The exposed port.")]
+    ) -> CallToolResult:
+        """Close an exposed port (its URLs stop working)."""
+        return await _call(client.unexpose(sandbox, port))
+
     run.register(app, client, settings, default_cap)
     return app, client
 

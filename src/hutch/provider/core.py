@@ -91,6 +91,7 @@ class Capabilities:
     claims: bool = False  # resources that outlive hutch, made and removed through claims (ClaimsProvider)
     changes: bool = False  # says what a sandbox changed, and exports its writable root as a layer (ChangesProvider)
     image_store: bool = False  # starts sandboxes from the daemon's image store (hutch image pull/import)
+    ports: bool = False  # connections to ports listening inside a sandbox: hutch expose (PortsProvider)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

@@ -7,6 +7,7 @@ the declared flag, never by looking for a method.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,17 @@ class RangedReads(Protocol):
 
     async def read_range(self, rec: SandboxRecord, path: str, offset: int, limit: int) -> tuple[bytes, bool, int]:
         """``limit`` bytes from ``offset``, whether more follow, and the file's size."""
+        ...
+
+
+@runtime_checkable
+class PortsProvider(Protocol):
+    """``capabilities.ports``: a connection to a port listening inside the sandbox (its own
+    network namespace), for an exposed port (``hutch expose``)."""
+
+    async def connect_port(self, rec: SandboxRecord, port: int) -> socket.socket:
+        """A TCP connection to ``127.0.0.1:port`` inside the sandbox; ``unavailable`` when
+        nothing listens there."""
         ...
 
 
@@ -280,5 +292,6 @@ PROTOCOLS: dict[str, type] = {
     "ssh": SshProvider,
     "claims": ClaimsProvider,
     "changes": ChangesProvider,
+    "ports": PortsProvider,
 }
 """Each capability flag that promises an optional protocol, and that protocol."""

@@ -17,6 +17,7 @@ from hutch.provider.optional import (
     NetworkProvider,
     OptionsProvider,
     PauseProvider,
+    PortsProvider,
     RangedReads,
     SshProvider,
     TransferProvider,
@@ -59,6 +60,10 @@ def network_provider(provider: Provider) -> NetworkProvider:
 
 def event_source(provider: Provider) -> EventSource:
     return _require(provider, "events", EventSource, "reports no events of its own", "nothing to record")
+
+
+def ports_provider(provider: Provider) -> PortsProvider:
+    return _require(provider, "ports", PortsProvider, "cannot expose a port of a sandbox", "use --provider local")
 
 
 def ranged_reads(provider: Provider) -> RangedReads:

@@ -133,6 +133,17 @@ class AsyncSandbox:
         self.info = await self.client.get(self.id)
         return self.info
 
+    async def expose(self, port: int, *, public: bool = False) -> wire.ExposedPort:
+        """Open ``port`` (a server listening inside) to the outside: ``url`` opens it as it is
+        (a private URL carries a signed token; ``public``: anyone with the URL)."""
+        return await self.client.expose(self.id, port, public)
+
+    async def unexpose(self, port: int) -> wire.Unexposed:
+        return await self.client.unexpose(self.id, port)
+
+    async def ports(self) -> builtins.list[wire.ExposedPort]:
+        return await self.client.ports(self.id)
+
     @property
     def network(self) -> wire.NetworkPolicy:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""

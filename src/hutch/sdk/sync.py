@@ -132,6 +132,17 @@ class Sandbox:
         self.info = self.client.get(self.id)
         return self.info
 
+    def expose(self, port: int, *, public: bool = False) -> wire.ExposedPort:
+        """Open ``port`` (a server listening inside) to the outside: ``url`` opens it as it is
+        (a private URL carries a signed token; ``public``: anyone with the URL)."""
+        return self.client.expose(self.id, port, public)
+
+    def unexpose(self, port: int) -> wire.Unexposed:
+        return self.client.unexpose(self.id, port)
+
+    def ports(self) -> builtins.list[wire.ExposedPort]:
+        return self.client.ports(self.id)
+
     @property
     def network(self) -> wire.NetworkPolicy:
         """The network policy as of the last refresh: mode, allow_hosts, deny_hosts, ports, cidrs."""

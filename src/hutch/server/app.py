@@ -20,6 +20,7 @@ from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, unless_gone
 from hutch.server.fastexec import FastExec
+from hutch.server.gateway import router as gateway_router
 from hutch.server.images import router as images_router
 from hutch.server.keys import router as keys_router
 from hutch.server.lifecycle import router as lifecycle_router
@@ -165,6 +166,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(keys_router(service))
     app.include_router(images_router(service))
     app.include_router(changes_router(service))
+    app.include_router(gateway_router(service))
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

@@ -6,8 +6,9 @@ that actor (:mod:`hutch.actors`).
 - On the unix socket (owner-only): the owner, an admin; nothing is checked.
 - On the TCP listener: ``Authorization: Bearer ...`` is the ``--token-file`` token (an
   admin, compared in constant time) or an API key (``hk_...``, :mod:`hutch.service.keys`).
-  A client certificate bound to a key resolves to that key's actor the same way
-  (:meth:`Auth.resolve` is the seam: it receives the whole ASGI scope).
+  A client certificate bound to a key (:mod:`hutch.service.certs`, presented in the TLS
+  handshake and put into the scope by :mod:`hutch.server.tls`) resolves to that key's actor
+  the same way; with ``--require-client-cert`` a request without one is refused.
 
 Refusals are error bodies that never quote what the client sent: 401 ``unauthorized`` for a
 missing, wrong, revoked or expired credential and for a scope the key lacks, 429
@@ -23,9 +24,11 @@ from typing import Any
 
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
 from hutch.errors import HutchError, UnauthorizedError
+from hutch.server.tls import client_cert
 from hutch.service import Service
 from hutch.service.access import Buckets, too_many
 from hutch.service.keys import looks_like_key
+from hutch.service.ports import Exposed
 
 Scope = dict[str, Any]
 ASGIApp = Any
@@ -61,16 +64,27 @@ def _bearer(scope: Scope) -> str | None:
 class Auth:
     """The middleware (see the module's docstring); ``local``: the unix socket's."""
 
-    def __init__(self, app: ASGIApp, service: Service, *, local: bool = False, token: str | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, service: Service, *, local: bool = False, token: str | None = None, require_cert: bool = False
+    ) -> None:
         self.app = app
         self.service = service
         self.local = local
         self._token = token.encode() if token else None
+        self.require_cert = require_cert  # --require-client-cert: nothing else opens the TCP listener
         self.rates = Buckets()
 
     def resolve(self, scope: Scope) -> Actor:
-        """The actor of a TCP request; ``unauthorized`` when it has none that is valid."""
+        """The actor of a TCP request; ``unauthorized`` when it has none that is valid. A
+        bearer credential wins over a client certificate (hutch.server.tls puts it in the scope)."""
         given = _bearer(scope)
+        pem = client_cert(scope)
+        if pem is None and self.require_cert:
+            raise UnauthorizedError(
+                "this gateway requires a client certificate", hint="log in with a bundle of this gateway (hutch login BUNDLE)"
+            )
+        if given is None and pem is not None:
+            return self.service.certificates.authenticate(pem)
         if given is None:
             raise UnauthorizedError("this daemon wants a token or an API key (Authorization: Bearer ...)", hint=TOKEN_HINT)
         if self._token is not None and hmac.compare_digest(given.encode("latin-1", "replace"), self._token):
@@ -78,6 +92,14 @@ class Auth:
         if looks_like_key(given):
             return self.service.keys.authenticate(given)
         raise UnauthorizedError("wrong token", hint=TOKEN_HINT)
+
+    def may_open(self, scope: Scope, ex: Exposed) -> bool:
+        """Do a request's own credentials open exposed port ``ex`` (its owner's, or an admin's)."""
+        try:
+            actor = self.resolve(scope)
+        except HutchError:
+            return False
+        return actor.owns(ex.owner)
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):

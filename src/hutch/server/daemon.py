@@ -23,7 +23,9 @@ from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
 from hutch.server.auth import Auth
 from hutch.server.home import prepare_home, socket_answers
+from hutch.server.previews import Previews
 from hutch.server.remote import Listener, bind, listener, slow_clients
+from hutch.server.tls import protocols, ssl_options
 from hutch.service import Service
 from hutch.service.claims import StepHook, no_step
 
@@ -98,8 +100,14 @@ async def _serve(
     if tcp is not None:
         lst, tcp_sock = tcp
         tls: dict[str, Any] = {"ssl_certfile": lst.tls_cert, "ssl_keyfile": lst.tls_key} if lst.tls_cert else {}
-        edge = Auth(app, service, token=lst.token)  # the --token-file token, or an API key
-        servers.append((_Server(uvicorn.Config(edge, **common, **tls, http=slow_clients(settings))), tcp_sock))
+        edge = Auth(app, service, token=lst.token, require_cert=lst.require_cert)  # the token, an API key, a certificate
+        base = settings.public_url or lst.url
+        previews = Previews(service, base_url=base, domain=settings.preview_domain, may_open=edge.may_open)
+        tls |= ssl_options(lst.client_ca)
+        front = previews.middleware(edge)
+        servers.append((_Server(uvicorn.Config(front, **common, **tls, **protocols(slow_clients(settings)))), tcp_sock))
+    else:
+        Previews(service, http=slow_clients(settings))  # exposed ports on loopback ports of their own
     app.state.shutdown = stop_all
     if stopping:
         stop_all(stopping[-1])

@@ -17,6 +17,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from hutch.config import Settings
 from hutch.errors import InvalidError
+from hutch.pki import GatewayFiles
 from hutch.tokens import is_loopback, read_token
 
 
@@ -27,6 +28,8 @@ class Listener:
     token: str | None = field(default=None, repr=False)  # --token-file: an admin; None: API keys only
     tls_cert: str = ""
     tls_key: str = ""
+    client_ca: str = ""  # client certificates from this CA are asked for and verified
+    require_cert: bool = False  # requests without one are refused
 
     @property
     def url(self) -> str:
@@ -47,18 +50,35 @@ def listener(settings: Settings) -> Listener | None:
     if not settings.listen:
         return None
     host, port = parse_listen(settings.listen)
-    if bool(settings.tls_cert) != bool(settings.tls_key):
+    tls_cert, tls_key, client_ca = gateway_tls(settings)
+    if bool(tls_cert) != bool(tls_key):
         raise InvalidError("--tls-cert and --tls-key go together", hint="pass both files (PEM), or neither on loopback")
-    if not settings.tls_cert and not is_loopback(host):
+    if not tls_cert and not is_loopback(host):
         raise InvalidError(
             f"refusing to listen on {host} without TLS: the token and all traffic would travel in clear",
             hint="pass --tls-cert and --tls-key, or listen on 127.0.0.1",
         )
-    for what, path in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
+    for what, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key), ("--client-ca", client_ca)):
         if path and not os.path.isfile(path):
             raise InvalidError(f"{what} {path}: no such file", hint="point it at a PEM file")
+    if client_ca and not tls_cert:
+        raise InvalidError("--client-ca needs TLS", hint="pass --tls-cert and --tls-key, or make them: hutch gateway init")
+    if settings.require_client_cert and not client_ca:
+        raise InvalidError(
+            "--require-client-cert needs a CA to verify client certificates with",
+            hint="make the gateway's with hutch gateway init, or pass --client-ca PEM",
+        )
     token = read_token(settings.api_token_file, "--token-file") if settings.api_token_file else None
-    return Listener(host, port, token, settings.tls_cert, settings.tls_key)
+    return Listener(host, port, token, tls_cert, tls_key, client_ca, settings.require_client_cert)
+
+
+def gateway_tls(settings: Settings) -> tuple[str, str, str]:
+    """The listener's certificate, key and client CA: as given, or else those of
+    ``hutch gateway init`` when it was run for this state directory."""
+    files = GatewayFiles.of(settings.home)
+    if not settings.tls_cert and not settings.tls_key and files.server_cert.is_file() and files.server_key.is_file():
+        return str(files.server_cert), str(files.server_key), settings.client_ca or str(files.ca_cert)
+    return settings.tls_cert, settings.tls_key, settings.client_ca
 
 
 def bind(lst: Listener) -> socket.socket:

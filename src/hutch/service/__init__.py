@@ -50,6 +50,7 @@ from hutch.provider import (
 )
 from hutch.service.access import Access
 from hutch.service.approvals import Approvals
+from hutch.service.certs import Certificates
 from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
@@ -60,6 +61,7 @@ from hutch.service.keys import Keys
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.metrics import Metrics
 from hutch.service.oneshot import OneShot
+from hutch.service.ports import Ports
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
 from hutch.service.workspaces import Workspaces
@@ -94,6 +96,8 @@ class Service:
         self.metrics = Metrics(self)  # /metrics
         self.images = Images(self)  # the image store (pull, import, rm, prune) and the ImageSource of --image
         self.changes = Changes(self)  # what a sandbox changed (diff, ls --since)
+        self.ports = Ports(self)  # exposed ports (hutch expose)
+        self.certificates = Certificates(self)  # the gateway's client certificates
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -129,6 +133,7 @@ class Service:
     async def close(self) -> None:
         await self.oneshot.settle()  # hutch runs in progress destroy the sandboxes they made
         await self.keyring.close()
+        await self.ports.close_all()
         await self.lifecycle.stop_reaper()
         await self.workspaces.settle()  # a fork cancelled by the stop removes its children first
         for provider in self._providers.values():
@@ -316,6 +321,7 @@ class Service:
             claims_provider(provider).forget(rec)
         self.store.events.append("sandbox_destroyed", rec.id, cause=cause, children=children)
         self.metrics.destroyed(rec.provider)
+        await self.ports.close_sandbox(rec.id)
         self.approvals.close_for(rec.id)
         out = {"sandbox": rec.id, "name": rec.name, "destroyed": True, "existed": existed, "message": message}
         return out | ({"children": children} if children else {})

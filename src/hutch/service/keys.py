@@ -11,6 +11,7 @@ answer of create and rotate and nowhere else (not in the store, events, logs or 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import re
@@ -172,6 +173,18 @@ class Keys:
         ok = hmac.compare_digest(digest(token), row["hash"] if row else STAND_IN)
         if row is None or not ok:
             raise UnauthorizedError("unknown API key: not one of this gateway's, or replaced by hutch key rotate", hint=KEY_HINT)
+        return self._live(row)
+
+    def actor(self, key_id: str, via: str = "key") -> Actor:
+        """The actor of key ``key_id`` (a client certificate bound to it: ``via`` certificate),
+        checked as :meth:`authenticate` checks a key; ``unauthorized`` when it is not live."""
+        row = self.store.keys.get(key_id)
+        if row is None:
+            raise UnauthorizedError(f"the key {key_id} this credential is bound to is gone", hint=KEY_HINT)
+        return dataclasses.replace(self._live(row), via=via)
+
+    @staticmethod
+    def _live(row: dict[str, Any]) -> Actor:
         if row["revoked_at"]:
             raise UnauthorizedError(f"API key {row['name']} ({row['id']}) was revoked", hint=KEY_HINT)
         now = time.time()

@@ -14,6 +14,7 @@ each in its own module::
     store.manifests   ManifestTable   workspaces.py  get, set
     store.images      ImageTable      images.py      put, get, by_name, by_prefix, names, all, untag, delete
     store.keys        KeyTable        keys.py        insert, get, find, all, revoke, rotate
+    store.certificates CertificateTable certs.py     insert, get, all, find, revoke
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
 inside its table's method. Each event's ``actor`` and each new row's ``owner`` come from the
@@ -25,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hutch.store.approvals import ApprovalTable
+from hutch.store.certs import CertificateTable
 from hutch.store.claims import ClaimTable
 from hutch.store.db import Database
 from hutch.store.events import EventTable
@@ -51,3 +53,4 @@ class Store:
         self.manifests = ManifestTable(self.db)
         self.images = ImageTable(self.db)
         self.keys = KeyTable(self.db)
+        self.certificates = CertificateTable(self.db)

@@ -175,6 +175,21 @@ UPDATE approvals SET owner = 'owner';
 CREATE INDEX sandboxes_owner ON sandboxes(owner, state);
 """
 
+# client certificates of the gateway (store/certs.py): each bound to an API key by its fingerprint
+CERTS_SQL = """
+CREATE TABLE certificates (
+    fingerprint TEXT PRIMARY KEY,
+    serial TEXT NOT NULL,
+    name TEXT NOT NULL,
+    key_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    revoked_at REAL
+);
+CREATE INDEX certificates_name ON certificates(name);
+CREATE INDEX certificates_key ON certificates(key_id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -183,4 +198,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0006_claims", CLAIMS_SQL),
     ("0007_images", IMAGES_SQL),
     ("0008_keys", KEYS_SQL),  # API keys (hashed); who owns each sandbox, snapshot, tenant, approval; each event's actor
+    ("0009_certificates", CERTS_SQL),
 ]

@@ -32,6 +32,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hutch.wire.changes import Change, ChangeKind, ChangeList
+    from hutch.wire.gateway import (
+        CertificateIssued,
+        CertificateKey,
+        CertificateRecord,
+        CertificateRequest,
+        CertificateState,
+        ExposedPort,
+        ExposeRequest,
+        ProfileBundle,
+        Unexposed,
+    )
     from hutch.wire.images import (
         ImageConfigBody,
         ImageDoneFrame,
@@ -148,7 +159,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images", "changes")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images", "changes", "gateway")
 
 __all__ = [
     "AccountCredential",
@@ -161,6 +172,11 @@ __all__ = [
     "AttachResize",
     "AttachStart",
     "AttachStdin",
+    "CertificateIssued",
+    "CertificateKey",
+    "CertificateRecord",
+    "CertificateRequest",
+    "CertificateState",
     "Change",
     "ChangeKind",
     "ChangeList",
@@ -184,6 +200,8 @@ __all__ = [
     "ExecResult",
     "ExecSummary",
     "ExitFrame",
+    "ExposeRequest",
+    "ExposedPort",
     "FileEntry",
     "FileWritten",
     "ForkChild",
@@ -228,6 +246,7 @@ __all__ = [
     "OutputPage",
     "PolicyChange",
     "Process",
+    "ProfileBundle",
     "ProviderCleanup",
     "PullFrame",
     "PullSummary",
@@ -262,6 +281,7 @@ __all__ = [
     "TenantDeleted",
     "Transcript",
     "TranscriptRecord",
+    "Unexposed",
     "UploadFile",
     "WorkspaceView",
 ]

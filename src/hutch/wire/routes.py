@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hutch.wire.changes import ChangeList
+from hutch.wire.gateway import CertificateIssued, CertificateRecord, CertificateRequest, ExposedPort, ExposeRequest, Unexposed
 from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
 from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
 from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
@@ -157,4 +158,12 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/images/inspect", None, ImageRecord),
     Route("DELETE", "/v1/images", None, ImageRemoved),
     Route("POST", "/v1/images/prune", None, ImagePruned),
+    # exposed ports (preview URLs)
+    Route("POST", SBX + "/ports", ExposeRequest, ExposedPort, 201),
+    Route("GET", SBX + "/ports", None, list[ExposedPort]),
+    Route("DELETE", SBX + "/ports/{port}", None, Unexposed),
+    # the gateway's client certificates (admin)
+    Route("POST", "/v1/gateway/certificates", CertificateRequest, CertificateIssued, 201),
+    Route("GET", "/v1/gateway/certificates", None, list[CertificateRecord]),
+    Route("DELETE", "/v1/gateway/certificates/{ref}", None, list[CertificateRecord]),
 )

@@ -63,6 +63,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
         interactive=True,
         users=True,
         network=True,
+        ports=True,
         workspace=True,
         pause=True,
         watch=True,

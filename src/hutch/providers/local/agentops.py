@@ -6,6 +6,7 @@ Mixed into :class:`hutch.providers.local.LocalProvider`.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,32 @@ from hutch.providers.local.channel import Channel
 from hutch.providers.local.egress import PORT, Egress
 
 
+def _with_socket(agent_socket: str, request: dict[str, Any]) -> tuple[socket.socket | None, str]:
+    """Ask the agent ``request`` whose answer carries a descriptor: the socket, or None and why not."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
+        conn.settimeout(10.0)
+        conn.connect(agent_socket)
+        conn.sendall(wire.message(request))
+        reader = wire.Reader()
+        got, fds = None, []
+        while got is None:
+            chunk, more, _, _ = socket.recv_fds(conn, 65536, 1)
+            fds += more
+            if not chunk:
+                break
+            reader.feed(chunk)
+            got = reader.next()
+        for extra in fds[1:]:
+            os.close(extra)
+        if fds:
+            return socket.socket(fileno=fds[0]), ""
+        why = "no answer"
+        if got is not None and got[0] == wire.MESSAGE:
+            reply = wire.decode(got[1])
+            why = HutchError.from_dict(reply).message if reply["type"] == "error" else "no socket came"
+        return None, why
+
+
 class AgentOpsMixin:
     egress: Egress
     _planned: Callable[[SandboxRecord], dict[str, Any]]
@@ -30,35 +57,36 @@ class AgentOpsMixin:
         """The proxy's listener, made by the agent inside the sandbox's network namespace."""
 
         def take() -> socket.socket:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as conn:
-                conn.settimeout(10.0)
-                conn.connect(agent_socket)
-                conn.sendall(wire.message({"type": "listen", "port": PORT}))
-                reader = wire.Reader()
-                got, fds = None, []
-                while got is None:
-                    chunk, more, _, _ = socket.recv_fds(conn, 65536, 1)
-                    fds += more
-                    if not chunk:
-                        break
-                    reader.feed(chunk)
-                    got = reader.next()
-                if fds:
-                    return socket.socket(fileno=fds[0])
-                why = "no answer"
-                if got is not None and got[0] == wire.MESSAGE:
-                    reply = wire.decode(got[1])
-                    why = HutchError.from_dict(reply).message if reply["type"] == "error" else "no socket came"
-                raise UnavailableError(
-                    f"the sandbox could not open its proxy port: {why}",
-                    hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
-                )
+            sock, why = _with_socket(agent_socket, {"type": "listen", "port": PORT})
+            if sock is not None:
+                return sock
+            raise UnavailableError(
+                f"the sandbox could not open its proxy port: {why}",
+                hint=f"something in the sandbox may hold 127.0.0.1:{PORT}; recreate the sandbox",
+            )
 
         try:
             sock = await asyncio.to_thread(take)
         except OSError as exc:
             raise UnavailableError(f"cannot reach the sandbox to open its network: {exc}", hint="see hutch get") from exc
         await self.egress.open(sandbox_id, sock, policy)
+
+    async def connect_port(self, rec: SandboxRecord, port: int) -> socket.socket:
+        """A connection to 127.0.0.1:``port`` inside the sandbox, made by its agent there (the
+        sandbox's network namespace has only its own loopback) and handed over."""
+        try:
+            sock, why = await asyncio.to_thread(_with_socket, rec.data["socket"], {"type": "connect", "port": port})
+        except OSError as exc:
+            raise UnavailableError(f"the sandbox is not answering: {exc}", hint="see hutch get") from exc
+        if sock is not None:
+            sock.setblocking(False)
+            return sock
+        if "unknown request" in why:
+            raise UnavailableError(
+                f"sandbox {rec.id} was made by an older hutch whose agent cannot connect to its ports",
+                hint="recreate the sandbox to expose its ports",
+            )
+        raise UnavailableError(why, hint=f"start a server on port {port} inside the sandbox (e.g. python3 -m http.server {port})")
 
     async def set_network(self, rec: SandboxRecord) -> None:
         """Apply the record's policy now: new connections see it at once, nothing restarts."""

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+CONNECT_TIMEOUT = 5.0
 PIDS_LIMIT = wire.error(
     "capacity",
     "cannot start a process: the sandbox is at its pids limit",
@@ -89,6 +90,7 @@ class Agent:
             "configure": self.configure,
             "listen": self.listen,
             "unlisten": self.unlisten,
+            "connect": self.connect,
             "runs": lambda conn, _: conn.send(wire.ok(alive=[r for r, pid in self.runs.items() if procs.alive(pid)])),
             "kill": self.kill,
             "ps": lambda conn, _: conn.send(wire.ok(processes=procs.processes())),
@@ -175,6 +177,25 @@ class Agent:
             self.listener.close()
             self.listener = None
         conn.send(wire.ok())
+
+    def connect(self, conn: Connection, req: Any) -> None:
+        port = req.get("port")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            conn.send(wire.error("invalid", f"no such port {port!r}"))
+            return
+        peer = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            peer.settimeout(CONNECT_TIMEOUT)  # loopback answers at once, unless its backlog is full
+            peer.connect(("127.0.0.1", port))
+        except OSError as exc:
+            peer.close()
+            why = "nothing listens there" if isinstance(exc, ConnectionRefusedError) else (exc.strerror or str(exc))
+            conn.send(wire.error("unavailable", f"cannot connect to port {port} in the sandbox: {why}"))
+            return
+        try:
+            socket.send_fds(conn.sock, [wire.message(wire.ok())], [peer.fileno()])
+        finally:
+            peer.close()
 
     def kill(self, conn: Connection, req: Any) -> None:
         run_id = str(req.get("run_id"))

@@ -10,6 +10,9 @@ Versions
     protocol). The daemon checks at adoption (``channel.agent_protocol``): such a sandbox
     stays listed, every call on it is refused (``conflict``, naming both protocols), and
     it can only be destroyed. Change PROTOCOL with any change an older peer would misread.
+    A request added without such a change (``connect``, for exposed ports) is answered by an
+    agent that predates it with ``invalid: unknown request``, which the daemon reports as a
+    sandbox too old for it; the other requests keep working.
 
 Transport
     A unix stream socket, ``/.hutch/ctl/agent.sock`` inside the sandbox (``ctl/agent.sock``
@@ -49,6 +52,11 @@ Requests (daemon to agent: the first frame of a connection)
                                                         sandbox's network namespace (kept open;
                                                         the same one on every call)
     unlisten   {}                                        ok (the listener is closed)
+    connect    port: int                                 ok, with one descriptor attached: a TCP
+                                                        socket connected to 127.0.0.1:port in the
+                                                        sandbox's network namespace (an exposed
+                                                        port); error unavailable when nothing
+                                                        listens there
     runs       {}                                        ok: alive [run ids whose supervisor lives]
     kill       run_id: str, signal: int                  ok: was_running: bool. Signals the run's
                                                         whole process tree and marks it killed
