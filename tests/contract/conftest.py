@@ -17,7 +17,7 @@ import queue
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from tests.conftest import sweep
 
 from hutch.client import transfer
 from hutch.config import Settings
+from hutch.errors import HutchError
 from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
 from hutch.provider import Capabilities, Interactive
 from hutch.service import Service
@@ -58,6 +59,27 @@ class Target:
     @property
     def capabilities(self) -> Capabilities:
         return self.svc.provider(self.name).capabilities
+
+    def image(self) -> str:
+        """An image this provider can boot: the test server's own for unikraft, a tiny one imported once for local."""
+        if self.name != "local":
+            return "debian-slim:latest"  # one the Unikraft test server knows
+        name = "contract-tiny:latest"
+        if self.svc.images.store.find(name) is None:
+            from tests.imagekit import layer_tar
+
+            data = layer_tar({"etc/hello.txt": b"hello from the image\n"})
+
+            async def chunks() -> AsyncIterator[bytes]:
+                yield data
+
+            async def imported() -> None:
+                async for frame in self.svc.images.import_("rootfs", chunks(), name=name, ref=None):
+                    if frame.get("type") == "error":
+                        raise HutchError.from_dict(frame)
+
+            self.call(imported())
+        return name
 
     @property
     def real_programs(self) -> bool:

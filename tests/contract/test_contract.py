@@ -435,11 +435,10 @@ def test_provider_options_only_where_declared(target: Target, new: New) -> None:
 
 
 def test_images_where_declared(target: Target, new: New) -> None:
-    image = "debian-slim:latest"  # one the test server knows
     if not target.capabilities.images:
-        refused(target, lambda: target.create(image=image))
+        refused(target, lambda: target.create(image="debian-slim:latest"))
         return
-    rec = new(image=image)
+    rec = new(image=target.image())
     assert target.exec(rec.id, ["echo", "booted"]).stdout == "booted\n"
 
 
