@@ -216,3 +216,26 @@ def test_an_image_imported_into_the_store_starts_sandboxes(daemon: Daemon, roots
         r = sbx.exec("cat /etc/marker; id -u; echo x > /etc/marker")
         assert r.stdout == MARKER + "0\n", r.stdout + r.stderr
         assert sbx.refresh()["spec"]["image"] == "stored-busybox:1"
+
+
+def test_fork_and_snapshot_carry_the_writable_root(idaemon: Daemon) -> None:
+    src = Sandbox.create(settings=idaemon.settings, image="busybox")
+    r = src.exec(
+        "echo forked > /etc/marker && mkdir -p /usr/local/app && echo data > /usr/local/app/f"
+        " && chown -R 1234:1234 /usr/local/app"
+        " && rm /bin/ls && echo ws > /workspace/w"
+    )
+    assert r.exit_code == 0, r.stderr
+    probe = "cat /etc/marker /usr/local/app/f /workspace/w; stat -c %u /usr/local/app/f; ls /bin/ls 2>&1"
+    expected = ["forked", "data", "ws", "1234"]
+    children = src.fork(1)
+    child = children[0]
+    assert not isinstance(child, Exception), child
+    lines = child.exec(probe).stdout.splitlines()
+    assert lines[:4] == expected and "No such file" in lines[4], lines  # its writes, owners and deletions
+    src.snapshot("with-root")
+    src.exec("echo later > /etc/marker")
+    restored = Sandbox.restore("with-root", settings=idaemon.settings)
+    lines = restored.exec(probe).stdout.splitlines()
+    assert lines[:4] == expected and "No such file" in lines[4], lines
+    assert restored.exec("cat /etc/marker").stdout == "forked\n"  # as it was when saved

@@ -120,6 +120,13 @@ class WorkspaceProvider(TransferProvider, Protocol):
         """Remove a tenant's kept workspace; True when there was one."""
         ...
 
+    async def export_root(self, rec: SandboxRecord, dest: Path) -> int | None:
+        """Write what the sandbox changed of its root (an image sandbox's writable layer) as a
+        tar to ``dest`` and return its size; None when the sandbox has no writable root. A
+        sandbox created with ``data["root_seed"]`` (``{"tar": PATH}`` or ``{"data": the
+        source's data}``) starts with that layer (snapshot restore, fork)."""
+        ...
+
 
 # -- pause, watch, ssh -------------------------------------------------------------------------
 

@@ -397,6 +397,9 @@ class FakeProvider:
         self.modes |= {f"{dst.id}:{key[len(prefix) :]}": mode for key, mode in self.modes.items() if key.startswith(prefix)}
         return CopyReport("memory")
 
+    async def export_root(self, rec: SandboxRecord, dest: Path) -> int | None:
+        return None  # its sandboxes have no writable root of their own
+
     async def delete_tenant(self, name: str) -> bool:
         return self.tenants.pop(name, None) is not None
 

@@ -141,7 +141,7 @@ class Service:
 
     # -- sandboxes -------------------------------------------------------------------
 
-    async def create(self, spec: SandboxSpec) -> SandboxRecord:
+    async def create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None = None) -> SandboxRecord:
         spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
         spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)
@@ -181,6 +181,8 @@ class Service:
             )
             if parent is not None:
                 rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
+            if root_seed is not None:  # what its writable root starts with (a fork's source, a snapshot)
+                rec.data["root_seed"] = root_seed
             self.store.sandboxes.insert(rec)
         try:
             if self.claimed(provider):

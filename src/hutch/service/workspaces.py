@@ -35,6 +35,11 @@ ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
 UNCOPIED: dict[str, Any] = {"tenant": None, "reuse_key": None, "env": {}, "secrets": {}, "secret_names": []}
 
 
+def root_archive(snapshot: Path) -> Path:
+    """Where a snapshot keeps its sandbox's writable root (an image sandbox's), beside its workspace."""
+    return snapshot.with_suffix(".root.tar")
+
+
 def check_rel(path: str) -> str:
     """A manifest path: relative, normalised, inside the workspace."""
     check_path(path, "workspace path")
@@ -241,6 +246,12 @@ class Workspaces:
         try:
             started = time.monotonic()
             size = await self.service._guarded(rec, provider.export_workspace(rec, tmp))
+            root_tmp = tmp.with_suffix(".root.tar")
+            try:  # an image sandbox's writable root, beside its workspace
+                if await self.service._guarded(rec, provider.export_root(rec, root_tmp)) is not None:
+                    os.replace(root_tmp, root_archive(final))
+            finally:
+                root_tmp.unlink(missing_ok=True)
             os.replace(tmp, final)
             placed = True
             snap = SnapshotRecord(
@@ -257,6 +268,7 @@ class Workspaces:
             tmp.unlink(missing_ok=True)
             if placed:
                 final.unlink(missing_ok=True)
+            root_archive(final).unlink(missing_ok=True)
             raise
         ms = round((time.monotonic() - started) * 1000, 1)
         self.store.events.append("snapshot_saved", rec.id, snapshot=name, bytes=size, duration_ms=ms)
@@ -280,7 +292,8 @@ class Workspaces:
         with contextlib.suppress(NotFoundError):
             spec = self.store.sandboxes.get(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
         workspace_provider(self.service.provider(spec.provider))
-        rec = await self.service.create(spec)
+        root = root_archive(Path(snap.path))
+        rec = await self.service.create(spec, root_seed={"tar": str(root)} if root.is_file() else None)
         try:
             await self._provider(rec).import_workspace(rec, Path(snap.path), [])
         except BaseException:
@@ -296,6 +309,7 @@ class Workspaces:
         except NotFoundError:
             return {"snapshot": name, "deleted": True, "existed": False}
         Path(snap.path).unlink(missing_ok=True)
+        root_archive(Path(snap.path)).unlink(missing_ok=True)
         self.store.snapshots.delete(name)
         self.store.events.append("snapshot_deleted", snap.sandbox_id, snapshot=name)
         return {"snapshot": name, "deleted": True, "existed": True}
@@ -323,8 +337,9 @@ class Workspaces:
                 self._check_source(src)
                 name = f"{name_prefix}{i}" if name_prefix is not None else None
                 spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
+                seed = {"sandbox": src.id, "data": src.data} if src.data.get("image_id") else None  # its writable root too
                 try:
-                    child = await self.service.create(spec)
+                    child = await self.service.create(spec, root_seed=seed)
                 except HutchError as exc:
                     children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
                     continue

@@ -254,6 +254,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
                 data["image"] = {"ref": img.ref, "id": img.id, "root": str(root.dir), "rootfs": str(img.rootfs)}
                 data["image_id"] = img.id  # what hutch image rm and prune see as in use
                 data["defaults"] = rootfs.defaults(root.image)
+                if data.get("root_seed"):  # a fork's or a restored snapshot's writable root, before it is mounted
+                    await self.seed_root(rec.id, root.upper, uid, data.pop("root_seed"))
             enforcement: dict[str, str] = {}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits

@@ -17,15 +17,16 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from hutch.errors import CapacityError, ConflictError, InternalError, InvalidError, UnavailableError
 from hutch.models import SandboxRecord
 from hutch.provider import CopyReport
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import seccomp
+from hutch.providers.local import seccomp, userns
 from hutch.providers.local.helpers import Finished, Helpers, Job
 from hutch.providers.local.host import rmtree
+from hutch.providers.local.images import carry
 
 if TYPE_CHECKING:
     from hutch.config import Settings
@@ -207,6 +208,67 @@ class WorkspaceMixin:
             return read_report(reader, "reading the source workspace")
 
         return await self._helper("copying the workspace", [src, dst], work)
+
+    def _root_jail(
+        self, job: Job, first_uid: int, upper: Path, argv: list[str], stdin: int | IO[bytes], stdout: int | IO[bytes]
+    ) -> subprocess.Popen[bytes]:
+        """One tar over an image sandbox's upper, in that sandbox's own namespace (:mod:`.images.carry`)."""
+        ns = userns.create(carry.mapping(self.root, first_uid), first_uid if self.root else None)
+        try:
+            up = carry.open_upper(upper)
+        except BaseException:
+            os.close(ns)
+            raise
+        try:
+            with seccomp.fds() as filters:
+                args = carry.jail_args(self.bwrap().path, ns, up, filters) + argv
+                uid = first_uid if self.root else None
+                return job.spawn(args, uid=uid, stdin=stdin, stdout=stdout, pass_fds=[ns, up, *filters])
+        finally:
+            os.close(ns)
+            os.close(up)
+
+    async def export_root(self, rec: SandboxRecord, dest: Path) -> int | None:
+        image = rec.data.get("image")
+        if not image:
+            return None
+        upper, uid = Path(image["root"]) / "upper", int(rec.data["uid"])
+
+        def work(job: Job) -> int:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                self._root_jail(job, uid, upper, carry.CREATE, subprocess.DEVNULL, fd)
+            finally:
+                os.close(fd)
+            check(job.wait()[0], "saving the writable root")
+            return dest.stat().st_size
+
+        return await self._helper("saving the writable root", [rec], work)
+
+    async def seed_root(self, sandbox_id: str, upper: Path, uid: int, seed: dict[str, Any]) -> None:
+        """Fill a new sandbox's upper (before its root is mounted) from a snapshot's tar or a source sandbox's upper."""
+        source = seed.get("data") or {}
+
+        def work(job: Job) -> None:
+            if "tar" in seed:
+                with open(seed["tar"], "rb") as f:
+                    self._root_jail(job, uid, upper, carry.EXTRACT, f, subprocess.DEVNULL)
+                check(job.wait()[0], "restoring the writable root")
+                return
+            r, w = os.pipe2(os.O_CLOEXEC)
+            try:
+                src_upper = Path(source["image"]["root"]) / "upper"
+                self._root_jail(job, int(source["uid"]), src_upper, carry.CREATE, subprocess.DEVNULL, w)
+                self._root_jail(job, uid, upper, carry.EXTRACT, r, subprocess.DEVNULL)
+            finally:
+                os.close(r)
+                os.close(w)
+            reader, writer = job.wait()
+            check(writer, "copying the writable root")
+            read_report(reader, "reading the source's writable root")
+
+        ids = [sandbox_id, *([str(seed["sandbox"])] if seed.get("sandbox") else [])]
+        await self.helpers.run("copying the writable root", ids, work, JAIL_TIMEOUT)
 
     async def delete_tenant(self, name: str) -> bool:
         path = tenant_dir(self.settings, name)
