@@ -26,6 +26,7 @@ MODEL_MODULES = (
     "hutch.models",
     "hutch.netpolicy",
     "hutch.server.app",
+    "hutch.server.changes",
     "hutch.server.keys",
     "hutch.server.images",
     "hutch.server.lifecycle",

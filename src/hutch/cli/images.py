@@ -1,4 +1,4 @@
-"""hutch image: pull, import, list, inspect, rm, prune (docs/images.md).
+"""hutch image: pull, import, list, inspect, rm, prune, commit (docs/images.md).
 
 A pull or an import shows a progress bar on a terminal (rich, on stderr) and prints the image's
 id; with ``--json`` it prints one JSON object per line (NDJSON): the daemon's frames, ``done``
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hutch.cli.common import Ctx, emit, human_bytes, json_option, table
+from hutch.cli.templates import commit
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -184,3 +185,6 @@ def prune(obj: Ctx) -> None:
         f"freed {human_bytes(r['freed'])}: {r['rootfs']} root filesystems, {r['layers']} layers, {r['blobs']} blobs, "
         f"{r['partials']} partial downloads"
     )
+
+
+image.add_command(commit)

@@ -283,6 +283,11 @@ class AsyncClient:
             "POST", "/v1/images/import", params=params, content=images.aiter_chunks(up.chunks), content_type="application/x-tar"
         )
 
+    async def image_commit(self, sandbox: str, name: str, *, pause: bool = True) -> wire.ImageCommitted:
+        """The sandbox's writable root as a new layer on its image, stored as ``name``."""
+        body = {"sandbox": sandbox, "name": name, "pause": pause}
+        return cast("wire.ImageCommitted", await self.json("POST", "/v1/images/commit", json=body))
+
     async def images(self) -> builtins.list[wire.ImageRecord]:
         return cast("builtins.list[wire.ImageRecord]", await self.json("GET", "/v1/images"))
 

@@ -325,6 +325,11 @@ class Client:
         headers = {"content-type": "application/x-tar"}
         return self.transport.stream("POST", "/v1/images/import", params=params, upload=up.chunks, headers=headers)
 
+    def image_commit(self, sandbox: str, name: str, *, pause: bool = True) -> wire.ImageCommitted:
+        """The sandbox's writable root as a new layer on its image, stored as ``name``."""
+        body = {"sandbox": sandbox, "name": name, "pause": pause}
+        return cast("wire.ImageCommitted", self.json("POST", "/v1/images/commit", json=body))
+
     def images(self) -> builtins.list[wire.ImageRecord]:
         return cast("builtins.list[wire.ImageRecord]", self.json("GET", "/v1/images"))
 

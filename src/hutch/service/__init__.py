@@ -64,6 +64,7 @@ from hutch.service.oneshot import OneShot
 from hutch.service.ports import Ports
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
+from hutch.service.templates import Templates
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
 
@@ -98,6 +99,7 @@ class Service:
         self.changes = Changes(self)  # what a sandbox changed (diff, ls --since)
         self.ports = Ports(self)  # exposed ports (hutch expose)
         self.certificates = Certificates(self)  # the gateway's client certificates
+        self.templates = Templates(self)  # images made from sandboxes (commit)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:

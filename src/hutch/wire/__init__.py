@@ -31,7 +31,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hutch.wire.changes import Change, ChangeKind, ChangeList
+    from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitLayer, CommitRequest, ImageCommitted
     from hutch.wire.gateway import (
         CertificateIssued,
         CertificateKey,
@@ -184,6 +184,8 @@ __all__ = [
     "CleanupAction",
     "CleanupReport",
     "CleanupRequest",
+    "CommitLayer",
+    "CommitRequest",
     "CredentialStatus",
     "Credentials",
     "Deadlines",
@@ -208,6 +210,7 @@ __all__ = [
     "ForkRequest",
     "ForkResult",
     "Health",
+    "ImageCommitted",
     "ImageConfigBody",
     "ImageDoneFrame",
     "ImageErrorFrame",

@@ -1,9 +1,11 @@
-"""What a sandbox changed (``hutch diff``, ``hutch ls --since``)."""
+"""What a sandbox changed (``hutch diff``, ``hutch ls --since``), and images made from it (``hutch image commit``)."""
 
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
-__all__ = ["Change", "ChangeKind", "ChangeList"]
+from hutch.wire.images import ImageRecord
+
+__all__ = ["Change", "ChangeKind", "ChangeList", "CommitLayer", "CommitRequest", "ImageCommitted"]
 
 ChangeKind = Literal["added", "modified", "deleted"]
 
@@ -28,3 +30,25 @@ class ChangeList(TypedDict):
     changes: list[Change]
     truncated: bool  # more changes than one answer carries (100,000), or a tree too large to read whole
     notes: list[str]  # what could not be compared, and why
+
+
+class CommitRequest(TypedDict):
+    """``POST /v1/images/commit``: the sandbox's writable root as a new layer on its image, named ``name``."""
+
+    sandbox: str
+    name: str  # NAME[:TAG]
+    pause: NotRequired[bool]  # freeze the sandbox while its root is read (default true)
+
+
+class CommitLayer(TypedDict):
+    diff_id: str  # the layer tar's sha256 (stored uncompressed: also its blob digest)
+    size: int
+    entries: int
+
+
+class ImageCommitted(TypedDict):
+    """The new image, the layer added, and what was left out of it (devices, files that changed while read)."""
+
+    image: ImageRecord
+    layer: CommitLayer
+    notes: list[str]

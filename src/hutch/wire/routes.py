@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from hutch.wire.changes import ChangeList
+from hutch.wire.changes import ChangeList, CommitRequest, ImageCommitted
 from hutch.wire.gateway import CertificateIssued, CertificateRecord, CertificateRequest, ExposedPort, ExposeRequest, Unexposed
 from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
 from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
@@ -154,6 +154,7 @@ ROUTES: tuple[Route, ...] = (
     # images (the registry login of a pull travels in the x-hutch-registry-auth header)
     Route("POST", "/v1/images/pull", ImagePullRequest, None, stream=ImagePullFrame, media=NDJSON),
     Route("POST", "/v1/images/import", None, None, stream=ImagePullFrame, media=NDJSON, request_media=TAR),
+    Route("POST", "/v1/images/commit", CommitRequest, ImageCommitted, 201),
     Route("GET", "/v1/images", None, list[ImageRecord]),
     Route("GET", "/v1/images/inspect", None, ImageRecord),
     Route("DELETE", "/v1/images", None, ImageRemoved),

@@ -155,6 +155,16 @@ class BlobStore:
                 w.close()
         return digest
 
+    def adopt(self, src: Path, digest: str) -> None:
+        """Move ``src``, a file on the store's filesystem whose sha256 the caller computed as it
+        wrote it (``digest``), into place as that blob (an existing blob of that digest wins)."""
+        dest = self.path(digest)
+        if dest.is_file():
+            src.unlink(missing_ok=True)
+            return
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(src, dest)
+
     def read(self, digest: str, limit: int) -> bytes:
         """A small blob's bytes (at most ``limit``)."""
         with self.path(digest).open("rb") as f:
