@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import itertools
 import os
-import select
 import signal
 import subprocess
 import threading
@@ -37,7 +36,7 @@ from typing import IO, Any, TypeVar
 from hutch.errors import HutchError, UnavailableError
 from hutch.providers.local import cgroups
 from hutch.providers.local.freeze import tree
-from hutch.providers.local.host import launcher
+from hutch.providers.local.host import launcher, readable
 
 T = TypeVar("T")
 THREADS = 8  # jobs at once; more wait their turn (a create never does)
@@ -182,7 +181,7 @@ class Job:
                         for _, err in streams.values():
                             err.end()
                         break
-                ready, _, _ = select.select([*streams, *pidfds, self._wake_r], [], [], min(left, 1.0))
+                ready = readable([*streams, *pidfds, self._wake_r], min(left, 1.0))
                 for fd in ready:
                     if fd in streams:
                         chunk = os.read(fd, 65536)

@@ -108,6 +108,16 @@ def check_reachable(path: Path, uid: int) -> None:
             )
 
 
+def readable(fds: list[int], timeout: float) -> list[int]:
+    """The descriptors of ``fds`` ready to read (data, end of file or, for a pidfd, exit), waiting
+    at most ``timeout`` seconds. poll, not select: the daemon raises its open-file limit, and
+    select cannot watch a descriptor numbered 1024 or above (FD_SETSIZE)."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(0.0, timeout) * 1000)]
+
+
 def wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: Path) -> dict[str, Any]:
     deadline = time.monotonic() + START_TIMEOUT
     info = b""
@@ -118,8 +128,8 @@ def wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: P
             if left <= 0:
                 raise UnavailableError("the sandbox did not start in time", hint=f"see {sdir / 'sandbox.log'}")
             watch = [fd for fd, done in ((info_r, info.endswith(b"}\n") or info.endswith(b"}")), (ready_r, False)) if not done]
-            readable, _, _ = select.select(watch, [], [], min(left, 0.5))
-            for fd in readable:
+            got = readable(watch, min(left, 0.5))
+            for fd in got:
                 chunk = os.read(fd, 4096)
                 if fd == info_r:
                     info += chunk
@@ -132,7 +142,7 @@ def wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: P
                         f"the sandbox failed to start: {log or 'exit code ' + str(proc.returncode)}",
                         hint="run hutch doctor",
                     )
-            if not readable and proc.poll() is not None:
+            if not got and proc.poll() is not None:
                 raise UnavailableError(f"bwrap exited with code {proc.returncode}", hint=f"see {sdir / 'sandbox.log'}")
     finally:
         os.close(ready_r)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import select
 import shutil
 import subprocess
 import time
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hutch.errors import InvalidError, UnavailableError
+from hutch.providers.local.host import readable
 
 RANGE = 65536  # uids mapped inside an image sandbox as root: 0..65535, like a whole Linux system
 TIMEOUT = 15.0
@@ -157,7 +157,7 @@ def _read_line(fd: int, deadline: float) -> bytes:
     data = b""
     while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not readable([fd], left):
             raise TimeoutError
         chunk = os.read(fd, 256)
         if not chunk:
