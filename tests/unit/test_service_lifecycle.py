@@ -250,3 +250,26 @@ def test_approvals_of_a_destroyed_sandbox_are_closed(service: Service) -> None:
     assert closed.status == "expired" and closed.decided_by == "hutch (sandbox destroyed)"
     with pytest.raises(ConflictError, match="destroyed"):
         service.approvals.request("deploy", rec.id)
+
+
+def test_the_reaper_reads_only_the_sandboxes_with_a_deadline(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every second it ran over every live record: with 1000 idle sandboxes, a pass parsed
+    1000 records on the daemon's event loop and every exec waited behind it."""
+    import hutch.store.sandboxes as table
+
+    ttl = create(service, ttl="10s")
+    idle = create(service, idle_timeout="10s")
+    plain = [create(service) for _ in range(5)]
+    parsed: list[str] = []
+    real = table._record
+
+    def counted(row: Any) -> SandboxRecord:
+        parsed.append(row["id"])
+        return real(row)
+
+    monkeypatch.setattr(table, "_record", counted)
+    assert run(service.lifecycle.reap_once(time.time() + 5)) == []
+    assert sorted(parsed) == sorted([ttl.id, idle.id])
+    fired = run(service.lifecycle.reap_once(time.time() + 11))
+    assert sorted(fired) == sorted([(ttl.id, "ttl"), (idle.id, "idle")])
+    assert all(service.get(p.id).state == SandboxState.running for p in plain)

@@ -324,8 +324,8 @@ class Lifecycle:
         """Expire every sandbox whose deadline has passed; returns (id, reason) pairs."""
         now = time.time() if now is None else now
         fired: list[tuple[str, str]] = []
-        recs = self.store.sandboxes.all((SandboxState.running, SandboxState.paused))
-        live = {rec.id for rec in recs}
+        recs = self.store.sandboxes.with_deadlines()
+        live = self.store.sandboxes.live_ids()
         self._expired = {k: v for k, v in self._expired.items() if k in live}  # forget the sandboxes that are gone
         self._waiting = {k: v for k, v in self._waiting.items() if k in live}
         for rec in recs:

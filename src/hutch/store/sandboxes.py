@@ -140,6 +140,19 @@ class SandboxTable:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return _record(row)
 
+    def live_ids(self) -> set[str]:
+        """The ids of the running and paused sandboxes (no record parsed)."""
+        return {r[0] for r in self.db.conn().execute("SELECT id FROM sandboxes WHERE state IN ('running', 'paused')")}
+
+    def with_deadlines(self) -> list[SandboxRecord]:
+        """The running and paused sandboxes with a TTL or an idle timeout: what the reaper
+        checks every second (parsing every record was a pass over all 1000 idle sandboxes)."""
+        sql = (
+            "SELECT * FROM sandboxes WHERE state IN ('running', 'paused')"
+            " AND (expires_at IS NOT NULL OR json_extract(spec, '$.idle_timeout') IS NOT NULL) ORDER BY created_at"
+        )
+        return [_record(r) for r in self.db.conn().execute(sql)]
+
     def all(
         self, states: tuple[SandboxState, ...] | None = None, *, parent: str | None = None, owner: str | None = None
     ) -> list[SandboxRecord]:
