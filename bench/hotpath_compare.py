@@ -1,0 +1,104 @@
+"""Two installs of hutch side by side: SDK exec round trip, CLI exec and CLI run, interleaved.
+
+    python bench/hotpath_compare.py --before OLD/.venv/bin --after NEW/.venv/bin [--rounds 12] [--per 25]
+
+Each install gets its own HUTCH_HOME, daemon and live sandbox. Every round times ``--per``
+SDK execs of ``true`` in a process of each install (its start not timed), then three times:
+bare ``true``, ``python3 -c pass``, and ``hutch exec SBX -- true`` and ``hutch run -- true``
+of each install as whole processes. Prints one JSON document: medians, ratios to the
+baselines of the same run, every sample. Destroys its sandboxes and stops its daemons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SDK_LOOP = """
+import sys, time, json
+from hutch.client import Client
+sid, n = sys.argv[1], int(sys.argv[2])
+c = Client(autostart=False)
+out = []
+for _ in range(n + 2):
+    t = time.perf_counter_ns(); r = c.exec(sid, {"command": ["true"]}); out.append((time.perf_counter_ns() - t) / 1e6)
+    assert r["exit_code"] == 0
+print(json.dumps(out[2:]))
+"""
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    t = time.perf_counter_ns()
+    r = subprocess.run(argv, env=env, capture_output=True, check=False)
+    took = (time.perf_counter_ns() - t) / 1e6
+    if r.returncode != 0:
+        raise RuntimeError(f"{argv} exited {r.returncode}: {r.stderr[-500:]!r}")
+    return took
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True, help="the bin directory of the first install")
+    ap.add_argument("--after", required=True, help="the bin directory of the second install")
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--per", type=int, default=25)
+    args = ap.parse_args()
+    installs = {"before": args.before, "after": args.after}
+    tmp = tempfile.mkdtemp(prefix="hutch-hotpath-")
+    os.chmod(tmp, 0o711)  # as root, sandbox uids pass through to the state dirs
+    envs: dict[str, dict[str, str]] = {}
+    sbx: dict[str, str] = {}
+    samples: dict[str, list[float]] = {"bare_true": [], "python_pass": []}
+    for v in installs:
+        samples |= {f"sdk_exec_{v}": [], f"cli_exec_{v}": [], f"cli_run_{v}": []}
+    try:
+        for v, bin_dir in installs.items():
+            env = {k: x for k, x in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            envs[v] = env | {"HUTCH_HOME": os.path.join(tmp, v)}
+            subprocess.run([f"{bin_dir}/hutch", "daemon", "start"], env=envs[v], check=True, capture_output=True)
+            made = subprocess.run([f"{bin_dir}/hutch", "create"], env=envs[v], check=True, capture_output=True, text=True)
+            sbx[v] = made.stdout.strip()
+        for i in range(args.rounds):
+            for v, bin_dir in installs.items():
+                loop = [f"{bin_dir}/python", "-c", SDK_LOOP, sbx[v], str(args.per)]
+                out = subprocess.run(loop, env=envs[v], capture_output=True, check=True, text=True).stdout
+                samples[f"sdk_exec_{v}"] += json.loads(out)
+            for _ in range(3):
+                samples["bare_true"].append(timed(["true"]))
+                samples["python_pass"].append(timed(["python3", "-c", "pass"]))
+                for v, bin_dir in installs.items():
+                    samples[f"cli_exec_{v}"].append(timed([f"{bin_dir}/hutch", "exec", sbx[v], "--", "true"], envs[v]))
+                    samples[f"cli_run_{v}"].append(timed([f"{bin_dir}/hutch", "run", "--", "true"], envs[v]))
+            print(f"round {i + 1}/{args.rounds}, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    finally:
+        for v, bin_dir in installs.items():
+            if v in sbx:
+                subprocess.run([f"{bin_dir}/hutch", "destroy", sbx[v]], env=envs[v], capture_output=True, check=False)
+            if v in envs:
+                subprocess.run([f"{bin_dir}/hutch", "daemon", "stop"], env=envs[v], capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", tmp], check=False)
+    med = {k: statistics.median(x) for k, x in samples.items()}
+    ratios = {}
+    for v in installs:
+        ratios[f"sdk_exec_{v}/bare_true"] = round(med[f"sdk_exec_{v}"] / med["bare_true"], 2)
+        ratios[f"cli_exec_{v}/python_pass"] = round(med[f"cli_exec_{v}"] / med["python_pass"], 2)
+        ratios[f"cli_run_{v}/python_pass"] = round(med[f"cli_run_{v}"] / med["python_pass"], 2)
+    result = {
+        "medians_ms": {k: round(m, 2) for k, m in med.items()},
+        "n": {k: len(x) for k, x in samples.items()},
+        "ratios": ratios,
+        "loadavg_end": os.getloadavg(),
+        "samples_ms": {k: [round(y, 3) for y in x] for k, x in samples.items()},
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
