@@ -165,3 +165,46 @@ def test_network_policy_as_unprivileged_user(nobody_env: tuple[dict[str, str], P
         server.shutdown()
         _stop(cli, home)
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home), str(hosts.parent)], check=False)
+
+
+def test_an_image_sandbox_as_an_unprivileged_user(nobody_env: tuple[dict[str, str], Path]) -> None:
+    """The user's own image (imported as the user, so the user owns its files) under a writable
+    root that bwrap's overlay makes inside the sandbox's user namespace; the agent runs from its
+    private runtime (busybox has no python)."""
+    from tests.integration.image_roots import MARKER, busybox_root, shared_dir, tree_state
+
+    env, home = nobody_env
+    py = _python_for(NOBODY)
+    pre = _as_nobody if os.geteuid() == 0 else None
+    base = shared_dir("hutch-nobody-image-")
+    root = busybox_root(base / "busybox")
+    if os.geteuid() == 0:  # the user's own root filesystem
+        for top, dirs, files in os.walk(root):
+            for name in [".", *dirs, *files]:
+                os.lchown(os.path.join(top, name), NOBODY, NOBODY)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([py, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=180, preexec_fn=pre)
+
+    try:
+        r = cli("image", "import", f"rootfs:{root}", "mine:1", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cli("create", "--image", "mine:1", "--name", "img", "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        info = json.loads(r.stdout)
+        r = cli("exec", "--json", "img", "--", "sh", "-c", "id -u; cat /etc/marker; echo mine > /etc/marker; cat /etc/marker")
+        out = json.loads(r.stdout)
+        assert out["stdout"].splitlines() == ["0", MARKER.strip(), "mine"], out
+        upper = home / "sandboxes" / info["id"] / "root" / "upper" / "etc" / "marker"
+        assert upper.read_text() == "mine\n"
+        assert upper.stat().st_uid == (NOBODY if os.geteuid() == 0 else os.geteuid())
+        stored = tree_state(root)
+        gone = cli("destroy", "img")
+        assert gone.returncode == 0, gone.stderr + (home / "hutchd.log").read_text()[-3000:]
+        assert not upper.exists()
+        assert tree_state(root) == stored
+        r = cli("create", "--image", "mine:1", "--disk", "1G", "--json")
+        assert r.returncode == 1 and json.loads(r.stdout)["error"]["kind"] == "unavailable", r.stdout
+    finally:
+        _stop(cli, home)
+        subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home), str(base)], check=False)
