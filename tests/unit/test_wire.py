@@ -29,6 +29,7 @@ MODEL_MODULES = (
     "hutch.server.changes",
     "hutch.server.keys",
     "hutch.server.images",
+    "hutch.server.ui.loopback",
     "hutch.server.lifecycle",
     "hutch.server.oneshot",
     "hutch.server.runs",

@@ -60,6 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("images", "image"),
     "gateway": ("gateway", "gateway"),
     "login": ("gateway", "login"),
+    "ui": ("ui", "ui"),
     "mcp": ("agents", "mcp"),
     "skill": ("skill", "skill"),
     "catalog": ("catalog", "catalog"),

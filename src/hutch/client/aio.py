@@ -300,3 +300,7 @@ class AsyncClient:
 
     async def image_prune(self) -> wire.ImagePruned:
         return cast("wire.ImagePruned", await self.json("POST", "/v1/images/prune"))
+
+    async def ui_link(self) -> wire.UiLink:
+        """A one-time link that logs a browser into the dashboard as this client's caller."""
+        return cast("wire.UiLink", await self.json("POST", "/v1/ui/links"))

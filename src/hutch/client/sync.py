@@ -362,3 +362,7 @@ class Client:
 
     def revoke_certificate(self, ref: str) -> builtins.list[wire.CertificateRecord]:
         return cast("builtins.list[wire.CertificateRecord]", self.json("DELETE", paths.certificate(ref)))
+
+    def ui_link(self) -> wire.UiLink:
+        """A one-time link that logs a browser into the dashboard as this client's caller."""
+        return cast("wire.UiLink", self.json("POST", "/v1/ui/links"))

@@ -43,6 +43,8 @@ from hutch.provider.optional import (
     StepHook,
     TokenSource,
     TransferProvider,
+    Usage,
+    UsageProvider,
     WatchingProvider,
     WorkspaceProvider,
 )
@@ -59,6 +61,7 @@ from hutch.provider.require import (
     ranged_reads,
     ssh_provider,
     transfer_provider,
+    usage_provider,
     watching_provider,
     workspace_provider,
 )
@@ -93,6 +96,8 @@ __all__ = [
     "StepHook",
     "TokenSource",
     "TransferProvider",
+    "Usage",
+    "UsageProvider",
     "WatchingProvider",
     "WorkspaceProvider",
     "changes_provider",
@@ -109,6 +114,7 @@ __all__ = [
     "ranged_reads",
     "ssh_provider",
     "transfer_provider",
+    "usage_provider",
     "watching_provider",
     "workspace_provider",
 ]

@@ -92,6 +92,7 @@ class Capabilities:
     changes: bool = False  # says what a sandbox changed, and exports its writable root as a layer (ChangesProvider)
     image_store: bool = False  # starts sandboxes from the daemon's image store (hutch image pull/import)
     ports: bool = False  # connections to ports listening inside a sandbox: hutch expose (PortsProvider)
+    usage: bool = False  # measures a live sandbox's memory, CPU time and processes (UsageProvider)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

@@ -287,6 +287,24 @@ class ChangesProvider(Protocol):
         ...
 
 
+class Usage(TypedDict, total=False):
+    """What a sandbox uses right now (each field only when the provider measures it)."""
+
+    memory: int  # bytes
+    cpu_seconds: float  # CPU time used so far
+    pids: int  # processes (and threads) now
+
+
+@runtime_checkable
+class UsageProvider(Protocol):
+    """``capabilities.usage``: measures a live sandbox's resource use, cheaply (the dashboard
+    asks for every live sandbox at once)."""
+
+    def usage(self, rec: SandboxRecord) -> Usage:
+        """What ``rec`` uses now; an empty Usage when it cannot say."""
+        ...
+
+
 PROTOCOLS: dict[str, type] = {
     "network": NetworkProvider,
     "events": EventSource,
@@ -300,5 +318,6 @@ PROTOCOLS: dict[str, type] = {
     "claims": ClaimsProvider,
     "changes": ChangesProvider,
     "ports": PortsProvider,
+    "usage": UsageProvider,
 }
 """Each capability flag that promises an optional protocol, and that protocol."""

@@ -21,6 +21,7 @@ from hutch.provider.optional import (
     RangedReads,
     SshProvider,
     TransferProvider,
+    UsageProvider,
     WatchingProvider,
     WorkspaceProvider,
 )
@@ -105,3 +106,7 @@ def claims_provider(provider: Provider) -> ClaimsProvider:
 def changes_provider(provider: Provider) -> ChangesProvider:
     lacks = "cannot say what a sandbox changed"
     return _require(provider, "changes", ChangesProvider, lacks, "use the local provider")
+
+
+def usage_provider(provider: Provider) -> UsageProvider:
+    return _require(provider, "usage", UsageProvider, "does not measure resource use", "nothing to show")

@@ -29,7 +29,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
 from hutch.models import FileEntry, RawOutput, SandboxRecord
-from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone
+from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone, Usage
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -155,6 +155,7 @@ class FakeProvider:
         interactive=True,
         watch=True,
         changes=True,
+        usage=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -210,6 +211,14 @@ class FakeProvider:
         if rec.id not in self.sandboxes:
             raise NotFoundError(f"fake sandbox {rec.id} is gone")
         return self.sandboxes[rec.id]
+
+    def usage(self, rec: SandboxRecord) -> Usage:
+        """Made up, but from the sandbox: its files' bytes as memory, one process per run in progress."""
+        files = self.sandboxes.get(rec.id)
+        if files is None:
+            return {}
+        jobs = sum(1 for job in self.jobs.values() if job.sandbox_id == rec.id and job.task is not None and not job.task.done())
+        return {"memory": sum(len(v) for v in files.values()), "cpu_seconds": 0.0, "pids": 1 + jobs}
 
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         files = self._files(rec)

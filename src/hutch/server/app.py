@@ -26,6 +26,9 @@ from hutch.server.keys import router as keys_router
 from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.oneshot import router as oneshot_router
 from hutch.server.runs import router as runs_router
+from hutch.server.ui import guard as ui_guard
+from hutch.server.ui import loopback as ui_loopback
+from hutch.server.ui import routes as ui_routes
 from hutch.server.workspaces import router as workspaces_router
 from hutch.service import MAX_FILE, Service
 
@@ -167,6 +170,9 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(images_router(service))
     app.include_router(changes_router(service))
     app.include_router(gateway_router(service))
+    app.include_router(ui_loopback.router(service))
+    app.include_router(ui_routes.router(service))  # the dashboard: / and /ui/...
+    app.add_middleware(ui_guard.Guard)  # its headers and CSRF checks
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

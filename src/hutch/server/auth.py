@@ -9,6 +9,9 @@ that actor (:mod:`hutch.actors`).
   A client certificate bound to a key (:mod:`hutch.service.certs`, presented in the TLS
   handshake and put into the scope by :mod:`hutch.server.tls`) resolves to that key's actor
   the same way; with ``--require-client-cert`` a request without one is refused.
+- The dashboard (``/`` and ``/ui/...``, :mod:`hutch.server.ui`) also takes its session cookie,
+  bound to the key (or the local owner) that logged in; its login page and static files need
+  no credential, and a page asked for without one is sent to the login page.
 
 Refusals are error bodies that never quote what the client sent: 401 ``unauthorized`` for a
 missing, wrong, revoked or expired credential and for a scope the key lacks, 429
@@ -25,6 +28,7 @@ from typing import Any
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
 from hutch.errors import HutchError, UnauthorizedError
 from hutch.server.tls import client_cert
+from hutch.server.ui import gate
 from hutch.service import Service
 from hutch.service.access import Buckets, too_many
 from hutch.service.keys import looks_like_key
@@ -40,8 +44,14 @@ READ_METHODS = ("GET", "HEAD")
 
 def required_scope(kind: str, method: str, path: str) -> str | None:
     """The scope a request needs (None: any valid credential)."""
-    if path in OPEN_PATHS:
+    if path in OPEN_PATHS or gate.is_public(path) or path == "/ui/logout":
         return None
+    if path == "/v1/ui/links":
+        return "read"  # a login link gives the browser what the caller has, no more
+    if path.startswith("/ui/keys"):
+        return "admin"
+    if path.startswith("/ui/approvals/") and method not in READ_METHODS:
+        return "approve"
     if path == "/metrics":
         return "metrics"
     if path.startswith(ADMIN_PREFIXES):
@@ -83,6 +93,10 @@ class Auth:
             raise UnauthorizedError(
                 "this gateway requires a client certificate", hint="log in with a bundle of this gateway (hutch login BUNDLE)"
             )
+        sid = gate.session_id(scope) if given is None else None
+        if sid is not None:  # the dashboard's cookie, on its own paths only
+            actor, scope["hutch.ui_session"] = self.service.sessions.authenticate(sid)
+            return actor
         if given is None and pem is not None:
             return self.service.certificates.authenticate(pem)
         if given is None:
@@ -107,7 +121,12 @@ class Auth:
             return
         actor: Actor | None = None
         try:
-            actor = OWNER if self.local else self.resolve(scope)
+            if self.local:
+                actor = OWNER
+            elif gate.is_public(scope.get("path", "")) and _bearer(scope) is None and not self.require_cert:
+                actor = gate.ANONYMOUS  # the dashboard's login page and static files
+            else:
+                actor = self.resolve(scope)
             need = required_scope(scope["type"], scope.get("method", ""), scope.get("path", ""))
             if need is not None and not actor.allows(need):
                 raise UnauthorizedError(
@@ -122,6 +141,9 @@ class Auth:
                     raise too_many("requests", wait, f"{rps:g} a second")
         except HutchError as exc:
             self.service.metrics.request(actor.name if actor is not None else "unauthenticated", exc.status)
+            if exc.status == 401 and actor is None and gate.wants_login(scope):
+                await gate.to_login(scope, send)
+                return
             await refuse(scope, receive, send, exc)
             return
         token = set_current(actor)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import logging
 import os
@@ -42,11 +43,13 @@ from hutch.policy import apply_change
 from hutch.provider import (
     CheckResult,
     Provider,
+    Usage,
     claims_provider,
     event_source,
     load_provider,
     network_provider,
     ranged_reads,
+    usage_provider,
 )
 from hutch.service.access import Access
 from hutch.service.approvals import Approvals
@@ -64,6 +67,7 @@ from hutch.service.oneshot import OneShot
 from hutch.service.ports import Ports
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
+from hutch.service.sessions import Sessions
 from hutch.service.templates import Templates
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
@@ -100,6 +104,7 @@ class Service:
         self.ports = Ports(self)  # exposed ports (hutch expose)
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
+        self.sessions = Sessions(self)  # the dashboard's logins (in memory only)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -283,6 +288,18 @@ class Service:
         for rec in recs:
             rec.credential = self.keyring.describe(rec)
         return recs
+
+    def usage(self, records: builtins.list[SandboxRecord]) -> dict[str, Usage]:
+        """What each running sandbox of ``records`` uses now, by id (those whose provider measures it)."""
+        out: dict[str, Usage] = {}
+        for rec in records:
+            if rec.state != SandboxState.running or rec.provider not in self._providers:
+                continue  # a provider not loaded yet has no running sandbox of this daemon's to measure
+            provider = self._providers[rec.provider]
+            if provider.capabilities.usage:
+                with contextlib.suppress(HutchError, OSError):
+                    out[rec.id] = usage_provider(provider).usage(rec)
+        return out
 
     async def destroy(
         self, ref: str, approval: str | None = None, *, cause: str | None = None, checked: bool = False

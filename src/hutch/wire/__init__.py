@@ -58,7 +58,17 @@ if TYPE_CHECKING:
         ImageRemoved,
         ImageResolvedFrame,
     )
-    from hutch.wire.keys import KeyCreated, KeyQuotas, KeyRecord, KeyRequest, KeyRevoked, KeyScope, KeyState, RotateRequest
+    from hutch.wire.keys import (
+        KeyCreated,
+        KeyQuotas,
+        KeyRecord,
+        KeyRequest,
+        KeyRevoked,
+        KeyScope,
+        KeyState,
+        RotateRequest,
+        UiLink,
+    )
     from hutch.wire.oneshot import (
         DoneFrame,
         InputFrame,
@@ -284,6 +294,7 @@ __all__ = [
     "TenantDeleted",
     "Transcript",
     "TranscriptRecord",
+    "UiLink",
     "Unexposed",
     "UploadFile",
     "WorkspaceView",

@@ -1,12 +1,23 @@
 """API keys of a gateway (``hutch key``): the request that makes one, the key as it is
-shown, and the answers that carry its secret (create, rotate: field ``key``, printed once)."""
+shown, and the answers that carry its secret (create, rotate: field ``key``, printed once);
+and the dashboard's one-time login link (``hutch ui``)."""
 
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
 from typing import Literal, NotRequired, TypedDict
 
 from hutch.wire.sandboxes import NetworkPolicy
 
-__all__ = ["KeyCreated", "KeyQuotas", "KeyRecord", "KeyRequest", "KeyRevoked", "KeyScope", "KeyState", "RotateRequest"]
+__all__ = [
+    "KeyCreated",
+    "KeyQuotas",
+    "KeyRecord",
+    "KeyRequest",
+    "KeyRevoked",
+    "KeyScope",
+    "KeyState",
+    "RotateRequest",
+    "UiLink",
+]
 
 KeyScope = Literal["read", "write", "approve", "metrics", "admin"]
 KeyState = Literal["active", "expired", "revoked"]
@@ -65,3 +76,11 @@ class KeyCreated(KeyRecord):
 
 class KeyRevoked(KeyRecord):
     changed: bool  # false: it was revoked already
+
+
+class UiLink(TypedDict):
+    """``POST /v1/ui/links``: a one-time link that logs a browser into the dashboard as the caller."""
+
+    url: str  # good once, until expires_at
+    expires_at: float
+    loopback: bool  # a listener of the local daemon on 127.0.0.1 (else the gateway's own address)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from hutch.wire.changes import ChangeList, CommitRequest, ImageCommitted
 from hutch.wire.gateway import CertificateIssued, CertificateRecord, CertificateRequest, ExposedPort, ExposeRequest, Unexposed
 from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
-from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest
+from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest, UiLink
 from hutch.wire.oneshot import RunOnceFrame, RunOnceRequest
 from hutch.wire.runs import (
     Event,
@@ -167,4 +167,6 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/gateway/certificates", CertificateRequest, CertificateIssued, 201),
     Route("GET", "/v1/gateway/certificates", None, list[CertificateRecord]),
     Route("DELETE", "/v1/gateway/certificates/{ref}", None, list[CertificateRecord]),
+    # the dashboard: a one-time login link (hutch ui)
+    Route("POST", "/v1/ui/links", None, UiLink, 201),
 )

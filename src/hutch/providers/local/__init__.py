@@ -20,12 +20,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hutch.config import Settings
 from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
-from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone
+from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, seccomp, userns, view
 from hutch.providers.local.agent import wire
@@ -72,6 +72,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
         images=True,
         changes=True,
         image_store=True,
+        usage=True,
     )
 
     def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
@@ -455,6 +456,14 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
 
     def _cgroup(self, rec: SandboxRecord) -> cgroups.SandboxCgroup:
         return cgroups.of(tuple(rec.data.get("cgroups", [])))
+
+    def usage(self, rec: SandboxRecord) -> Usage:
+        """From the sandbox's cgroup: memory in use, CPU time, processes."""
+        cg = self._cgroup(rec)
+        if not cg.dirs:
+            return {}
+        found = {"memory": cg.memory_current(), "cpu_seconds": cg.cpu_seconds(), "pids": cg.pids_current()}
+        return cast(Usage, {k: v for k, v in found.items() if v is not None})
 
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         cg = self._cgroup(rec)

@@ -178,6 +178,31 @@ class SandboxCgroup:
                     return int((d / name).read_text())
         return None
 
+    def pids_current(self) -> int | None:
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                return int((d / "pids.current").read_text())
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used: the cgroup's own count (v2 ``cpu.stat``, v1 ``cpuacct.usage``), else
+        what its live processes have used (``/proc/PID/stat``; a v1 ``cpu`` without ``cpuacct``)."""
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                for line in (d / "cpu.stat").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value) / 1e6
+            with contextlib.suppress(OSError, ValueError):
+                return int((d / "cpuacct.usage").read_text()) / 1e9
+        ticks = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in sorted(self.pids())[:256]:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / ticks if self.dirs else None
+
     def kill_all(self, deadline: float = 5.0) -> None:
         for d in self.dirs:
             if (d / "cgroup.kill").exists():
