@@ -40,6 +40,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "ssh": contract.ssh_provider,
     "claims": contract.claims_provider,
     "changes": contract.changes_provider,
+    "usage": contract.usage_provider,
 }
 
 

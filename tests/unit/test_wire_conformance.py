@@ -148,6 +148,10 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("DELETE", "/v1/images", params={"ref": "conformance:1"})
     c.call("POST", "/v1/images/prune")
 
+    # the dashboard's one-time login link (on the unix socket: the daemon's loopback listener)
+    link = c.call("POST", "/v1/ui/links")
+    assert link["loopback"] and "/ui/login?token=" in link["url"]
+
     # events, the claim reports (refused here: the fake keeps no claims), and the teardown
     c.call("GET", "/v1/events", params={"sandbox": sid, "limit": 1000})
     c.call("GET", "/v1/sandboxes/{ref}/events", ref=sid)

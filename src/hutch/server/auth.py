@@ -26,7 +26,7 @@ import math
 from typing import Any
 
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
-from hutch.errors import HutchError, UnauthorizedError
+from hutch.errors import HutchError, RateLimitedError, UnauthorizedError
 from hutch.server.tls import client_cert
 from hutch.server.ui import gate
 from hutch.service import Service
@@ -167,7 +167,7 @@ async def refuse(scope: Scope, receive: Any, send: Any, exc: HutchError) -> None
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if exc.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
-    retry_after = getattr(exc, "retry_after", None)
+    retry_after = exc.retry_after if isinstance(exc, RateLimitedError) else None
     if retry_after is not None:
         headers.append((b"retry-after", str(max(1, math.ceil(retry_after))).encode()))
     if scope["type"] == "http":

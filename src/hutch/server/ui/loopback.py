@@ -100,6 +100,7 @@ class Loopback:
 
 def router(service: Service) -> APIRouter:
     r = APIRouter()
+    listener: list[Loopback] = []  # this app's, made on first use
 
     @r.post("/v1/ui/links", status_code=201)
     async def link(request: Request) -> UiLink:
@@ -107,10 +108,9 @@ def router(service: Service) -> APIRouter:
         token, expires = service.sessions.link()
         local = current().via == "unix"
         if local:
-            app = request.app
-            if getattr(app.state, "ui_loopback", None) is None:
-                app.state.ui_loopback = Loopback(app, service)
-            base = await app.state.ui_loopback.start()
+            if not listener:
+                listener.append(Loopback(request.app, service))
+            base = await listener[0].start()
         else:
             base = str(request.base_url).rstrip("/")
         return UiLink(url=f"{base}/ui/login?token={token}", expires_at=expires, loopback=local)

@@ -19,7 +19,7 @@ FILE_VIEW = 256 << 10  # a file shown on its page: the first 256 KiB
 
 def facts(rec: SandboxRecord, owner: str, use: Mapping[str, Any]) -> str:
     net = rec.spec.network
-    network = net.mode + (": " + ", ".join(net.allow_hosts) if getattr(net, "allow_hosts", None) else "")
+    network = net.mode + (": " + ", ".join(net.allow_hosts) if net.allow_hosts else "")
     egress = f"{rec.egress.get('allowed', 0)} allowed, {rec.egress.get('denied', 0)} denied" if rec.egress else ""
     cpu = use.get("cpu_seconds")
     items = [
