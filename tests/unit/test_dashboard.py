@@ -75,7 +75,7 @@ def test_a_wrong_key_a_spent_link_and_a_forged_cookie_are_refused(gw: TestClient
     with acting(OWNER):
         token, _ = service.sessions.link()
     page = gw.get("/ui/login", params={"token": token})
-    assert 'data-autosubmit' in page.text
+    assert "data-autosubmit" in page.text
     r = gw.post("/ui/login", data={"csrf": form_token(page.text), "token": token}, follow_redirects=False)
     assert r.status_code == 303
     gw.cookies.clear()
