@@ -219,7 +219,35 @@ def test_usage_of_live_sandboxes(gw: TestClient, service: Service) -> None:
     admin = key(service, "root", admin=True)
     sid = gw.post("/v1/sandboxes", json={"provider": "fake"}, headers=bearer(admin)).json()["id"]
     gw.put(f"/v1/sandboxes/{sid}/files", params={"path": "f"}, content=b"x" * 3000, headers=bearer(admin))
-    assert service.usage(service.list()) == {sid: {"memory": 3000, "cpu_seconds": 0.0, "pids": 1}}
+    assert service.sessions.usage(service.list()) == {sid: {"memory": 3000, "cpu_seconds": 0.0, "pids": 1}}
     login(gw, admin)
     row = re.search(rf'<tr data-sandbox="{sid}">.*?</tr>', gw.get("/ui/fragments/sandboxes").text)
     assert row is not None and "<td>3000</td>" in row.group(0) and "<td>0.0 s</td>" in row.group(0), row
+
+
+def test_an_ambient_credential_alone_changes_nothing(service: Service) -> None:
+    """A request let in by something a browser sends by itself (a client certificate) but no
+    session is refused a change: only a session's token, a key in Authorization or the unix
+    socket may change things through the dashboard."""
+    from hutch.actors import reset_current, set_current
+
+    secret = key(service, "alice", "read", "write", "approve")
+    actor = service.keys.authenticate(secret)
+    app = create_app(service)
+
+    async def as_certificate(scope: Any, receive: Any, send: Any) -> None:  # what Auth does for a client certificate
+        token = set_current(actor)
+        try:
+            await app(scope, receive, send)
+        finally:
+            reset_current(token)
+
+    with acting(actor):
+        apr = service.approvals.request("deploy", None, None, 600)
+    with TestClient(as_certificate, base_url=BASE) as c:
+        assert c.get("/").status_code == 200
+        r = c.post(f"/ui/approvals/{apr.id}", data={"decision": "approve"})
+        assert r.status_code == 403 and "needs its session" in r.text
+        assert service.approvals.get(apr.id).status.value == "pending"
+        r = c.post(f"/ui/approvals/{apr.id}", data={"decision": "approve"}, headers=bearer(secret), follow_redirects=False)
+        assert r.status_code == 303 and service.approvals.get(apr.id).status.value == "approved"

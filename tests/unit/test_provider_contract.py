@@ -41,6 +41,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "claims": contract.claims_provider,
     "changes": contract.changes_provider,
     "usage": contract.usage_provider,
+    "ports": contract.ports_provider,
 }
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
 import functools
 import logging
 import os
@@ -43,13 +42,11 @@ from hutch.policy import apply_change
 from hutch.provider import (
     CheckResult,
     Provider,
-    Usage,
     claims_provider,
     event_source,
     load_provider,
     network_provider,
     ranged_reads,
-    usage_provider,
 )
 from hutch.service.access import Access
 from hutch.service.approvals import Approvals
@@ -105,6 +102,11 @@ class Service:
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only)
+        self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
+
+    def loaded(self) -> builtins.list[str]:
+        """The providers made so far (a provider is made at its first use, or at start for what it adopts)."""
+        return builtins.list(self._providers)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -288,18 +290,6 @@ class Service:
         for rec in recs:
             rec.credential = self.keyring.describe(rec)
         return recs
-
-    def usage(self, records: builtins.list[SandboxRecord]) -> dict[str, Usage]:
-        """What each running sandbox of ``records`` uses now, by id (those whose provider measures it)."""
-        out: dict[str, Usage] = {}
-        for rec in records:
-            if rec.state != SandboxState.running or rec.provider not in self._providers:
-                continue  # a provider not loaded yet has no running sandbox of this daemon's to measure
-            provider = self._providers[rec.provider]
-            if provider.capabilities.usage:
-                with contextlib.suppress(HutchError, OSError):
-                    out[rec.id] = usage_provider(provider).usage(rec)
-        return out
 
     async def destroy(
         self, ref: str, approval: str | None = None, *, cause: str | None = None, checked: bool = False

@@ -1,4 +1,5 @@
-"""Dashboard sessions: a browser's login, bound to the actor that logged in.
+"""Dashboard sessions: a browser's login, bound to the actor that logged in (and, for its
+pages, the live resource use of sandboxes: :meth:`Sessions.usage`).
 
 A browser cannot send ``Authorization: Bearer``; it logs in once and holds a session id
 instead (the HTTP edge keeps it in an HttpOnly cookie). Two ways in:
@@ -16,6 +17,7 @@ every request that changes something must carry (:mod:`hutch.server.ui.guard`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import time
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hutch.actors import Actor, current
-from hutch.errors import UnauthorizedError
+from hutch.errors import HutchError, UnauthorizedError
+from hutch.models import SandboxRecord, SandboxState
+from hutch.provider import Usage, usage_provider
 from hutch.service.keys import actor_of, public
 
 if TYPE_CHECKING:
@@ -116,6 +120,20 @@ class Sessions:
         if row is None or state != "active":
             raise UnauthorizedError(f"the key of this session ({actor.name}) is {state}", hint=LOGIN_HINT)
         return actor_of(row)
+
+    # -- what the dashboard shows ----------------------------------------------------------
+
+    def usage(self, records: list[SandboxRecord]) -> dict[str, Usage]:
+        """What each running sandbox of ``records`` uses now, by id (those whose provider measures it)."""
+        out: dict[str, Usage] = {}
+        for rec in records:
+            if rec.state != SandboxState.running or rec.provider not in self.svc.loaded():
+                continue  # a provider not loaded yet has no running sandbox of this daemon's to measure
+            provider = self.svc.provider(rec.provider)
+            if provider.capabilities.usage:
+                with contextlib.suppress(HutchError, OSError):
+                    out[rec.id] = usage_provider(provider).usage(rec)
+        return out
 
     def _drop_expired(self) -> None:
         now = time.time()

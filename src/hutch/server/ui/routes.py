@@ -68,7 +68,7 @@ def owner_names(service: Service) -> dict[str, str]:
 
 def usage(service: Service, records: list[SandboxRecord]) -> Mapping[str, Mapping[str, Any]]:
     """Live resource use of each sandbox (none when its provider does not measure it)."""
-    return service.usage(records)
+    return service.sessions.usage(records)
 
 
 def router(service: Service) -> APIRouter:
