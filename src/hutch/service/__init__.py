@@ -101,7 +101,6 @@ class Service:
         self.ports = Ports(self)  # exposed ports (hutch expose)
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
-        self.sessions = Sessions(self)  # the dashboard's logins (in memory only)
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
 
     def loaded(self) -> builtins.list[str]:
