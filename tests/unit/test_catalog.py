@@ -9,7 +9,7 @@ import click
 import pytest
 
 from hutch.cli import cli, main
-from hutch.cli.catalog import build_catalog
+from hutch.cli.catalog import build_catalog, subcommands
 
 
 def tree(group: click.Group) -> dict[str, click.Command]:
@@ -20,7 +20,7 @@ def tree(group: click.Group) -> dict[str, click.Command]:
         if path:
             out[" ".join(path)] = command
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            for name, sub in subcommands(command):
                 visit(sub, (*path, name))
 
     visit(group, ())

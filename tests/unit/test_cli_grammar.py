@@ -15,6 +15,7 @@ import pytest
 from test_cli import assert_json_error, cli, daemon_home, one_json, sbx  # noqa: F401 - fixtures and helpers
 
 from hutch.cli import cli as root
+from hutch.cli.catalog import subcommands
 from hutch.cli.common import Duration, Size
 
 
@@ -24,7 +25,7 @@ def options() -> Iterator[tuple[str, click.Option]]:
             if isinstance(p, click.Option):
                 yield path, p
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            for name, sub in subcommands(command):
                 yield from walk(sub, f"{path} {name}".strip())
 
     yield from walk(root, "")

@@ -13,6 +13,7 @@ import pytest
 from tests.unit.test_docs import example_problems, invoked_paths
 
 from hutch.cli import cli, main
+from hutch.cli.catalog import subcommands
 from hutch.cli.skill import ADVICE, render
 from hutch.errors import KINDS
 
@@ -47,7 +48,7 @@ def all_paths(group: click.Group) -> list[str]:
         if path:
             out.append(" ".join(path))
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
+            for name, sub in subcommands(command):
                 visit(sub, (*path, name))
 
     visit(group, ())
@@ -100,7 +101,9 @@ def _commands(group: click.Group) -> list[tuple[str, click.Command]]:
         command: click.Command = group
         for word in path.split():
             assert isinstance(command, click.Group)
-            command = command.commands[word]
+            found = command.get_command(click.Context(command), word)
+            assert found is not None, word
+            command = found
         out.append((path, command))
     return out
 

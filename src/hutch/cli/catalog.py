@@ -14,6 +14,13 @@ CATALOG_VERSION = 1
 _UNSET = getattr(click.core, "UNSET", None)  # click >= 8.3 marks "no default" with a sentinel
 
 
+def subcommands(group: click.Group, ctx: click.Context | None = None) -> list[tuple[str, click.Command]]:
+    """A group's commands by name, sorted; a lazy group imports each (its ``commands`` holds only those loaded)."""
+    ctx = ctx or click.Context(group)
+    found = ((name, group.get_command(ctx, name)) for name in sorted(group.list_commands(ctx)))
+    return [(name, sub) for name, sub in found if sub is not None]
+
+
 def walk(
     command: click.Command, ctx: click.Context | None = None
 ) -> Iterator[tuple[tuple[str, ...], click.Command, click.Context]]:
@@ -23,8 +30,8 @@ def walk(
     path = (*ctx.command_path.split()[1:], name) if ctx is not None else ()
     yield path, command, here
     if isinstance(command, click.Group):
-        for sub in sorted(command.commands):
-            yield from walk(command.commands[sub], here)
+        for _, sub in subcommands(command, here):
+            yield from walk(sub, here)
 
 
 def _plain(value: Any) -> Any:
@@ -86,7 +93,7 @@ def command_info(path: tuple[str, ...], command: click.Command, ctx: click.Conte
         "short_help": command.get_short_help_str(limit=120),
         "options": [option_info(p, ctx) for p in command.params if isinstance(p, click.Option)],
         "arguments": [argument_info(p) for p in command.params if isinstance(p, click.Argument)],
-        "subcommands": sorted(command.commands) if isinstance(command, click.Group) else [],
+        "subcommands": [name for name, _ in subcommands(command, ctx)] if isinstance(command, click.Group) else [],
     }
 
 

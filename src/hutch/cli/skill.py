@@ -37,6 +37,8 @@ ADVICE = {
     "approval_required": "The sandbox's policy needs a human's approval for this action. Tell the user the "
     "`approval_id` (they run `hutch approve ID`), wait with `hutch approvals`, then retry with `--approval ID`. "
     "Never try to approve it yourself.",
+    "rate_limited": "The gateway's rate limit for your key was reached. hutch's own client already waited and "
+    "retried; slow down (fewer calls in a loop, batch work into one `hutch run`) and retry after the `Retry-After`.",
     "internal": "A bug in hutch. Retry once; then report the message with the end of `hutch daemon logs`.",
 }
 
