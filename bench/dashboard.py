@@ -85,9 +85,8 @@ def main() -> int:
         for i in range(args.sandboxes):
             c.create({"provider": "fake", "name": f"bench-{i:04d}", "labels": {"bench": "dashboard", "i": str(i)}})
         made_s = time.perf_counter() - t
-        link = json.loads(
-            subprocess.run([sys.executable, "-m", "hutch", "ui", "--json"], env=env, capture_output=True, text=True, check=True).stdout
-        )
+        ui = subprocess.run([sys.executable, "-m", "hutch", "ui", "--json"], env=env, capture_output=True, text=True, check=True)
+        link = json.loads(ui.stdout)
         result = measure(link["url"], args.loads, home)
         result |= {"sandboxes": args.sandboxes, "provider": "fake", "create_all_s": round(made_s, 1)}
         result["load_average"] = os.getloadavg()[0]
