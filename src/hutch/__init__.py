@@ -8,15 +8,29 @@ from hutch._version import __version__
 
 if TYPE_CHECKING:
     from hutch.errors import HutchError
-    from hutch.sdk import AsyncPty, AsyncRun, AsyncSandbox, ExecResult, FileInfo, OutputChunk, Pty, Run, Sandbox
+    from hutch.sdk import (
+        AsyncImages,
+        AsyncPty,
+        AsyncRun,
+        AsyncSandbox,
+        ExecResult,
+        FileInfo,
+        Images,
+        OutputChunk,
+        Pty,
+        Run,
+        Sandbox,
+    )
 
 __all__ = [
+    "AsyncImages",
     "AsyncPty",
     "AsyncRun",
     "AsyncSandbox",
     "ExecResult",
     "FileInfo",
     "HutchError",
+    "Images",
     "OutputChunk",
     "Pty",
     "Run",

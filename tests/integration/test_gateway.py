@@ -22,7 +22,7 @@ from tests.integration.test_remote import RemoteDaemon, _make_cert, cli
 
 from hutch.client import AsyncClient, Client
 from hutch.config import Settings
-from hutch.errors import CapacityError, NotFoundError, PolicyError, UnauthorizedError
+from hutch.errors import CapacityError, ConflictError, NotFoundError, PolicyError, UnauthorizedError
 
 HEADER_TIMEOUT = 5  # the gateway's slowloris deadlines in these tests (production: 10 s and 60 s)
 
@@ -175,6 +175,54 @@ def _no_secret_anywhere(gw: Gateway, outputs: list[str]) -> None:
     for secret in gw.secrets:
         part = secret[20:] if secret.startswith("hk_") else secret  # the secret part alone, too
         assert all(secret not in t and part not in t for t in texts)
+
+
+def test_images_belong_to_the_key_that_pulled_or_imported_them(gw: Gateway, registry: Any, tmp_path: Path) -> None:
+    from tests.integration.image_roots import busybox_root
+
+    from hutch.client.images import follow
+
+    alice_id, alice = gw.key("alice-images")
+    _, bob = gw.key("bob-images")
+    a, b, admin = gw.client(alice), gw.client(bob), gw.client(str(gw.tmp / "token"))
+    root = busybox_root(tmp_path / "root")
+    mine = follow(a.image_import(f"rootfs:{root}", "team/app:1"))["image"]  # uploaded from the client: any key may
+    tiny = f"{registry.host}/tiny:1"
+    bobs = follow(b.image_pull(tiny))["image"]
+    assert [i["id"] for i in a.images()] == [mine["id"]] and [i["id"] for i in b.images()] == [bobs["id"]]
+
+    # bob: alice's image does not exist for him, by name, id or prefix; nor can he start from it
+    for ref in ("team/app:1", mine["id"], mine["id"][7:19]):
+        for call in (lambda ref=ref: b.image_inspect(ref), lambda ref=ref: b.image_rm(ref)):
+            with pytest.raises(NotFoundError):
+                call()
+    with pytest.raises(NotFoundError):
+        b.create({"provider": "local", "image": "team/app:1", "limits": {"memory": "256M"}})
+
+    # names are per key: bob's own team/app:1 is another image, alice's stays hers
+    (root / "etc/marker").write_text("bob's\n")
+    other = follow(b.image_import(f"rootfs:{root}", "team/app:1"))["image"]
+    assert other["id"] != mine["id"] and a.image_inspect("team/app:1")["id"] == mine["id"]
+    assert b.image_inspect("team/app:1")["id"] == other["id"]
+    sbx = a.create({"provider": "local", "image": "team/app:1", "limits": {"memory": "256M"}})
+    assert sbx["owner"] == alice_id and a.exec(sbx["id"], {"command": ["cat", "/etc/marker"]})["stdout"] == "from the image\n"
+
+    # the same image pulled by two keys is stored once and held by both; each rm lets go of its own
+    again = follow(a.image_pull(tiny))
+    assert again["image"]["id"] == bobs["id"] and again["image"]["names"] == [tiny]
+    assert b.image_rm(tiny)["deleted"] is False  # alice still holds it
+    assert a.image_inspect(tiny)["id"] == bobs["id"]
+    with pytest.raises(NotFoundError):
+        b.image_inspect(tiny)
+    with pytest.raises(ConflictError):  # alice's own sandbox uses hers
+        a.image_rm("team/app:1")
+
+    # the admin sees every key's images; a key's prune does not take what another key holds
+    assert {mine["id"], other["id"], bobs["id"]} <= {i["id"] for i in admin.images()}
+    b.image_rm("team/app:1")
+    b.image_prune()
+    assert a.image_inspect("team/app:1")["id"] == mine["id"] and Path(mine["rootfs"]).is_dir()
+    a.destroy(sbx["id"])
 
 
 def test_revoke_expiry_and_rotation_take_effect_at_once(gw: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,9 +7,17 @@ import inspect
 import pytest
 
 import hutch
-from hutch.sdk import AsyncFiles, AsyncRun, AsyncRuns, AsyncSandbox, Files, Run, Runs, Sandbox
+from hutch.sdk import AsyncFiles, AsyncImages, AsyncRun, AsyncRuns, AsyncSandbox, Files, Images, Run, Runs, Sandbox
 from hutch.sdk.policy import AsyncPolicy, Policy
 
+TWINS = [
+    (Sandbox, AsyncSandbox),
+    (Files, AsyncFiles),
+    (Run, AsyncRun),
+    (Runs, AsyncRuns),
+    (Policy, AsyncPolicy),
+    (Images, AsyncImages),
+]
 SYNC_TO_ASYNC_DUNDERS = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
 
 
@@ -28,19 +36,13 @@ def instance_attributes(cls: type) -> set[str]:
     return {line.split("=")[0].strip().removeprefix("self.") for line in src.splitlines() if line.strip().startswith("self.")}
 
 
-@pytest.mark.parametrize(
-    ("sync_cls", "async_cls"),
-    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
-)
+@pytest.mark.parametrize(("sync_cls", "async_cls"), TWINS)
 def test_same_public_members(sync_cls: type, async_cls: type) -> None:
     assert set(public_members(sync_cls)) == set(public_members(async_cls))
     assert instance_attributes(sync_cls) == instance_attributes(async_cls)
 
 
-@pytest.mark.parametrize(
-    ("sync_cls", "async_cls"),
-    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
-)
+@pytest.mark.parametrize(("sync_cls", "async_cls"), TWINS)
 def test_same_signatures(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
         twin = getattr(async_cls, name)
@@ -51,10 +53,7 @@ def test_same_signatures(sync_cls: type, async_cls: type) -> None:
         assert params(member) == params(twin), name
 
 
-@pytest.mark.parametrize(
-    ("sync_cls", "async_cls"),
-    [(Sandbox, AsyncSandbox), (Files, AsyncFiles), (Run, AsyncRun), (Runs, AsyncRuns), (Policy, AsyncPolicy)],
-)
+@pytest.mark.parametrize(("sync_cls", "async_cls"), TWINS)
 def test_async_twin_is_awaitable_and_sync_is_not(sync_cls: type, async_cls: type) -> None:
     for name, member in public_members(sync_cls).items():
         if isinstance(member, property):
@@ -67,13 +66,15 @@ def test_async_twin_is_awaitable_and_sync_is_not(sync_cls: type, async_cls: type
 def test_same_constructor_shape() -> None:
     assert [p[0] for p in params(Sandbox.__init__)] == [p[0] for p in params(AsyncSandbox.__init__)]
     assert [p[0] for p in params(Files.__init__)] == [p[0] for p in params(AsyncFiles.__init__)]
+    assert params(Images.__init__) == params(AsyncImages.__init__)
 
 
-def test_context_managers() -> None:
+@pytest.mark.parametrize(("sync_cls", "async_cls"), [(Sandbox, AsyncSandbox), (Images, AsyncImages)])
+def test_context_managers(sync_cls: type, async_cls: type) -> None:
     for sync_name, async_name in SYNC_TO_ASYNC_DUNDERS.items():
-        assert hasattr(Sandbox, sync_name)
-        assert inspect.iscoroutinefunction(getattr(AsyncSandbox, async_name))
-        assert [p[0] for p in params(getattr(Sandbox, sync_name))] == [p[0] for p in params(getattr(AsyncSandbox, async_name))]
+        assert hasattr(sync_cls, sync_name)
+        assert inspect.iscoroutinefunction(getattr(async_cls, async_name))
+        assert [p[0] for p in params(getattr(sync_cls, sync_name))] == [p[0] for p in params(getattr(async_cls, async_name))]
 
 
 def test_exec_never_takes_check_or_raise_flags() -> None:
@@ -84,12 +85,14 @@ def test_exec_never_takes_check_or_raise_flags() -> None:
 # -- the public surface ---------------------------------------------------------------
 
 PINNED_ALL = [
+    "AsyncImages",
     "AsyncPty",
     "AsyncRun",
     "AsyncSandbox",
     "ExecResult",
     "FileInfo",
     "HutchError",
+    "Images",
     "OutputChunk",
     "Pty",
     "Run",

@@ -132,15 +132,45 @@ async def aiter_chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
         yield cast(bytes, chunk)
 
 
+def _frame(frame: dict[str, Any], on_frame: Callable[[dict[str, Any]], None] | None) -> dict[str, Any] | None:
+    from hutch.errors import HutchError
+
+    if on_frame is not None:
+        on_frame(frame)
+    if frame.get("type") == "error":
+        raise HutchError.from_dict(frame["error"])
+    return frame if frame.get("type") == "done" else None
+
+
+def _cut() -> Exception:
+    from hutch.errors import UnavailableError
+
+    return UnavailableError("the daemon's answer ended before the image was done", hint="see hutch daemon logs; try again")
+
+
 def follow(frames: Iterator[dict[str, Any]], on_frame: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Read a pull's or an import's frames to the end: the ``done`` frame; an ``error`` frame raises."""
-    from hutch.errors import HutchError, UnavailableError
+    try:
+        for frame in frames:
+            if (done := _frame(frame, on_frame)) is not None:
+                return done
+    finally:
+        close = getattr(frames, "close", None)
+        if close is not None:
+            close()
+    raise _cut()
 
-    for frame in frames:
-        if on_frame is not None:
-            on_frame(frame)
-        if frame.get("type") == "error":
-            raise HutchError.from_dict(frame["error"])
-        if frame.get("type") == "done":
-            return frame
-    raise UnavailableError("the daemon's answer ended before the image was done", hint="see hutch daemon logs; try again")
+
+async def afollow(
+    frames: AsyncIterator[dict[str, Any]], on_frame: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """:func:`follow` for the async client's frames."""
+    try:
+        async for frame in frames:
+            if (done := _frame(frame, on_frame)) is not None:
+                return done
+    finally:
+        aclose = getattr(frames, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    raise _cut()

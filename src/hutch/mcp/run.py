@@ -41,6 +41,10 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
         ] = None,
         stdin: Annotated[str | None, Field(description="Text fed to the command's standard input.")] = None,
         max_output: MaxOutput = None,
+        image: Annotated[
+            str | None,
+            Field(description="Image to run in (e.g. 'python:3.12-slim'; see image_list): a writable root of its own."),
+        ] = None,
     ) -> CallToolResult:
         """Run one command in a new sandbox and destroy it: exit_code, status, stdout and stderr, as exec.
 
@@ -51,7 +55,9 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
         cap = max_output or default_cap
 
         async def work() -> Body:
-            spec = build.sandbox_spec(settings, memory=memory, pids=pids, env=env, network=network, allow_hosts=allow_hosts or ())
+            spec = build.sandbox_spec(
+                settings, memory=memory, pids=pids, env=env, network=network, allow_hosts=allow_hosts or (), image=image
+            )
             exec_req = build.exec_request(command, timeout=timeout, stdin=stdin, max_output=cap)
             req = build.run_once_request(exec_req, spec=spec, keep=keep, pull=pull and bool(directory))
             outcome = Outcome(cap)

@@ -1,5 +1,5 @@
 """The MCP server and its tools, each a few lines over :class:`hutch.client.AsyncClient`
-(the run tool is in :mod:`hutch.mcp.run`)."""
+(the run tool is in :mod:`hutch.mcp.run`, the image tools in :mod:`hutch.mcp.images`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hutch._version import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
 from hutch.errors import InternalError, InvalidError
-from hutch.mcp import run
+from hutch.mcp import images, run
 from hutch.mcp.shapes import (
     DEFAULT_MAX_OUTPUT,
     Body,
@@ -397,6 +397,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         return await _call(client.unexpose(sandbox, port))
 
     run.register(app, client, settings, default_cap)
+    images.register(app, client)
     return app, client
 
 

@@ -12,6 +12,7 @@ Each sandbox holds a client (:mod:`hutch.client`) and its namespaces, each in it
     sync.py     Sandbox                 create, run_once, connect, list, restore; exec, pty; lifecycle; workspace
     aio.py      AsyncSandbox            the same, awaited (tests/unit/test_sdk_parity.py keeps them in step)
     files.py    Files, AsyncFiles       sbx.files
+    images.py   Images, AsyncImages     the image store: pull, import_, list, inspect, rm, prune
     runs.py     Run(s), AsyncRun(s)     sbx.runs, and exec(..., background=True)
     policy.py   Policy, AsyncPolicy     sbx.policy
     pty.py      Pty, AsyncPty           sbx.pty(...)
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from hutch.sdk.aio import AsyncSandbox
 from hutch.sdk.files import AsyncFiles, Files
+from hutch.sdk.images import AsyncImages, Images
 from hutch.sdk.policy import AsyncPolicy, Policy
 from hutch.sdk.pty import AsyncPty, Pty
 from hutch.sdk.results import ExecResult, FileInfo, OutputChunk
@@ -32,6 +34,7 @@ from hutch.sdk.sync import Sandbox
 
 __all__ = [
     "AsyncFiles",
+    "AsyncImages",
     "AsyncPolicy",
     "AsyncPty",
     "AsyncRun",
@@ -40,6 +43,7 @@ __all__ = [
     "ExecResult",
     "FileInfo",
     "Files",
+    "Images",
     "OutputChunk",
     "Policy",
     "Pty",

@@ -131,7 +131,9 @@ class Service:
     # -- start / adopt (service/restart.py) -------------------------------------------
 
     async def start(self) -> dict[str, list[str]]:
-        """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost."""
+        """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost;
+        the image store's leftovers of an interrupted unpack are swept."""
+        await self.images.sweep()
         return await self.restart.start()
 
     async def rearm(self, scope: Scope) -> None:
@@ -169,6 +171,8 @@ class Service:
         check_options(provider, spec)
         if spec.image and not caps.images:
             raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
+        if spec.image and caps.image_store:
+            self.images.admit(spec.image)  # a key starts only from its own images
         if spec.user and not caps.users:
             raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")
         now = time.time()

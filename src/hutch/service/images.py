@@ -60,18 +60,31 @@ class Images:
         except HutchError:
             return False
 
-    def in_use(self) -> dict[str, list[str]]:
-        """Image id -> the live sandboxes made from it."""
+    def in_use(self, owner: str | None = None) -> dict[str, list[str]]:
+        """Image id -> the live sandboxes made from it (``owner``'s only; None: everyone's)."""
         out: dict[str, list[str]] = {}
         for rec in self.svc.store.sandboxes.all(LIVE_STATES):
             image_id = rec.data.get("image_id") if isinstance(rec.data.get("image_id"), str) else None
             if image_id is None and rec.spec.image and self._stores_images(rec.provider):
                 with contextlib.suppress(HutchError):
-                    row = self.store.find(rec.spec.image)
+                    row = self.store.find(rec.spec.image, None, rec.owner)
                     image_id = row["id"] if row is not None else None
-            if image_id is not None:
+            if image_id is not None and (owner is None or rec.owner == owner):
                 out.setdefault(image_id, []).append(rec.id)
         return out
+
+    # -- whose images (service/access.py) --------------------------------------------------
+
+    def _owner(self) -> str | None:
+        """Whose images the request sees: its actor's (a key's own), or everyone's for an admin."""
+        return self.svc.access.owner_filter()
+
+    def admit(self, ref: str) -> None:
+        """Before a sandbox is made from ``ref``: a key may start only from its own images (what
+        another key holds does not exist for it); an admin from any."""
+        owner = self._owner()
+        if owner is not None:
+            self.store.lookup(ref, owner)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -90,12 +103,14 @@ class Images:
         return CheckResult("images", True, f"{len(rows)} stored ({shown or 'unnamed'}) in {self.store.root}")
 
     def list(self) -> list[dict[str, Any]]:
-        used = self.in_use()
-        return [self.store.describe(row, used.get(row["id"])) for row in self.store.rows.all()]
+        owner = self._owner()
+        used = self.in_use(owner)
+        return [self.store.describe(row, used.get(row["id"])) for row in self.store.rows.all(owner)]
 
     def inspect(self, ref: str) -> dict[str, Any]:
-        row = self.store.lookup(ref)
-        return self.store.describe(row, self.in_use().get(row["id"]))
+        owner = self._owner()
+        row = self.store.lookup(ref, owner, self.svc.access.owner())
+        return self.store.describe(row, self.in_use(owner).get(row["id"]), owner)
 
     # -- pull and import -------------------------------------------------------------------
 
@@ -111,7 +126,7 @@ class Images:
 
         async def work(emit: Emit) -> dict[str, Any]:
             row, transferred = await pull(self.store, parsed, auth, opts, emit)
-            return {"image": self.store.describe(row), "transferred": transferred}
+            return {"image": self.store.describe(row, owner=self.svc.access.owner()), "transferred": transferred}
 
         return self._events(work)
 
@@ -164,7 +179,7 @@ class Images:
                     parts, carried = archive.docker_parts(self.store, got, want)
         names = [target.name] if target else _carried_names(carried)
         row = build(self.store, parts, names, emit, keep_owners=keep_owners())
-        return {"image": self.store.describe(row), "transferred": 0}
+        return {"image": self.store.describe(row, owner=self.svc.access.owner()), "transferred": 0}
 
     async def _events(self, work: Work) -> AsyncIterator[dict[str, Any]]:
         """Run ``work`` (which emits events, from any thread), yield its events, then ``done`` or ``error``."""
@@ -227,15 +242,16 @@ class Images:
     # -- removing --------------------------------------------------------------------------
 
     async def remove(self, ref: str, force: bool = False) -> dict[str, Any]:
-        row = self.store.lookup(ref)
-        users = self.in_use().get(row["id"], [])
+        owner = self._owner()
+        row = self.store.lookup(ref, owner, self.svc.access.owner())
+        users = self.in_use(owner).get(row["id"], [])  # a key is told only of its own sandboxes
         if users and not force:
             shown = ", ".join(users[:5]) + (" ..." if len(users) > 5 else "")
             raise ConflictError(
                 f"image {ref!r} is used by {len(users)} live sandbox(es): {shown}",
                 hint="destroy them first, or hutch image rm --force (its files stay until they are gone)",
             )
-        row, untagged, deleted = self.store.remove(ref)
+        row, untagged, deleted = self.store.remove(ref, owner, self.svc.access.owner())
         freed = 0
         if deleted:
             report = await asyncio.to_thread(self.store.collect, set(self.in_use()))
@@ -247,6 +263,18 @@ class Images:
             "sandboxes": users,
             "freed": freed,
         }
+
+    async def sweep(self) -> None:
+        """At daemon start: remove the temporary directories an interrupted pull or import left."""
+        if not self.store.root.is_dir():
+            return
+        try:
+            report = await asyncio.to_thread(self.store.sweep)
+        except (HutchError, OSError) as exc:
+            log.warning("sweeping the image store: %s", exc)
+            return
+        if report["temporaries"]:
+            log.info("image store: removed %d temporary directories left by an interrupted transfer", report["temporaries"])
 
     async def prune(self) -> dict[str, Any]:
         report = await asyncio.to_thread(self.store.collect, set(self.in_use()), True)

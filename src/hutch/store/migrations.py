@@ -190,6 +190,29 @@ CREATE INDEX certificates_name ON certificates(name);
 CREATE INDEX certificates_key ON certificates(key_id);
 """
 
+# images per key (store/images.py): who holds each image, and each owner's own names; what was
+# stored before belongs to the local user
+IMAGE_OWNERS_SQL = """
+CREATE TABLE image_owners (
+    image_id TEXT NOT NULL REFERENCES images(id),
+    owner TEXT NOT NULL,
+    PRIMARY KEY (image_id, owner)
+);
+CREATE INDEX image_owners_owner ON image_owners(owner);
+INSERT INTO image_owners (image_id, owner) SELECT id, 'owner' FROM images;
+CREATE TABLE image_names_owned (
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    image_id TEXT NOT NULL REFERENCES images(id),
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (owner, name)
+);
+INSERT INTO image_names_owned (owner, name, image_id, updated_at) SELECT 'owner', name, image_id, updated_at FROM image_names;
+DROP TABLE image_names;
+ALTER TABLE image_names_owned RENAME TO image_names;
+CREATE INDEX image_names_image ON image_names(image_id);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -199,4 +222,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0007_images", IMAGES_SQL),
     ("0008_keys", KEYS_SQL),  # API keys (hashed); who owns each sandbox, snapshot, tenant, approval; each event's actor
     ("0009_certificates", CERTS_SQL),
+    ("0010_image_owners", IMAGE_OWNERS_SQL),  # images per key: their owners, and names per owner
 ]

@@ -30,7 +30,7 @@ class DirectorySource:
     def __init__(self, table: Path) -> None:
         self.table = table
 
-    def resolve(self, ref: str) -> ResolvedImage:
+    def resolve(self, ref: str, owner: str | None = None) -> ResolvedImage:
         entries: dict[str, Any] = json.loads(self.table.read_text()) if self.table.is_file() else {}
         entry = entries.get(ref)
         if entry is None:

@@ -130,4 +130,5 @@ class ImagePruned(TypedDict):
     layers: int
     blobs: int
     partials: int
+    temporaries: int  # directories an interrupted unpack, flatten or upload left under the store
     freed: int

@@ -205,7 +205,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         if rec.spec.limits.disk is not None:
             disk.check(self.root, rec.spec.tenant)
-        image = await asyncio.to_thread(self.images.resolve, rec.spec.image) if rec.spec.image else None
+        image = await asyncio.to_thread(self.images.resolve, rec.spec.image, rec.owner) if rec.spec.image else None
         # its own users (a range of uids): asked for, or an image's (its USER, else root); else uid 1000 sandbox
         want = rec.spec.user or (rootfs.user_of(image) if image is not None else None)
         rec = await asyncio.to_thread(self.uids.allocate, rec, userns.RANGE if want and self.root else 1)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 class EmptySource:
     """No image is stored: every reference is ``not_found``, with the command that gets it."""
 
-    def resolve(self, ref: str) -> ResolvedImage:
+    def resolve(self, ref: str, owner: str | None = None) -> ResolvedImage:
         raise NotFoundError(f"image {ref!r} is not in the image store", hint=f"hutch image pull {ref}")
 
 
@@ -27,13 +27,13 @@ class StoreSource:
         self.settings = settings
         self._store: ImageSource | None = None
 
-    def resolve(self, ref: str) -> ResolvedImage:
+    def resolve(self, ref: str, owner: str | None = None) -> ResolvedImage:
         if self._store is None:
             from hutch.providers.local.images.store import ImageStore
             from hutch.store import Store
 
             self._store = ImageStore(self.settings.home / "images", Store(self.settings.db_path).images)
-        return self._store.resolve(ref)
+        return self._store.resolve(ref, owner)
 
 
 def default_images(settings: Settings) -> ImageSource:

@@ -32,16 +32,21 @@ from hutch.providers.local.images.types import ResolvedImage
 
 
 class ImageRows(Protocol):
-    """What the store needs of its table (``hutch.store.images.ImageTable``)."""
+    """What the store needs of its table (``hutch.store.images.ImageTable``). ``owner``: whose images
+    (the local user, a key) a call is about; None is every owner's (an admin's view)."""
 
-    def put(self, image: dict[str, Any], names: list[str]) -> None: ...
+    def put(self, image: dict[str, Any], names: list[str], owner: str | None = None) -> None: ...
     def get(self, image_id: str) -> dict[str, Any] | None: ...
-    def by_name(self, name: str) -> str | None: ...
-    def by_prefix(self, hex_prefix: str) -> str | None: ...
-    def names(self, image_id: str) -> list[str]: ...
-    def all(self) -> list[dict[str, Any]]: ...
-    def untag(self, name: str) -> bool: ...
+    def held(self, image_id: str, owner: str | None) -> bool: ...
+    def by_name(self, name: str, owner: str | None = None, prefer: str | None = None) -> str | None: ...
+    def named(self, name: str, owner: str | None = None, prefer: str | None = None) -> tuple[str, str] | None: ...
+    def by_prefix(self, hex_prefix: str, owner: str | None = None) -> str | None: ...
+    def by_manifest(self, digest: str, owner: str | None = None) -> str | None: ...
+    def names(self, image_id: str, owner: str | None = None) -> list[str]: ...
+    def all(self, owner: str | None = None) -> list[dict[str, Any]]: ...
+    def untag(self, name: str, owner: str | None = None) -> bool: ...
     def delete(self, image_id: str) -> list[str]: ...
+    def disown(self, image_id: str, owner: str) -> tuple[list[str], bool]: ...
 
 
 @contextlib.contextmanager
@@ -90,6 +95,11 @@ def remove_tree(path: Path) -> int:
     return freed
 
 
+def _is_temporary(name: str) -> bool:
+    """A directory unpack_layer or flatten builds beside its destination (``.NAME.unpack-XXXX``)."""
+    return name.startswith(".") and (".unpack-" in name or ".flatten-" in name)
+
+
 class ImageStore:
     """Images on disk and their rows; implements ``ImageSource``."""
 
@@ -122,32 +132,40 @@ class ImageStore:
 
     # -- looking images up -------------------------------------------------------------
 
-    def find(self, text: str) -> dict[str, Any] | None:
-        """The row ``text`` names (a name, ``NAME@DIGEST``, an id or a unique id prefix), or None."""
-        image_id = None
+    def find(self, text: str, owner: str | None = None, prefer: str | None = None) -> dict[str, Any] | None:
+        """The row ``text`` names (a name, ``NAME@DIGEST``, an id or a unique id prefix), or None.
+        ``owner``: only that owner's names and images; None: any owner's (``prefer``'s names first)."""
+        found = self._find(text, owner, prefer)
+        return self.rows.get(found[1]) if found is not None else None
+
+    def _find(self, text: str, owner: str | None, prefer: str | None) -> tuple[str | None, str] | None:
+        """Whose name ``text`` is (None: not a name) and the image id, or None."""
         try:
             ref = refs.parse_registry(text)
         except InvalidError:
             ref = None
         if ref is not None:
-            image_id = self.rows.by_name(ref.name)
-            if image_id is None and ref.digest:  # pulled by tag, named by its manifest digest
-                image_id = next((r["id"] for r in self.rows.all() if r["manifest_digest"] == ref.digest), None)
-        if image_id is None and (hex_prefix := refs.image_id(text)) is not None:
-            image_id = self.rows.by_prefix(hex_prefix)
-        return self.rows.get(image_id) if image_id is not None else None
+            if (named := self.rows.named(ref.name, owner, prefer)) is not None:
+                return named
+            if ref.digest and (image_id := self.rows.by_manifest(ref.digest, owner)) is not None:
+                return None, image_id  # pulled by tag, named by its manifest digest
+        if (hex_prefix := refs.image_id(text)) is not None and (image_id := self.rows.by_prefix(hex_prefix, owner)) is not None:
+            return None, image_id
+        return None
 
-    def lookup(self, text: str) -> dict[str, Any]:
-        row = self.find(text)
+    def lookup(self, text: str, owner: str | None = None, prefer: str | None = None) -> dict[str, Any]:
+        row = self.find(text, owner, prefer)
         if row is None:
             local = text == "-" or text.partition(":")[0] in refs.LOCAL_TRANSPORTS
             hint = f"hutch image import {text} NAME" if local else f"hutch image pull {text}"
             raise NotFoundError(f"no image {text!r} in the store", hint=f"{hint} (hutch image list shows what is stored)")
         return row
 
-    def resolve(self, ref: str) -> ResolvedImage:
-        """``ImageSource.resolve``: a stored image, ready to start sandboxes from."""
-        row = self.lookup(ref)
+    def resolve(self, ref: str, owner: str | None = None) -> ResolvedImage:
+        """``ImageSource.resolve``: a stored image, ready to start sandboxes from. ``owner`` (the
+        sandbox's): its own names and images first, then any owner's (the Service has already
+        refused an image the request's actor may not use)."""
+        row = self.find(ref, owner) or self.lookup(ref, None, owner)
         rootfs = self.rootfs_path(row["id"])
         if not rootfs.is_dir():
             raise NotFoundError(
@@ -158,10 +176,10 @@ class ImageStore:
 
     # -- what is shown -----------------------------------------------------------------
 
-    def describe(self, row: dict[str, Any], sandboxes: list[str] | None = None) -> dict[str, Any]:
-        """An image as the API shows it (``wire.ImageRecord``)."""
+    def describe(self, row: dict[str, Any], sandboxes: list[str] | None = None, owner: str | None = None) -> dict[str, Any]:
+        """An image as the API shows it (``wire.ImageRecord``), with ``owner``'s names (None: everyone's)."""
         cfg = image_config(row["config"])
-        names = row["names"] if "names" in row else self.rows.names(row["id"])
+        names = row["names"] if "names" in row else self.rows.names(row["id"], owner)
         return {
             "id": row["id"],
             "names": [refs.familiar(n) for n in names if "@" not in n],
@@ -187,27 +205,32 @@ class ImageStore:
 
     # -- removing ----------------------------------------------------------------------
 
-    def remove(self, text: str) -> tuple[dict[str, Any], list[str], bool]:
-        """Untag the name ``text`` (an id: every name); the row, the names removed, whether the image went."""
-        row = self.lookup(text)
-        try:
-            ref = refs.parse_registry(text)
-        except InvalidError:
-            ref = None
-        by_name = ref is not None and self.rows.by_name(ref.name) == row["id"]
-        if by_name and ref is not None:
-            self.rows.untag(ref.name)
-            if all("@" in name for name in self.rows.names(row["id"])):  # its last tag: its digest names go too
-                self.rows.delete(row["id"])
-                return row, [ref.name], True
-            return row, [ref.name], False
-        return row, self.rows.delete(row["id"]), True
+    def remove(self, text: str, owner: str | None = None, prefer: str | None = None) -> tuple[dict[str, Any], list[str], bool]:
+        """Untag the name ``text`` (its owner lets the image go with its last tag); an id: ``owner``
+        lets the image go (None: it goes for every owner). The row, the names removed, whether the
+        image went from the store."""
+        found = self._find(text, owner, prefer)
+        row = self.rows.get(found[1]) if found is not None else None
+        if found is None or row is None:
+            return self.lookup(text, owner, prefer), [], False  # raises not_found
+        whose, image_id = found
+        if whose is not None:  # a name: that owner's
+            name = refs.parse_registry(text).name
+            self.rows.untag(name, whose)
+            if all("@" in n for n in self.rows.names(image_id, whose)):  # its last tag: its digest names go too
+                _, deleted = self.rows.disown(image_id, whose)
+                return row, [name], deleted
+            return row, [name], False
+        if owner is None:
+            return row, self.rows.delete(image_id), True
+        names, deleted = self.rows.disown(image_id, owner)
+        return row, names, deleted
 
     def collect(self, keep: set[str], partials: bool = False) -> dict[str, int]:
         """Remove every file no stored image (nor an image in ``keep``, used by a live sandbox) refers
         to: root filesystems, unpacked layers, blobs; with ``partials``, interrupted transfers too.
         Call from a worker thread (it waits for pulls in progress)."""
-        report = {"rootfs": 0, "layers": 0, "blobs": 0, "partials": 0, "freed": 0}
+        report = {"rootfs": 0, "layers": 0, "blobs": 0, "partials": 0, "temporaries": 0, "freed": 0}
         with self.exclusive():
             images = {r["id"]: r for r in self.rows.all()}
             kept_rows = list(images.values())
@@ -220,11 +243,11 @@ class ImageStore:
                 # root filesystem links to, so every unpacked layer stays until that sandbox is gone
                 live_layers |= {p.name for p in self._entries(self.layers)}
             for path in self._entries(self.rootfs_dir):
-                if "sha256:" + path.name not in kept_ids:
+                if "sha256:" + path.name not in kept_ids and not _is_temporary(path.name):
                     report["freed"] += remove_tree(path)
                     report["rootfs"] += 1
             for path in self._entries(self.layers):
-                if path.name not in live_layers:
+                if path.name not in live_layers and not _is_temporary(path.name):  # temporaries: sweep()
                     report["freed"] += remove_tree(path)
                     report["layers"] += 1
             for digest in self.blobs.digests():
@@ -235,9 +258,26 @@ class ImageStore:
                 freed = self.blobs.stale_partials()
                 report["freed"] += freed
                 report["partials"] += int(freed > 0)
-                for path in self._entries(self.tmp):
-                    if not path.name.endswith(".partial"):
-                        report["freed"] += remove_tree(path)
+        if partials:  # and what an interrupted unpack or flatten left
+            swept = self.sweep()
+            report["freed"] += swept["freed"]
+            report["temporaries"] = swept["temporaries"]
+        return report
+
+    def sweep(self) -> dict[str, int]:
+        """Remove what an interrupted pull, import or build left (a daemon killed mid-unpack leaves
+        ``.NAME.unpack-*`` and ``.NAME.flatten-*`` directories, scratch layers and spooled uploads):
+        everything under ``tmp/`` but the partial blobs a pull resumes from, and any temporary
+        directory beside ``layers/`` and ``rootfs/`` entries. Waits for transfers in progress (it
+        holds the store's lock exclusively): call from a worker thread. The count and bytes freed."""
+        report = {"temporaries": 0, "freed": 0}
+        with self.exclusive():
+            found = [p for p in self._entries(self.tmp) if not p.name.endswith(".partial")]
+            for parent in (self.layers, self.rootfs_dir):
+                found += [p for p in self._entries(parent) if _is_temporary(p.name)]
+            for path in found:
+                report["freed"] += remove_tree(path)
+                report["temporaries"] += 1
         return report
 
     @staticmethod

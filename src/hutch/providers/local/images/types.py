@@ -32,4 +32,6 @@ class ResolvedImage:
 class ImageSource(Protocol):
     """Resolves a reference to a stored image; raises NotFoundError (hint: ``hutch image pull REF``) when absent."""
 
-    def resolve(self, ref: str) -> ResolvedImage: ...
+    def resolve(self, ref: str, owner: str | None = None) -> ResolvedImage:
+        """``owner``: the sandbox's owner (hutch.actors), whose own names and images come first."""
+        ...
