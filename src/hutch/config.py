@@ -76,6 +76,7 @@ class Settings:
     require_client_cert: bool = False  # refuse TCP requests without a client certificate
     public_url: str = ""  # the gateway's URL as clients see it (preview URLs); "": from hutch gateway init, or --listen
     preview_domain: str = ""  # a wildcard name (*.DOMAIN) routed to the gateway: previews at https://PORT-SANDBOX.DOMAIN/
+    e2b_base_image: str = ""  # the image of E2B's `base` template ("": the host-/usr shape, which has /bin/bash)
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
@@ -235,6 +236,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "unikraft_ca_file",
             "unikraft_ssh_connect",
             "credentials_file",
+            "e2b_base_image",
         ),
         (_text, "text"),
     ),

@@ -14,7 +14,7 @@ from hutch._version import __version__
 from hutch.checks import MAX_INT64, check_mode, check_path
 from hutch.errors import InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
-from hutch.server import errors, idempotency, openapi
+from hutch.server import e2b, errors, idempotency, openapi
 from hutch.server.changes import router as changes_router
 from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
@@ -173,6 +173,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(ui_loopback.router(service))
     app.include_router(ui_routes.router(service))  # the dashboard: / and /ui/...
     app.add_middleware(ui_guard.Guard)  # its headers and CSRF checks
+    e2b.install(app, service)  # the E2B-compatible API (/e2b/api, /e2b/envd, /files)
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

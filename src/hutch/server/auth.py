@@ -27,6 +27,8 @@ from typing import Any
 
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
 from hutch.errors import HutchError, RateLimitedError, UnauthorizedError
+from hutch.server import e2b
+from hutch.server.e2b import auth as e2b_auth
 from hutch.server.tls import client_cert
 from hutch.server.ui import gate
 from hutch.service import Service
@@ -120,14 +122,20 @@ class Auth:
             await self.app(scope, receive, send)
             return
         actor: Actor | None = None
+        path = scope.get("path", "")
+        adapter = scope["type"] == "http" and e2b.is_e2b(path)
         try:
-            if self.local:
-                actor = OWNER
-            elif gate.is_public(scope.get("path", "")) and _bearer(scope) is None and not self.require_cert:
-                actor = gate.ANONYMOUS  # the dashboard's login page and static files
+            if adapter:  # the E2B API: its own headers (X-API-KEY, X-Access-Token), its own error shape
+                actor, need_ = e2b_auth.resolve(self.service, scope, self._token, self.local)
+                need = None if need_ == "none" else need_
             else:
-                actor = self.resolve(scope)
-            need = required_scope(scope["type"], scope.get("method", ""), scope.get("path", ""))
+                if self.local:
+                    actor = OWNER
+                elif gate.is_public(path) and _bearer(scope) is None and not self.require_cert:
+                    actor = gate.ANONYMOUS  # the dashboard's login page and static files
+                else:
+                    actor = self.resolve(scope)
+                need = required_scope(scope["type"], scope.get("method", ""), path)
             if need is not None and not actor.allows(need):
                 raise UnauthorizedError(
                     f"key {actor.name} may not do this: it needs the {need} scope (it has {', '.join(sorted(actor.scopes))})",
@@ -141,10 +149,10 @@ class Auth:
                     raise too_many("requests", wait, f"{rps:g} a second")
         except HutchError as exc:
             self.service.metrics.request(actor.name if actor is not None else "unauthenticated", exc.status)
-            if exc.status == 401 and actor is None and gate.wants_login(scope):
+            if exc.status == 401 and actor is None and not adapter and gate.wants_login(scope):
                 await gate.to_login(scope, send)
                 return
-            await refuse(scope, receive, send, exc)
+            await refuse(scope, receive, send, exc, e2b_auth.refusal(path, exc.status, exc.message) if adapter else None)
             return
         token = set_current(actor)
         status = [0]
@@ -161,9 +169,10 @@ class Auth:
             self.service.metrics.request(actor.name, status[0] or 101)
 
 
-async def refuse(scope: Scope, receive: Any, send: Any, exc: HutchError) -> None:
-    """Answer ``exc`` without reading the request's body (a huge upload is not read at all)."""
-    body = json.dumps(exc.to_dict()).encode()
+async def refuse(scope: Scope, receive: Any, send: Any, exc: HutchError, shape: dict[str, Any] | None = None) -> None:
+    """Answer ``exc`` without reading the request's body (a huge upload is not read at all);
+    ``shape``: the body to send instead of hutch's error (the E2B API's)."""
+    body = json.dumps(shape if shape is not None else exc.to_dict()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if exc.status == 401:
         headers.append((b"www-authenticate", b"Bearer"))

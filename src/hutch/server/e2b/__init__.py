@@ -1,0 +1,26 @@
+"""The E2B-compatible API: E2B's own SDKs run unchanged against hutch (docs/e2b.md).
+
+An adapter: it calls the same Service as every other route, never a provider. Its parts:
+:mod:`.control` (``/e2b/api``, REST), :mod:`.envd` (``/e2b/envd``: Connect calls and
+``/files``), :mod:`.auth` (who a request is), :mod:`.connect` (the Connect wire)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from hutch.server.e2b import control, envd
+from hutch.server.e2b.auth import Tokens, tokens_for
+from hutch.service import Service
+
+PREFIXES = ("/e2b/", "/files")
+
+
+def is_e2b(path: str) -> bool:
+    return path.startswith("/e2b/") or path == "/files"
+
+
+def install(app: FastAPI, service: Service) -> Tokens:
+    tokens = tokens_for(service.settings.home)
+    app.include_router(control.router(service, tokens))
+    app.include_router(envd.router(service, tokens))
+    return tokens
