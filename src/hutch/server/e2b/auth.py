@@ -24,7 +24,7 @@ from typing import Any
 
 from hutch.actors import OWNER, OWNER_ID, TOKEN, TOKEN_ID, Actor
 from hutch.errors import NotFoundError, UnauthorizedError
-from hutch.models import LIVE_STATES, SandboxRecord
+from hutch.models import SandboxRecord
 from hutch.service import Service
 from hutch.service.keys import looks_like_key
 
@@ -95,7 +95,7 @@ def owner_actor(service: Service, owner: str | None) -> Actor:
 
 def sandbox_of(service: Service, sandbox_id: str) -> SandboxRecord:
     try:
-        rec = service.store.sandboxes.get(sandbox_id)
+        rec = service.get(sandbox_id)  # before the actor is known: any sandbox
     except NotFoundError:
         rec = None
     if rec is None or rec.id != sandbox_id:  # ids only: no names or prefixes over this API
@@ -143,7 +143,7 @@ def signed_sandbox(
 ) -> tuple[Actor, str]:
     """The sandbox (and its owner's actor) a signed file URL is for; ``unauthenticated`` when
     no sandbox's token makes that signature (or it expired)."""
-    ids = [sandbox_id] if sandbox_id is not None else [r.id for r in service.store.sandboxes.all(LIVE_STATES)][:MAX_SCAN]
+    ids = [sandbox_id] if sandbox_id is not None else [r.id for r in service.list(False, {}, None)][:MAX_SCAN]
     for ident in ids:
         if check_signature(tokens, ident, path, operation, user, given, exp):
             return owner_actor(service, sandbox_of(service, ident).owner), ident

@@ -54,12 +54,14 @@ class Control:
 
     def image_of(self, template: str) -> str | None:
         if template == "base":
-            return (self.svc.settings.e2b_base_image or None)
-        if self.svc.images.store.find(template) is None:
+            return self.svc.settings.e2b_base_image or None
+        try:
+            self.svc.images.inspect(template)
+        except HutchError:
             raise NotFoundError(
                 f"template {template!r} not found: no image of that name in this gateway's store",
                 hint="use base, or an image of hutch image list (hutch image pull / import)",
-            )
+            ) from None
         return template
 
     def created(self, rec: SandboxRecord) -> dict[str, Any]:
@@ -211,8 +213,11 @@ async def route(c: Control, method: str, parts: list[str], request: Request) -> 
     if parts and parts[0] == "v2":
         parts = parts[1:]
     if not parts or parts[0] != "sandboxes":
-        return e2b_error(404, f"{method} /{'/'.join(parts)} is not part of hutch's E2B API (templates, volumes, "
-                         "secrets and snapshots are not supported; see docs/e2b.md)")
+        return e2b_error(
+            404,
+            f"{method} /{'/'.join(parts)} is not part of hutch's E2B API (templates, volumes, "
+            "secrets and snapshots are not supported; see docs/e2b.md)",
+        )
     if len(parts) == 1 and method == "POST":
         return JSONResponse(await c.create(await _json(request)), status_code=201)
     if len(parts) == 1 and method == "GET":
