@@ -58,19 +58,21 @@ def e2b() -> Iterator[E2B]:
     home = Path(tempfile.mkdtemp(prefix="hutch-e2b-"))
     d = RemoteDaemon(home, "--listen", "127.0.0.1:0").start()
     try:
+        e = E2B(d, python)
         root = busybox_root(home / "tiny-root")
         bash = root / "bin" / "bash"  # the SDK runs commands with /bin/bash -l -c: busybox's sh stands in
         bash.write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
         bash.chmod(0o755)
+        as_alice = d.env | {"HUTCH_HOST": d.url, "HUTCH_TOKEN": e.alice["key"]}  # images belong to the key that brought them
         r = subprocess.run(
             [sys.executable, "-m", "hutch", "image", "import", f"rootfs:{root}", "e2b-tiny", "--json"],
-            env=d.env,
+            env=as_alice,
             capture_output=True,
             text=True,
             timeout=300,
         )
         assert r.returncode == 0, r.stdout + r.stderr
-        yield E2B(d, python)
+        yield e
     finally:
         try:
             destroy_all(home)
