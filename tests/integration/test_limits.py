@@ -68,7 +68,7 @@ def test_timeout_kills_the_whole_tree_including_setsid(daemon: Daemon) -> None:
 def test_limits_are_visible(daemon: Daemon) -> None:
     sbx = Sandbox.create(memory="256M", pids=100, cpus=0.5, settings=daemon.settings)
     info = sbx.refresh()
-    assert info["spec"]["limits"] == {"memory": 256 << 20, "pids": 100, "cpus": 0.5}
+    assert info["spec"]["limits"] == {"memory": 256 << 20, "pids": 100, "cpus": 0.5, "disk": None}  # no --disk: no cap
     assert set(info["enforcement"]) >= {"memory", "pids"}
     default = Sandbox.create(settings=daemon.settings).refresh()
     assert default["spec"]["limits"]["memory"] == 1 << 30
