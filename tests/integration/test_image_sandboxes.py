@@ -239,3 +239,23 @@ def test_fork_and_snapshot_carry_the_writable_root(idaemon: Daemon) -> None:
     lines = restored.exec(probe).stdout.splitlines()
     assert lines[:4] == expected and "No such file" in lines[4], lines
     assert restored.exec("cat /etc/marker").stdout == "forked\n"  # as it was when saved
+
+
+def test_a_tenant_keeps_its_writable_root_across_its_sandboxes(idaemon: Daemon) -> None:
+    def tenant_sandbox(image: str) -> subprocess.CompletedProcess[str]:
+        return _cli(idaemon, "create", "--image", image, "--tenant", "builder", "--json")
+
+    first = Sandbox.connect(json.loads(tenant_sandbox("busybox").stdout)["id"], settings=idaemon.settings)
+    assert first.exec("echo installed > /usr/local/tool && chown 1234 /usr/local/tool").exit_code == 0
+    first.destroy()
+    second = Sandbox.connect(json.loads(tenant_sandbox("busybox").stdout)["id"], settings=idaemon.settings)
+    r = second.exec("cat /usr/local/tool; stat -c %u /usr/local/tool; echo more > /usr/local/tool")
+    assert r.stdout.split() == ["installed", "1234"], r.stdout + r.stderr  # what the last one installed, owners kept
+    second.destroy()
+    refused = tenant_sandbox("musl")  # an upper means something only over its own image
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "hutch tenant delete builder" in json.loads(refused.stdout)["error"]["hint"]
+    kept = idaemon.home / "tenants" / "builder" / "root"
+    assert kept.is_dir()
+    assert _cli(idaemon, "tenant", "delete", "builder").returncode == 0
+    assert not kept.exists()

@@ -35,7 +35,7 @@ from hutch.providers.local.channel import Channel, agent_protocol, incompatible,
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, launcher, rmtree, start_time, wait_start
-from hutch.providers.local.images import rootfs
+from hutch.providers.local.images import kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.source import default_images
@@ -44,7 +44,7 @@ from hutch.providers.local.runs import raw_output
 from hutch.providers.local.sandboxdir import make_dirs
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
-from hutch.providers.local.workspace import WorkspaceMixin
+from hutch.providers.local.workspace import WorkspaceMixin, tenant_dir
 from hutch.units import format_size
 
 AGENT_DIR = hostpython.SANDBOX_DIR  # the agent's files inside the sandbox (a package: see agent/__init__.py)
@@ -238,6 +238,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         top = sdir / "disk" if rec.spec.limits.disk is not None else sdir  # the capped filesystem holds what it writes
+        if rec.spec.tenant:  # kept with the tenant's workspace (images/kept.py)
+            top = tenant_dir(self.settings, rec.spec.tenant)
         root = ImageRoot(image, top / "root", runtime) if image is not None and runtime is not None else None
         ns_fd: int | None = None
         stack = contextlib.ExitStack()
@@ -249,6 +251,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
                 ns_fd = await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None)
                 fds.append(ns_fd)
                 identity = userns.bwrap_args(ns_fd, plan)
+            if root is not None and rec.spec.tenant:
+                await asyncio.to_thread(kept.prepare, root.dir, rec.spec.tenant, root.image, uid if self.root else None)
             if root is not None:  # its writable root: the sandbox's root's (its first uid's, as root)
                 await asyncio.to_thread(rootfs.make_dirs, root, uid if self.root else None)
                 img = root.image
