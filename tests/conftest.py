@@ -29,8 +29,12 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 
 def hutch_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a hutch process of ``home``. Its daemon keeps no warm pool unless a
+    test asks for one (HUTCH_POOL_SIZE, "" for the default): members would count as
+    processes, cgroups and directories of their own in tests about something else."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
     env["HUTCH_HOME"] = str(home)
+    env["HUTCH_POOL_SIZE"] = "0"
     env.update(extra)
     return env
 

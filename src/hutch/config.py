@@ -47,6 +47,7 @@ class Settings:
     exec_timeout: float = 3600.0
     egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
     subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
+    pool_size: int = 2  # started sandboxes of the default shape kept for creates to take (0: no pool)
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     http_keepalive: float = 60.0  # the daemon closes an idle connection after this; clients reuse one for half of it
@@ -212,6 +213,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "exec_timeout": (float, "a number of seconds such as 3600"),
     "egress_hosts": (_text, "a file path"),
     "subagent_depth": (int, "a whole number such as 2"),
+    "pool_size": (int, "a whole number such as 2 (0 turns the pool off)"),
     "reaper_interval": (float, "a number of seconds such as 1"),
     "approval_timeout": (float, "a number of seconds such as 3600"),
     "http_keepalive": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),

@@ -17,6 +17,7 @@ import queue
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,28 +31,35 @@ from hutch.errors import HutchError
 from hutch.models import ExecRequest, ExecResult, FileEntry, SandboxRecord, SandboxSpec
 from hutch.provider import Capabilities, Interactive
 from hutch.service import Service
+from hutch.service.poolsizes import Shape
 
 T = TypeVar("T")
-PROVIDERS = ["fake", "local", "unikraft"]
+# "local+pool": the local provider whose sandboxes are warm pool members handed out on create
+PROVIDERS = ["fake", "local", "local+pool", "unikraft"]
 CALL_TIMEOUT = 240.0  # generous: the machine may be loaded
+POOL_SIZE = 2
 
 
 class Target:
     """One provider under contract, driven through its Service."""
 
-    def __init__(self, name: str, home: Path, env: dict[str, str], server: Any = None) -> None:
+    def __init__(self, name: str, home: Path, env: dict[str, str], server: Any = None, pooled: bool = False) -> None:
         self.name = name
         self.home = home
         self.env = env  # what a daemon for this provider needs in its environment
         self.server = server  # the Unikraft test server, for unikraft
+        self.pooled = pooled  # creates that a pool member can take are handed one (and must be)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"contract-{name}", daemon=True)
         self.thread.start()
-        self.settings = Settings.load(home=home, provider=name)
+        self.settings = Settings.load(home=home, provider=name, pool_size=POOL_SIZE if pooled else 0)
         self.svc = self.call(self._service())
 
     async def _service(self) -> Service:
-        return Service(self.settings)
+        svc = Service(self.settings)
+        if self.pooled:
+            svc.pool.start()  # as the daemon does
+        return svc
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = CALL_TIMEOUT) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -89,7 +97,19 @@ class Target:
     # -- sandboxes ---------------------------------------------------------------------
 
     def create(self, **spec: Any) -> SandboxRecord:
-        return self.call(self.svc.create(SandboxSpec(provider=self.name, **spec)))
+        full = SandboxSpec(provider=self.name, **spec)
+        shape = self.svc.pool.default_shape()
+        pooled = self.pooled and Shape.of(full) == shape  # another image is another shape, with no pool here
+        if not pooled or self.svc.pool.refusal(full, self.svc.provider(self.name)) is not None:
+            return self.call(self.svc.create(full))
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while not self.svc.pool.idle.get(shape):  # a member for it: the case then tests a pooled sandbox
+            assert time.monotonic() < deadline, "no pool member became ready"
+            time.sleep(0.05)
+        rec = self.call(self.svc.create(full))
+        created = self.svc.store.events.all(rec.id, types=["sandbox_created"])
+        assert created and created[0]["data"].get("pool") is True, "the create did not take a pool member"
+        return rec
 
     def subagent(self, parent: str, **spec: Any) -> SandboxRecord:
         return self.call(self.svc.lifecycle.subagent(parent, SandboxSpec(provider=self.name, **spec)))
@@ -233,7 +253,9 @@ class Target:
             return sorted(self.svc.provider("fake").sandboxes)  # type: ignore[attr-defined]
         if self.name == "local":
             d = self.settings.sandboxes_dir
-            return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+            made = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+            members = {m.id for m in self.svc.store.pool.members()}  # recorded before they exist
+            return [i for i in made if i not in members]
         return sorted(i["name"] for i in self.server.state()["instances"])
 
     def close(self) -> None:
@@ -288,7 +310,7 @@ class Attached:
 
 @pytest.fixture(scope="module", params=PROVIDERS)
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    name: str = request.param
+    name, _, pool = str(request.param).partition("+")
     # Not under pytest's tmp_path: that is 0700 under root, and sandbox users pass through it.
     home = Path(tempfile.mkdtemp(prefix=f"hutch-contract-{name}-"))
     with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
@@ -312,7 +334,9 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
             }
             for key, value in env.items():
                 mp.setenv(key, value)
-        t = Target(name, home, env, server)
+        if pool:
+            env = {"HUTCH_POOL_SIZE": str(POOL_SIZE)}  # the restart case's daemon keeps one too
+        t = Target(name, home, env, server, pooled=bool(pool))
         stack.callback(t.close)
         yield t
 

@@ -232,7 +232,11 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
     d = Daemon(hutch_home, **target.env).start()
     try:
         with d.client() as c:
+            if target.pooled:  # the daemon's own pool: its run survives the restart as a cold one's does
+                until(lambda: c.pool_status()["pools"][0]["ready"], "a pool member")
             sbx = c.create({"provider": target.name})
+            if target.pooled:
+                assert [e["data"].get("pool") for e in c.events(sbx["id"]) if e["type"] == "sandbox_created"] == [True]
             script = "echo before; while [ ! -e go ]; do sleep 0.1; done; echo after" if survives else "sleep 600"
             run = c.exec(sbx["id"], {"command": ["sh", "-c", script], "background": True})
             if survives:

@@ -29,7 +29,7 @@ UNSET = "HUTCH_TEST_SURELY_UNSET_VARIABLE"
 
 def _daemon_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
-    return env | {"HUTCH_HOME": str(home), "HUTCH_PROVIDER": "fake"}
+    return env | {"HUTCH_HOME": str(home), "HUTCH_PROVIDER": "fake", "HUTCH_POOL_SIZE": "0"}  # no pool unless asked
 
 
 def _start_daemon(home: Path) -> subprocess.Popen[bytes]:

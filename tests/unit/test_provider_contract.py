@@ -42,6 +42,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "changes": contract.changes_provider,
     "usage": contract.usage_provider,
     "ports": contract.ports_provider,
+    "pool": contract.pool_provider,
 }
 
 

@@ -32,6 +32,7 @@ MODEL_MODULES = (
     "hutch.server.ui.loopback",
     "hutch.server.lifecycle",
     "hutch.server.oneshot",
+    "hutch.server.pool",
     "hutch.server.runs",
     "hutch.server.workspaces",
 )

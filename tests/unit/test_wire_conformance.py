@@ -157,6 +157,9 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("GET", "/v1/sandboxes/{ref}/events", ref=sid)
     c.call("GET", "/v1/providers/{name}/inventory", name="fake", ok=False)
     c.call("POST", "/v1/cleanup", json={"provider": "fake"}, ok=False)
+    c.call("POST", "/v1/pool", json={"size": 1})  # the fake keeps a pool; this service does not refill it
+    assert c.call("GET", "/v1/pool")["pools"][0]["size"] == 1
+    assert c.call("POST", "/v1/pool/drain", json={})["drained"] == {"host": 0}
     for ref in [restored["id"], child["id"], *(k["sandbox"] for k in forks["children"])]:
         c.call("DELETE", "/v1/sandboxes/{ref}", ref=ref)
     gone = c.call("DELETE", "/v1/sandboxes/{ref}", ref=sid)

@@ -54,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fork": ("workspace", "fork"),
     "tenant": ("workspace", "tenant"),
     "doctor": ("system", "doctor"),
+    "pool": ("pool", "pool"),
     "daemon": ("system", "daemon"),
     "serve": ("system", "serve"),
     "key": ("keys", "key"),

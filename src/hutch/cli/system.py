@@ -58,6 +58,7 @@ def doctor(obj: Ctx, provider: str | None) -> None:
         report["checks"].append({"name": "daemon", "ok": True, "detail": f"{detail}; socket {status['socket']}", "fix": None})
         if status["running"]:
             report["checks"] += _credential_checks(obj)
+            report["checks"] += _pool_checks(obj)
         report["ok"] = all(c["ok"] for c in report["checks"])
     if obj.json:
         emit(report)
@@ -92,6 +93,19 @@ def _credential_checks(obj: Ctx) -> list[dict[str, Any]]:
         return [{"name": "credentials", "ok": True, "detail": "this daemon predates credential reports", "fix": None}]
     except HutchError as exc:
         return [{"name": "credentials", "ok": False, "detail": f"the daemon did not say: {exc.message}", "fix": exc.hint}]
+
+
+def _pool_checks(obj: Ctx) -> list[dict[str, Any]]:
+    """The daemon's warm pool: its members and their memory (this process has none)."""
+    from hutch.service.poolsizes import pool_check
+
+    try:
+        check = pool_check(dict(obj.client.pool_status()))
+    except NotFoundError:
+        return []  # a daemon that predates the pool
+    except HutchError as exc:
+        return [{"name": "pool", "ok": False, "detail": f"the daemon did not say: {exc.message}", "fix": exc.hint}]
+    return [] if check is None else [check.to_dict()]
 
 
 async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:

@@ -69,6 +69,17 @@ class Client:
     def doctor(self) -> wire.Doctor:
         return cast("wire.Doctor", self.json("GET", "/v1/doctor"))
 
+    def pool_status(self) -> wire.PoolStatus:
+        return cast("wire.PoolStatus", self.json("GET", "/v1/pool"))
+
+    def pool_set(self, size: int, image: str | None = None) -> wire.PoolStatus:
+        body: wire.PoolSetRequest = {"size": size, "image": image}
+        return cast("wire.PoolStatus", self.json("POST", "/v1/pool", json=body))
+
+    def pool_drain(self, image: str | None = None, all_shapes: bool = False) -> wire.PoolDrained:
+        body: wire.PoolDrainRequest = {"image": image, "all": all_shapes}
+        return cast("wire.PoolDrained", self.json("POST", "/v1/pool/drain", json=body))
+
     def shutdown(self) -> wire.Shutdown:
         return cast("wire.Shutdown", self.json("POST", "/v1/shutdown"))
 

@@ -5,7 +5,7 @@ by, and the registry.
 - :mod:`hutch.provider.core`: ``Provider`` (with its run records), ``ExecSpec``,
   ``Capabilities``, ``CheckResult``, ``Interactive``;
 - :mod:`hutch.provider.optional`: the optional protocols (network, events, ranged reads,
-  options, transfer, workspace, pause, watch, ssh, claims, changes) and the values they speak in;
+  options, transfer, workspace, pause, watch, ssh, claims, changes, pool) and the values they speak in;
 - :mod:`hutch.provider.require`: one helper per optional protocol (``pause_provider`` ...);
 - :mod:`hutch.provider.registry`: ``load_provider``, ``provider_names``.
 
@@ -37,6 +37,7 @@ from hutch.provider.optional import (
     OnGone,
     OptionsProvider,
     PauseProvider,
+    PoolProvider,
     PortsProvider,
     RangedReads,
     SshProvider,
@@ -57,6 +58,7 @@ from hutch.provider.require import (
     network_provider,
     options_provider,
     pause_provider,
+    pool_provider,
     ports_provider,
     ranged_reads,
     ssh_provider,
@@ -88,6 +90,7 @@ __all__ = [
     "OnStart",
     "OptionsProvider",
     "PauseProvider",
+    "PoolProvider",
     "PortsProvider",
     "Provider",
     "RangedReads",
@@ -109,6 +112,7 @@ __all__ = [
     "option_owners",
     "options_provider",
     "pause_provider",
+    "pool_provider",
     "ports_provider",
     "provider_names",
     "ranged_reads",

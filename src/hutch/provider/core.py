@@ -93,6 +93,7 @@ class Capabilities:
     image_store: bool = False  # starts sandboxes from the daemon's image store (hutch image pull/import)
     ports: bool = False  # connections to ports listening inside a sandbox: hutch expose (PortsProvider)
     usage: bool = False  # measures a live sandbox's memory, CPU time and processes (UsageProvider)
+    pool: bool = False  # started sandboxes take a request's settings after start: a warm pool (PoolProvider)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

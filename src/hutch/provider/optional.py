@@ -185,6 +185,41 @@ class SshProvider(Protocol):
         ...
 
 
+# -- pools -------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class PoolProvider(Protocol):
+    """``capabilities.pool``: a sandbox started ahead of time (a pool member, made with the
+    ordinary :meth:`~hutch.provider.core.Provider.create` from its shape's spec) can take a
+    request's settings after it started. The pool's workflow (which members, when, how
+    many, handing one out once) is the Service's (service/pool.py). A member's record
+    carries ``data["pool_member"]`` True when it is created: the provider may start and
+    keep it at a low priority, and gives it the normal one in :meth:`adopt_member`."""
+
+    def pool_refusal(self, spec: SandboxSpec) -> str | None:
+        """Why a started member of ``spec``'s shape cannot take ``spec`` after start (it is
+        then created cold), or None. Called only for a spec whose start-time settings (mounts,
+        tenant, image ...) already match the member's: this says what the provider cannot
+        change on a live sandbox (limits held as rlimits ...)."""
+        ...
+
+    async def adopt_member(self, rec: SandboxRecord, member: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        """Make the started ``member`` (its own spec and data) into ``rec`` (the same id, the
+        request's spec): its environment, secrets, limits and network as if it had been
+        created with them. Returns what :meth:`~hutch.provider.core.Provider.create` returns.
+        A member that does not answer raises ``UnavailableError`` (it is then destroyed)."""
+        ...
+
+    async def member_memory(self, rec: SandboxRecord) -> int | None:
+        """The memory a started sandbox holds now, in bytes (None: not known)."""
+        ...
+
+    def memory_available(self) -> int | None:
+        """The memory the machine's sandboxes can still take, in bytes (None: not known)."""
+        ...
+
+
 # -- claims ------------------------------------------------------------------------------------
 
 StepHook = Callable[[str], None]  # called with each step of a claim's lifecycle (service/claims.py)
@@ -319,5 +354,6 @@ PROTOCOLS: dict[str, type] = {
     "changes": ChangesProvider,
     "ports": PortsProvider,
     "usage": UsageProvider,
+    "pool": PoolProvider,
 }
 """Each capability flag that promises an optional protocol, and that protocol."""

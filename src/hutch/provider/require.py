@@ -17,6 +17,7 @@ from hutch.provider.optional import (
     NetworkProvider,
     OptionsProvider,
     PauseProvider,
+    PoolProvider,
     PortsProvider,
     RangedReads,
     SshProvider,
@@ -110,3 +111,7 @@ def changes_provider(provider: Provider) -> ChangesProvider:
 
 def usage_provider(provider: Provider) -> UsageProvider:
     return _require(provider, "usage", UsageProvider, "does not measure resource use", "nothing to show")
+
+
+def pool_provider(provider: Provider) -> PoolProvider:
+    return _require(provider, "pool", PoolProvider, "keeps no warm pool", "use --provider local")

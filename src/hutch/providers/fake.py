@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError
-from hutch.models import FileEntry, RawOutput, SandboxRecord
+from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError, UnavailableError
+from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
 from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone, Usage
 
 SHELLS = {"sh", "bash", "dash"}
@@ -156,6 +156,7 @@ class FakeProvider:
         watch=True,
         changes=True,
         usage=True,
+        pool=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -173,6 +174,7 @@ class FakeProvider:
         self.paused: set[str] = set()
         self.readonly: set[str] = set()  # sub-agents with a read-only view of the parent's files
         self.watched: dict[str, OnGone] = {}
+        self.free_memory: int | None = 64 << 30  # what memory_available reports (tests change it)
 
     async def check(self) -> list[CheckResult]:
         return [CheckResult("fake", True, "in-memory provider")]
@@ -192,6 +194,25 @@ class FakeProvider:
 
     async def alive(self, rec: SandboxRecord) -> bool:
         return rec.id in self.sandboxes
+
+    # -- a warm pool (PoolProvider) --------------------------------------------------------
+
+    def pool_refusal(self, spec: SandboxSpec) -> str | None:
+        return None
+
+    async def adopt_member(self, rec: SandboxRecord, member: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        self.calls.append(("adopt_member", rec.id))
+        if rec.id not in self.sandboxes:
+            raise UnavailableError(f"fake sandbox {rec.id} is gone")
+        self.secrets[rec.id] = dict(rec.spec.secrets)
+        self.env[rec.id] = dict(rec.spec.env)
+        return {k: v for k, v in member.data.items() if k != "pool_member"}, dict(member.enforcement)
+
+    async def member_memory(self, rec: SandboxRecord) -> int | None:
+        return 1 << 20 if rec.id in self.sandboxes else None
+
+    def memory_available(self) -> int | None:
+        return self.free_memory
 
     def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
         self.watched[rec.id] = on_gone

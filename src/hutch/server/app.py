@@ -25,6 +25,7 @@ from hutch.server.images import router as images_router
 from hutch.server.keys import router as keys_router
 from hutch.server.lifecycle import router as lifecycle_router
 from hutch.server.oneshot import router as oneshot_router
+from hutch.server.pool import router as pool_router
 from hutch.server.runs import router as runs_router
 from hutch.server.ui import guard as ui_guard
 from hutch.server.ui import loopback as ui_loopback
@@ -174,6 +175,7 @@ def create_app(service: Service) -> FastAPI:
     app.include_router(ui_routes.router(service))  # the dashboard: / and /ui/...
     app.add_middleware(ui_guard.Guard)  # its headers and CSRF checks
     e2b.install(app, service)  # the E2B-compatible API (/e2b/api, /e2b/envd, /files)
+    app.include_router(pool_router(service))
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

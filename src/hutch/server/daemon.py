@@ -69,6 +69,7 @@ async def _serve(
         "adopted %d sandboxes, marked %d lost, cleaned %d, kept %d made by another version of hutch",
         *(len(report[k]) for k in ("adopted", "lost", "cleaned", "incompatible")),
     )
+    service.pool.start()  # the warm pool fills in the background
     service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
     service.keyring.start()  # callers' credentials are absorbed; the daemon's own are tried for waiting accounts
     app = create_app(service)

@@ -54,13 +54,14 @@ from hutch.service.certs import Certificates
 from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
-from hutch.service.hints import check_options, no_egress
+from hutch.service.hints import check_create, no_egress
 from hutch.service.images import Images
 from hutch.service.keyring import Keyring, Scope, credential_checks
 from hutch.service.keys import Keys
 from hutch.service.lifecycle import Lifecycle
 from hutch.service.metrics import Metrics
 from hutch.service.oneshot import OneShot
+from hutch.service.pool import Pool
 from hutch.service.ports import Ports
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
@@ -68,6 +69,7 @@ from hutch.service.sessions import Sessions
 from hutch.service.templates import Templates
 from hutch.service.workspaces import Workspaces
 from hutch.store import Store
+from hutch.store.sandboxes import Within
 
 MAX_FILE = 64 << 20
 T = TypeVar("T")
@@ -102,6 +104,7 @@ class Service:
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
+        self.pool = Pool(self)  # started sandboxes handed out on create
 
     def loaded(self) -> builtins.list[str]:
         """The providers made so far (a provider is made at its first use, or at start for what it adopts)."""
@@ -134,6 +137,7 @@ class Service:
         """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost;
         the image store's leftovers of an interrupted unpack are swept."""
         await self.images.sweep()
+        await self.pool.recover()  # pool members: adopted again, or destroyed (pool.recovered says which)
         return await self.restart.start()
 
     async def rearm(self, scope: Scope) -> None:
@@ -146,56 +150,31 @@ class Service:
         await self.ports.close_all()
         await self.lifecycle.stop_reaper()
         await self.workspaces.settle()  # a fork cancelled by the stop removes its children first
+        await self.pool.close()  # no pool member outlives the daemon
         for provider in self._providers.values():
             await provider.close()
 
     # -- sandboxes -------------------------------------------------------------------
 
     async def create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None = None) -> SandboxRecord:
+        with self.pool.foreground():
+            return await self._create(spec, root_seed)
+
+    async def _create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None) -> SandboxRecord:
         spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
         spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)
-        caps = provider.capabilities
-        if spec.mounts and not caps.mounts:
-            raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
-        if spec.limits.cpus is not None and "cpus" not in caps.limits:
-            raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
-        if spec.limits.disk is not None and "disk" not in caps.limits:
-            raise InvalidError(f"the {provider.name} provider cannot cap what a sandbox writes", hint="drop --disk")
-        if spec.network.mode != "none" and not caps.network:
-            raise no_egress(provider, spec.network)
-        if spec.secrets and not caps.secrets:
-            raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
-        if spec.on_expire == "pause" and not caps.pause:
-            raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
-        check_options(provider, spec)
-        if spec.image and not caps.images:
-            raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
-        if spec.image and caps.image_store:
+        check_create(provider, spec)  # what the provider cannot do is refused before anything is made
+        if spec.image and provider.capabilities.image_store:
             self.images.admit(spec.image)  # a key starts only from its own images
-        if spec.user and not caps.users:
-            raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")
-        now = time.time()
-        async with self._create_lock:
-            self.access.check_create(spec)  # the key's quotas: live sandboxes, memory
-            self.workspaces.check_tenant(spec)
-            rec = SandboxRecord(
-                id=new_id("sbx"),
-                name=spec.name,
-                provider=provider.name,
-                state=SandboxState.creating,
-                spec=spec,
-                created_at=now,
-                updated_at=now,
-                expires_at=now + spec.ttl if spec.ttl else None,
-                last_active_at=now,
-                owner=self.access.owner(),
-            )
-            if parent is not None:
-                rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
-            if root_seed is not None:  # what its writable root starts with (a fork's source, a snapshot)
-                rec.data["root_seed"] = root_seed
-            self.store.sandboxes.insert(rec)
+        if parent is None and root_seed is None and (pooled := await self.pool.take(spec, provider)) is not None:
+            return pooled
+        rec = self.new_record(new_id("sbx"), spec)
+        if parent is not None:
+            rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
+        if root_seed is not None:
+            rec.data["root_seed"] = root_seed
+        await self.record(rec)
         try:
             if self.claimed(provider):
                 data, enforcement = await self.claims.create(rec, claims_provider(provider))
@@ -212,10 +191,35 @@ class Service:
             # destroyed while it was being made (hutch destroy --all): what the provider made goes too
             await provider.destroy(rec.model_copy(update={"data": data}))
             raise ConflictError(f"sandbox {rec.id} was destroyed while it was being created", hint="create it again")
+        return self.created(rec, data, enforcement)
+
+    def new_record(self, sandbox_id: str, spec: SandboxSpec) -> SandboxRecord:
+        now = time.time()
+        expires = now + spec.ttl if spec.ttl else None
+        return SandboxRecord(
+            id=sandbox_id, name=spec.name, provider=spec.provider, state=SandboxState.creating, spec=spec, created_at=now,
+            updated_at=now, expires_at=expires, last_active_at=now, owner=self.access.owner(),
+        )  # fmt: skip
+
+    async def record(self, rec: SandboxRecord, within: Within | None = None) -> None:
+        """Record a new sandbox within quotas; ``within``: more writes in its transaction (a pool member leaving)."""
+        async with self._create_lock:
+            self.access.check_create(rec.spec)
+            self.workspaces.check_tenant(rec.spec)
+            self.store.sandboxes.insert(rec, within)
+
+    def created(
+        self, rec: SandboxRecord, data: dict[str, Any], enforcement: dict[str, str], pooled: bool = False
+    ) -> SandboxRecord:
+        """A new sandbox runs (made cold, or a pool member handed out)."""
+        spec = rec.spec
         workdir = data.get("defaults", {}).get("workdir")  # an image's WORKDIR, unless the request gave one
         own = spec.model_copy(update={"workdir": workdir}) if workdir and "workdir" not in spec.model_fields_set else None
         rec = self.store.sandboxes.update(rec.id, state=SandboxState.running, data=data, enforcement=enforcement, spec=own)
-        self.store.events.append("sandbox_created", rec.id, provider=rec.provider, name=rec.name, parent=spec.parent)
+        extra: dict[str, Any] = {"pool": True} if pooled else {}
+        self.store.events.append(
+            "sandbox_created", rec.id, None, provider=rec.provider, name=rec.name, parent=spec.parent, **extra
+        )
         self.metrics.created(rec.provider, time.time() - rec.created_at)
         self.lifecycle.watch(rec)
         rec.credential = self.keyring.describe(rec)
@@ -358,14 +362,7 @@ class Service:
         keep: builtins.list[str] | None = None,
         forget_missing: bool = False,
     ) -> dict[str, Any]:
-        names = [provider] if provider else sorted({c["provider"] for c in self.store.claims.all()})
-        reports = []
-        for name in names:
-            prov = claims_provider(self.provider(name))
-            endpoint = prov.endpoint(where, self.keyring.caller(name))
-            report = await self.claims.cleanup(prov, endpoint, dry_run=dry_run, keep=keep or [], forget_missing=forget_missing)
-            reports.append({"provider": name} | report)
-        return {"ok": all(r["ok"] for r in reports), "dry_run": dry_run, "providers": reports}
+        return await self.claims.cleanup_all(provider, where, dry_run, keep or [], forget_missing)
 
     async def status(self, ref: str, wait: bool = False, timeout: float = 300.0) -> dict[str, Any]:
         """The sandbox's state (and, for claimed providers, its claim); with ``wait``, poll until
@@ -498,4 +495,5 @@ class Service:
         if credentials:  # the daemon's own doctor: its process
             checks.append(CheckResult("open files", True, fdlimit.report()))
             checks += credential_checks(self.keyring.report())
+        checks += await self.pool.checks()
         return {"ok": all(c.ok for c in checks), "version": __version__, "checks": [c.to_dict() for c in checks]}

@@ -45,7 +45,7 @@ from hutch.errors import (
     UnavailableError,
 )
 from hutch.models import SandboxRecord, SandboxState, new_id
-from hutch.provider import AccountScope, ClaimsProvider, Instance, StepHook
+from hutch.provider import AccountScope, ClaimsProvider, Instance, StepHook, claims_provider
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -321,6 +321,20 @@ class Claims:
             actions.append(entry)
         ok = all("error" not in a for a in actions)
         return {"endpoint": endpoint, "account": view["account"], "dry_run": dry_run, "ok": ok, "actions": actions}
+
+    async def cleanup_all(
+        self, provider: str | None, where: str | None, dry_run: bool, keep: list[str], forget_missing: bool
+    ) -> dict[str, Any]:
+        """hutch cleanup: every claimed provider's (or ``provider``'s) leftovers, settled."""
+        svc = self.svc
+        names = [provider] if provider else sorted({c["provider"] for c in svc.store.claims.all()})
+        reports = []
+        for name in names:
+            prov = claims_provider(svc.provider(name))
+            endpoint = prov.endpoint(where, svc.keyring.caller(name))
+            report = await self.cleanup(prov, endpoint, dry_run=dry_run, keep=keep, forget_missing=forget_missing)
+            reports.append({"provider": name} | report)
+        return {"ok": all(r["ok"] for r in reports), "dry_run": dry_run, "providers": reports}
 
     async def reconcile(self, provider: ClaimsProvider, endpoint: str, account: str) -> list[dict[str, Any]]:
         """Once the daemon holds the account's credential again: settle the claims no live

@@ -56,3 +56,25 @@ def check_options(provider: Provider, spec: SandboxSpec) -> None:
             raise InvalidError(message, hint=hint)
     if spec.provider_options:
         options_provider(provider).validate_options(spec)
+
+
+def check_create(provider: Provider, spec: SandboxSpec) -> None:
+    """Refuse (``invalid``, with a hint) what ``spec`` asks that ``provider`` does not do."""
+    caps = provider.capabilities
+    if spec.mounts and not caps.mounts:
+        raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
+    if spec.limits.cpus is not None and "cpus" not in caps.limits:
+        raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
+    if spec.limits.disk is not None and "disk" not in caps.limits:
+        raise InvalidError(f"the {provider.name} provider cannot cap what a sandbox writes", hint="drop --disk")
+    if spec.network.mode != "none" and not caps.network:
+        raise no_egress(provider, spec.network)
+    if spec.secrets and not caps.secrets:
+        raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
+    if spec.on_expire == "pause" and not caps.pause:
+        raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
+    check_options(provider, spec)
+    if spec.image and not caps.images:
+        raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
+    if spec.user and not caps.users:
+        raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hutch import imageref as refs
+from hutch.actors import OWNER_ID
 from hutch.credentials import RegistryLogin
 from hutch.errors import ConflictError, HutchError, InternalError, InvalidError
 from hutch.models import LIVE_STATES
@@ -233,7 +234,7 @@ class Images:
 
     async def _cleanup(self) -> None:
         """After a failed pull or import: remove what it added that no image uses."""
-        keep = set(self.in_use())
+        keep = self.kept()
         try:
             await asyncio.to_thread(self.store.collect, keep)
         except (HutchError, OSError) as exc:
@@ -251,10 +252,12 @@ class Images:
                 f"image {ref!r} is used by {len(users)} live sandbox(es): {shown}",
                 hint="destroy them first, or hutch image rm --force (its files stay until they are gone)",
             )
+        pooled = self.svc.pool.image_ids(self.pool_find).get(row["id"], [])
         row, untagged, deleted = self.store.remove(ref, owner, self.svc.access.owner())
+        await self.svc.pool.image_removed(row["id"], pooled, ref, self.pool_find)  # its pools are drained
         freed = 0
         if deleted:
-            report = await asyncio.to_thread(self.store.collect, set(self.in_use()))
+            report = await asyncio.to_thread(self.store.collect, self.kept())
             freed = report["freed"]
         return {
             "image": row["id"],
@@ -276,8 +279,16 @@ class Images:
         if report["temporaries"]:
             log.info("image store: removed %d temporary directories left by an interrupted transfer", report["temporaries"])
 
+    def kept(self) -> set[str]:
+        """The images in use: by live sandboxes, and by the warm pool's shapes."""
+        return set(self.in_use()) | set(self.svc.pool.image_ids(self.pool_find))
+
+    def pool_find(self, text: str) -> dict[str, Any] | None:
+        """The image a warm pool's shape names: as the local owner (who sets pools) resolves it."""
+        return self.store.find(text, None, OWNER_ID)
+
     async def prune(self) -> dict[str, Any]:
-        report = await asyncio.to_thread(self.store.collect, set(self.in_use()), True)
+        report = await asyncio.to_thread(self.store.collect, self.kept(), True)
         return dict(report)
 
 

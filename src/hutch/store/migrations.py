@@ -213,6 +213,27 @@ ALTER TABLE image_names_owned RENAME TO image_names;
 CREATE INDEX image_names_image ON image_names(image_id);
 """
 
+# the warm pool (store/pool.py): its members, recorded before they start, and the sizes set per shape
+POOL_SQL = """
+CREATE TABLE pool_members (
+    id TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    image TEXT NOT NULL DEFAULT '',
+    state TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    data TEXT NOT NULL DEFAULT '{}',
+    enforcement TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL
+);
+CREATE TABLE pools (
+    provider TEXT NOT NULL,
+    image TEXT NOT NULL DEFAULT '',
+    size INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (provider, image)
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -223,4 +244,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0008_keys", KEYS_SQL),  # API keys (hashed); who owns each sandbox, snapshot, tenant, approval; each event's actor
     ("0009_certificates", CERTS_SQL),
     ("0010_image_owners", IMAGE_OWNERS_SQL),  # images per key: their owners, and names per owner
+    ("0011_pool", POOL_SQL),
 ]

@@ -6,6 +6,7 @@ import functools
 import json
 import sqlite3
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hutch.errors import ConflictError, NotFoundError
@@ -13,6 +14,7 @@ from hutch.models import SandboxRecord, SandboxSpec, SandboxState
 from hutch.store.db import Database
 from hutch.store.refs import by_prefix
 
+Within = Callable[[sqlite3.Connection], None]  # more writes for a transaction of this table's
 LIVE_SQL = "('creating', 'running', 'paused', 'destroying')"
 UNSET: Any = object()
 REDACTED = "***"
@@ -53,9 +55,13 @@ class SandboxTable:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def insert(self, rec: SandboxRecord) -> None:
+    def insert(self, rec: SandboxRecord, within: Within | None = None) -> None:
+        """``within``: more writes that land with this one, in its transaction (a pool member
+        handed out leaves the pool as its sandbox is recorded)."""
         try:
             with self.db.transaction() as conn:
+                if within is not None:
+                    within(conn)
                 conn.execute(
                     "INSERT INTO sandboxes (id, name, provider, state, spec, data, enforcement, error, created_at, updated_at,"
                     " expires_at, last_active_at, parent_id, owner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -121,6 +127,12 @@ class SandboxTable:
         with self.db.transaction() as conn:
             conn.execute(f"UPDATE sandboxes SET {', '.join(sets)} WHERE id = ?", (*args, sandbox_id))
         return self.get(sandbox_id)
+
+    def forget(self, sandbox_id: str) -> None:
+        """Remove the record of a sandbox still being created that nobody saw and nothing
+        refers to (a pool member that died as it was handed out)."""
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM sandboxes WHERE id = ? AND state = 'creating'", (sandbox_id,))
 
     def touch(self, sandbox_id: str, when: float) -> None:
         """Record activity (for --idle-timeout); no ``updated_at`` change, no event."""

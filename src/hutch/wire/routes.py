@@ -50,6 +50,10 @@ from hutch.wire.system import (
     Doctor,
     Health,
     Inventory,
+    PoolDrained,
+    PoolDrainRequest,
+    PoolSetRequest,
+    PoolStatus,
     Shutdown,
 )
 from hutch.wire.workspaces import (
@@ -169,4 +173,8 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", "/v1/gateway/certificates/{ref}", None, list[CertificateRecord]),
     # the dashboard: a one-time login link (hutch ui)
     Route("POST", "/v1/ui/links", None, UiLink, 201),
+    # the warm pool
+    Route("GET", "/v1/pool", None, PoolStatus),
+    Route("POST", "/v1/pool", PoolSetRequest, PoolStatus),
+    Route("POST", "/v1/pool/drain", PoolDrainRequest, PoolDrained),
 )

@@ -22,6 +22,11 @@ __all__ = [
     "Health",
     "Inventory",
     "InventoryItem",
+    "PoolDrainRequest",
+    "PoolDrained",
+    "PoolSetRequest",
+    "PoolShape",
+    "PoolStatus",
     "ProviderCleanup",
     "Shutdown",
 ]
@@ -119,6 +124,48 @@ class ApprovalRecord(TypedDict):
     decision_reason: NotRequired[str | None]
     used_at: NotRequired[float | None]
     owner: NotRequired[str | None]  # the key whose request it is
+
+
+class PoolShape(TypedDict):
+    """One shape's warm pool: its size, what memory lets it have, its members now."""
+
+    provider: str
+    image: str | None  # None: the host's /usr
+    shape: str  # the image, or "host"
+    size: int  # asked for
+    source: str  # the pool_size setting, or hutch pool set
+    target: int  # the size, capped by memory
+    capped: str | None  # why it is capped (None: it is not)
+    ready: int  # members ready to be handed out
+    starting: int
+    memory: int  # bytes the ready members hold
+
+
+class PoolStatus(TypedDict):
+    """``GET /v1/pool``: the warm pools and their members (members are not sandboxes)."""
+
+    refilling: bool  # the daemon refills them (an in-process service may not)
+    members: int
+    memory: int
+    pools: list[PoolShape]
+
+
+class PoolSetRequest(TypedDict):
+    """``POST /v1/pool``: the size of one shape's pool (0 empties it)."""
+
+    image: NotRequired[str | None]  # None: the host's /usr
+    size: int
+
+
+class PoolDrainRequest(TypedDict):
+    """``POST /v1/pool/drain``: destroy the members of one shape (or of all) and keep it empty."""
+
+    image: NotRequired[str | None]
+    all: NotRequired[bool]
+
+
+class PoolDrained(PoolStatus):
+    drained: dict[str, int]  # members destroyed, per shape
 
 
 class CredentialStatus(TypedDict):

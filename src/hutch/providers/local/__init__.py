@@ -18,7 +18,6 @@ import resource
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,12 +33,13 @@ from hutch.providers.local.changeops import ChangesMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.helpers import Helpers
-from hutch.providers.local.host import check_reachable, launcher, rmtree, start_time, wait_start
+from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, start_time, wait_start
 from hutch.providers.local.images import kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.source import default_images
 from hutch.providers.local.images.types import ImageSource
+from hutch.providers.local.pooling import PoolMixin
 from hutch.providers.local.runs import raw_output
 from hutch.providers.local.sandboxdir import make_dirs
 from hutch.providers.local.uids import SandboxUids
@@ -52,7 +52,7 @@ AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "
 KILL_GRACE = 5.0
 
 
-class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
+class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
     name = "local"
     capabilities = Capabilities(
         mounts=True,
@@ -73,6 +73,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
         changes=True,
         image_store=True,
         usage=True,
+        pool=True,
     )
 
     def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
@@ -129,23 +130,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
                 )
             raise UnavailableError(f"bubblewrap cannot create a sandbox here: {err or proc.returncode}", hint=hint)
 
-    @staticmethod
-    def _drop(uid: int | None, cgroup_procs: list[str], rlimits: dict[int, int] | None = None) -> Callable[[], None]:
-        """preexec: join the sandbox cgroups (as root), then become the sandbox uid."""
-
-        def run() -> None:
-            for path in cgroup_procs:
-                fd = os.open(path, os.O_WRONLY)
-                os.write(fd, b"0")
-                os.close(fd)
-            for res, value in (rlimits or {}).items():
-                resource.setrlimit(res, (value, value))
-            if uid is not None:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-
-        return run
+    _drop = staticmethod(drop)  # preexec: join the sandbox cgroups (as root), then become the sandbox uid
 
     async def check(self) -> list[CheckResult]:
         out: list[CheckResult] = []
@@ -265,8 +250,14 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
             if self.layout.mode != "none":
-                made, enforcement = await asyncio.to_thread(
-                    cgroups.create, self.layout, rec.id, limits.memory, limits.pids, limits.cpus
+                made, enforcement = await asyncio.to_thread(  # a pool member starts at the lowest cpu priority
+                    cgroups.create,
+                    self.layout,
+                    rec.id,
+                    limits.memory,
+                    limits.pids,
+                    limits.cpus,
+                    bool(rec.data.get("pool_member")),
                 )
                 cg = made
                 data["cgroups"] = [str(d) for d in made.dirs]
@@ -305,6 +296,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin):
             args += ["--info-fd", str(info_w), "--chdir", "/workspace"]
             args += ["--json-status-fd", str(status_fd)]  # its init's exit code, for a death report
             env = (bw.base_env() if root is None else rootfs.env(root.image, bw.base_env(), plan)) | ca_env
+            data |= {"base_env": env} if rec.data.get("pool_member") else {}  # what adopt_member configures on
             for k, v in env.items():
                 args += ["--setenv", k, v]
             args += ["--", *view.agent_command(agent, root, ready_w)]

@@ -204,6 +204,7 @@ class SandboxCgroup:
         return total / ticks if self.dirs else None
 
     def kill_all(self, deadline: float = 5.0) -> None:
+        self.set_background(False)  # a pool member's idle priority would let its killed tasks wait for cpu
         for d in self.dirs:
             if (d / "cgroup.kill").exists():
                 with contextlib.suppress(OSError):
@@ -222,6 +223,19 @@ class SandboxCgroup:
                 with contextlib.suppress(OSError):
                     self.set_frozen(False, deadline=1.0)
             time.sleep(0.005)
+
+    def set_background(self, background: bool) -> bool:
+        """Run at the lowest cpu priority (a pool member starting and waiting) or the normal one:
+        ``cpu.idle`` where the kernel has it, else the least (or the default) share."""
+        done = False
+        for d in self.dirs:
+            for name, low, normal in (("cpu.idle", "1", "0"), ("cpu.shares", "2", "1024"), ("cpu.weight", "1", "100")):
+                if (d / name).exists():
+                    with contextlib.suppress(OSError):
+                        _write(d / name, low if background else normal)
+                        done = True
+                    break
+        return done
 
     def freezer(self) -> Path | None:
         """The file that freezes this sandbox: v1 ``freezer.state`` or v2 ``cgroup.freeze``."""
@@ -274,20 +288,50 @@ class SandboxCgroup:
                     time.sleep(0.01)
 
 
-def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None) -> tuple[SandboxCgroup, dict[str, str]]:
-    """Make the sandbox's cgroup(s) and write the limits; returns what is enforced how."""
-    dirs: list[Path] = []
+def create(
+    layout: Layout, name: str, memory: int, pids: int, cpus: float | None, background: bool = False
+) -> tuple[SandboxCgroup, dict[str, str]]:
+    """Make the sandbox's cgroup(s) and write the limits; returns what is enforced how.
+    ``background``: at the lowest cpu priority (a pool member, until it is handed out)."""
+    for _, parent in sorted(layout.v1.items()):
+        parent.mkdir(exist_ok=True)
+        (parent / name).mkdir(exist_ok=True)
+    v2_dirs: list[Path] = []
+    if layout.v2 is not None and layout.v2_controllers:
+        d = _v2_prepare(layout.v2, layout.v2_controllers) / name
+        d.mkdir(exist_ok=True)
+        v2_dirs.append(d)
+    made = SandboxCgroup([p / name for _, p in sorted(layout.v1.items())] + v2_dirs, v2=layout.v2 is not None)
+    enforced = set_limits(layout, name, memory, pids, cpus)
+    if background:
+        made.set_background(True)
+    return made, enforced
+
+
+def _memory_v1(d: Path, memory: int) -> None:
+    """memory.limit_in_bytes may never exceed memory.memsw.limit_in_bytes: raise the latter first."""
+    memsw = d / "memory.memsw.limit_in_bytes"
+    order = [d / "memory.limit_in_bytes", memsw]
+    with contextlib.suppress(OSError, ValueError):
+        if memory > int((d / "memory.limit_in_bytes").read_text()):
+            order.reverse()
+    for path in order:
+        if path == memsw:
+            if memsw.exists():
+                with contextlib.suppress(OSError):
+                    _write(memsw, str(memory))
+        else:
+            _write(path, str(memory))
+
+
+def set_limits(layout: Layout, name: str, memory: int, pids: int, cpus: float | None) -> dict[str, str]:
+    """Write the limits of the existing cgroup(s) ``name`` (at create, or on a live sandbox:
+    a pool member handed out); returns what is enforced how. ``cpus`` None sets no cpu limit."""
     enforced: dict[str, str] = {}
     for ctl, parent in sorted(layout.v1.items()):
-        parent.mkdir(exist_ok=True)
         d = parent / name
-        d.mkdir(exist_ok=True)
-        dirs.append(d)
         if ctl == "memory":
-            _write(d / "memory.limit_in_bytes", str(memory))
-            if (d / "memory.memsw.limit_in_bytes").exists():
-                with contextlib.suppress(OSError):
-                    _write(d / "memory.memsw.limit_in_bytes", str(memory))
+            _memory_v1(d, memory)
             enforced["memory"] = "cgroup v1"
         elif ctl == "pids":
             _write(d / "pids.max", str(pids))
@@ -299,10 +343,7 @@ def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None
         elif ctl == "freezer":
             enforced["pause"] = "cgroup v1 freezer"
     if layout.v2 is not None and layout.v2_controllers:
-        parent = _v2_prepare(layout.v2, layout.v2_controllers)
-        d = parent / name
-        d.mkdir(exist_ok=True)
-        dirs.append(d)
+        d = layout.v2 / GROUP / name
         if "memory" in layout.v2_controllers:
             _write(d / "memory.max", str(memory))
             if (d / "memory.swap.max").exists():
@@ -316,7 +357,7 @@ def create(layout: Layout, name: str, memory: int, pids: int, cpus: float | None
             enforced["cpus"] = "cgroup v2"
         if "pause" not in enforced and (d / "cgroup.freeze").exists():
             enforced["pause"] = "cgroup v2 freeze"
-    return SandboxCgroup(dirs, v2=layout.v2 is not None), enforced
+    return enforced
 
 
 @functools.lru_cache(maxsize=4096)

@@ -62,6 +62,24 @@ def rmtree(path: Path) -> None:
 JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
+def drop(uid: int | None, cgroup_procs: list[str], rlimits: dict[int, int] | None = None) -> Callable[[], None]:
+    """preexec: join the sandbox cgroups (as root), then become the sandbox uid."""
+
+    def run() -> None:
+        for path in cgroup_procs:
+            fd = os.open(path, os.O_WRONLY)
+            os.write(fd, b"0")
+            os.close(fd)
+        for res, value in (rlimits or {}).items():
+            resource.setrlimit(res, (value, value))
+        if uid is not None:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+
+    return run
+
+
 def launcher(uid: int | None, cgroup_procs: list[str], rlimits: dict[int, int]) -> list[str] | None:
     """A command prefix that joins the cgroups, drops to ``uid`` and sets rlimits.
 
