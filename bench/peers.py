@@ -2,7 +2,8 @@
 
 Nothing is installed system-wide: sandbox-runtime goes into ``DIR/srt`` with npm (its
 Linux helpers socat and ripgrep, when not on PATH, are unpacked from the distribution's
-packages with ``apt-get download`` + ``dpkg -x``), SWE-ReX into a venv at ``DIR/swerex``.
+packages with ``apt-get download`` + ``dpkg -x``), SWE-ReX into a venv at ``DIR/swerex``. The container
+peers (podman, runsc, runc) are in bench/peers_oci.py.
 A peer that cannot be installed or run raises :class:`NotMeasuredError` with the reason, which
 the report prints as "not measured: <reason>". Standard library only.
 """
@@ -315,19 +316,3 @@ class SweRex(Peer):
             if b"swerex-remote" in cmdline:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.server_pid, signal.SIGKILL)
-
-
-class Runc(Peer):
-    """runc, where installed. Not installed here; the harness only reports that."""
-
-    name = "runc"
-    keys = ("runc_true",)
-
-    def install(self) -> None:
-        found = shutil.which("runc")
-        if not found:
-            raise NotMeasuredError("runc is not installed on this machine")
-        raise NotMeasuredError(f"runc found at {found}, but the harness has no runc bundle yet")
-
-    def samplers(self) -> dict[str, Callable[[], float]]:
-        return {}

@@ -23,17 +23,22 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "benchmarks.md"
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-SECTIONS = ("latency", "concurrency", "memory", "throughput", "egress")  # bench/run.py --only; memory may be skipped
+SECTIONS = ("latency", "cpu", "concurrency", "memory", "throughput", "egress")  # bench/run.py --only; memory may be skipped
 
 # metric key -> (label, kind); kind "baseline" rows are the denominators of the ratios.
 LATENCY = {
     "bare_true": ("bare `subprocess.run(['true'])`", "baseline"),
+    "bare_python": ("bare `python -c pass` (the interpreter the `hutch` script runs on)", "baseline"),
     "bare_bwrap": ("bare hardened `bwrap ... true`", "baseline"),
     "sdk_create_first": ("SDK `Sandbox.create()` + first `exec(['true'])`", "hutch"),
     "sdk_exec": ("SDK `exec(['true'])` in a live sandbox", "hutch"),
     "cli_exec": ("CLI `hutch exec SBX -- true` (whole process)", "hutch"),
     "cli_run": ("CLI `hutch run -- true` (whole process)", "hutch"),
     "srt_true": ("sandbox-runtime `srt true` (whole process)", "peer"),
+    "podman_run": ("`podman run --rm --runtime runc` busybox `/bin/true`, no network (whole process)", "peer"),
+    "podman_exec": ("`podman exec CID /bin/true` (whole process)", "peer"),
+    "runsc_do": ("gVisor `runsc --network=none do /bin/true` (whole process)", "peer"),
+    "runc_run": ("`runc run` of a busybox bundle's `/bin/true` (whole process)", "peer"),
     "swerex_exec": ("SWE-ReX `LocalRuntime.execute(['true'])` (no isolation)", "peer"),
     "swerex_remote_exec": ("SWE-ReX `RemoteRuntime.execute(['true'])`, local server (no isolation)", "peer"),
     "swerex_session": ("SWE-ReX `run_in_session(BashAction('true'))` (no isolation)", "peer"),

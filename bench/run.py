@@ -39,9 +39,11 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import egress  # noqa: E402 - sibling modules, found through the path set above
+import cpu  # noqa: E402 - sibling modules, found through the path set above
+import egress  # noqa: E402
 import guard  # noqa: E402
 import peers  # noqa: E402
+import peers_oci  # noqa: E402
 import report  # noqa: E402
 
 TMP = Path(tempfile.mkdtemp(prefix="hutch-bench-"))
@@ -62,7 +64,7 @@ from hutch.client import Client  # noqa: E402
 from hutch.config import Settings  # noqa: E402
 from hutch.providers.local import bwrap as bw  # noqa: E402
 from hutch.providers.local import cgroups  # noqa: E402
-from hutch.server.home import prepare_home  # noqa: E402
+from hutch.server.home import daemon_pid, prepare_home  # noqa: E402
 
 PAYLOAD = "100M"  # head -c 100M: 100 MiB
 PAYLOAD_BYTES = 100 << 20
@@ -74,8 +76,11 @@ UNBUILT = (  # not part of this harness: bench/workspaces.py measures them
 SECTIONS = report.SECTIONS  # what --only chooses from
 
 
+T0 = time.monotonic()
+
+
 def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+    print(f"[bench {time.monotonic() - T0:5.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
 def hutch_cli() -> str:
@@ -174,6 +179,14 @@ class Bench:
         self._check(r, "true")
         return {"bare_true": (t1 - t0) / 1e6}
 
+    def bare_python(self) -> dict[str, float]:
+        """``python -c pass`` with the interpreter the ``hutch`` script runs on: the floor of any Python CLI."""
+        t0 = time.perf_counter_ns()
+        r = subprocess.run([sys.executable, "-c", "pass"], capture_output=True, check=False)
+        t1 = time.perf_counter_ns()
+        self._check(r, "python -c pass")
+        return {"bare_python": (t1 - t0) / 1e6}
+
     def bare_bwrap(self) -> dict[str, float]:
         pre = self._drop if self.root and not self.drop_prefix else None
         t0 = time.perf_counter_ns()
@@ -231,13 +244,20 @@ class Bench:
     def install_peers(self) -> None:
         """Install every peer into the temp dir; a failure is recorded as "not measured: reason"."""
         PEERS_DIR.mkdir()
-        for peer in (peers.SandboxRuntime(PEERS_DIR, self.bwrap.path), peers.SweRex(PEERS_DIR), peers.Runc(PEERS_DIR)):
+        every: list[peers.Peer] = [
+            peers.SandboxRuntime(PEERS_DIR, self.bwrap.path),
+            peers.SweRex(PEERS_DIR),
+            peers_oci.Podman(PEERS_DIR),
+            peers_oci.Runsc(PEERS_DIR),
+            peers_oci.Runc(PEERS_DIR),
+        ]
+        for peer in every:
             log(f"peer {peer.name}: installing")
             self.started.append(peer)
             t0 = time.monotonic()
             try:
                 peer.install()
-            except (peers.NotMeasuredError, OSError, ValueError, KeyError) as exc:
+            except (peers.NotMeasuredError, RuntimeError, OSError, ValueError, KeyError) as exc:
                 peer.close()
                 log(f"peer {peer.name}: not measured: {exc}")
                 self.peer_status.append(peer.info | {"status": "not measured", "reason": str(exc), "keys": list(peer.keys)})
@@ -271,6 +291,7 @@ class Bench:
         self.live = self._create()
         funcs: list[Callable[[], dict[str, float]]] = [
             self.bare_true,
+            self.bare_python,
             self.bare_bwrap,
             self.sdk_create_first,
             self.sdk_exec,
@@ -452,6 +473,77 @@ class Bench:
             self.egress.close()
             if self.egress.sbx is not None:
                 self._destroy(self.egress.sbx)
+
+    def cpu(self, quick: bool) -> dict[str, Any]:
+        """CPU time of the hot paths and their baselines (bench/cpu.py), for the guard's tight checks."""
+        rounds, warmup, blocks, execs, creates = (8, 1, 3, 60, 5) if quick else (30, 3, 5, 200, 20)
+        self.drain()
+        daemon = daemon_pid(self.settings)
+        if daemon is None:
+            raise RuntimeError("cannot find the benchmark daemon's pid")
+        live = self._create()
+        live.exec(["true"])
+        pre = self._drop if self.root and not self.drop_prefix else None
+        quiet: dict[str, Any] = {}
+        argvs: dict[str, tuple[list[str], dict[str, Any]]] = {
+            "cpu_true": (["true"], quiet),
+            "cpu_python": ([sys.executable, "-c", "pass"], quiet),
+            "cpu_bwrap": (self.bwrap_argv, {"preexec_fn": pre}),
+            "cpu_cli_exec": ([self.cli, "exec", live.id, "--", "true"], quiet),
+            "cpu_cli_run": ([self.cli, "run", "--", "true"], quiet),
+        }
+
+        def sdk_exec() -> None:
+            for _ in range(execs):
+                if live.exec(["true"]).exit_code != 0:
+                    raise RuntimeError("exec of true failed")
+
+        def fork_true() -> None:
+            for _ in range(execs):
+                self._check(subprocess.run(["true"], check=False), "true")
+
+        def sdk_create() -> None:
+            for _ in range(creates):
+                sbx = self._create()
+                if sbx.exec(["true"]).exit_code != 0:
+                    raise RuntimeError("exec of true in a new sandbox failed")
+                sbx.destroy()
+
+        def bare_bwrap() -> None:
+            for _ in range(creates):
+                r = subprocess.run(self.bwrap_argv, stderr=subprocess.PIPE, check=False, preexec_fn=pre)
+                self._check(r, "bare bwrap")
+
+        def proc_walk() -> None:
+            for _ in range(creates):
+                cpu.proc_walk(self.settings.uid_base)
+
+        try:
+            log(f"cpu: {rounds} rounds + {warmup} warm-up of whole processes")
+            samples = cpu.processes(argvs, rounds, warmup)
+            log(f"cpu: {blocks} blocks of {execs} execs and {creates} creates, alternating with their baselines")
+            samples |= cpu.loops(
+                daemon,
+                {
+                    "cpu_fork_true": (fork_true, execs, False),
+                    "cpu_sdk_exec": (sdk_exec, execs, True),
+                    "cpu_bwrap_loop": (bare_bwrap, creates, False),
+                    "cpu_sdk_create": (sdk_create, creates, True),
+                    "cpu_proc_walk": (proc_walk, creates, False),
+                },
+                blocks,
+            )
+        finally:
+            self._destroy(live)
+        return {
+            "daemon_tree": "the daemon and its live descendants, utime + stime + cutime + cstime from /proc/PID/stat",
+            "calls_per_block": {"exec": execs, "create": creates},
+            "processes_on_machine": sum(1 for n in os.listdir("/proc") if n.isdigit()),
+            "metrics": {
+                key: {"label": cpu.LABELS[key][0], "kind": cpu.LABELS[key][1], "unit": "ms CPU", **cpu.summary(v)}
+                for key, v in samples.items()
+            },
+        }
 
     # -- cleanup ---------------------------------------------------------------------
 
@@ -699,6 +791,8 @@ def main(argv: list[str] | None = None) -> int:
             for count in counts:
                 log(f"memory: {count} idle sandboxes")
                 results["memory"].append(bench.memory(count))
+        if "cpu" in sections:
+            results["cpu"] = bench.cpu(args.quick)
         if "throughput" in sections:
             tp_rounds = 3 if args.quick else 10
             log(f"throughput: {tp_rounds} rounds of {PAYLOAD} through hutch and a raw pipe")
