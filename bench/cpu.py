@@ -177,3 +177,26 @@ def loops(
             ms = daemon_block(daemon, body) if through else own_block(body)
             out[key].append(ms / calls)
     return out
+
+
+def render(results: dict[str, Any]) -> list[str]:
+    """Markdown for the cpu section: CPU time per call of the hot paths and their baselines."""
+    metrics = (results.get("cpu") or {}).get("metrics") or {}
+    if not metrics:
+        return []
+    out = [
+        "",
+        "### CPU time (ms of user + system CPU per call, medians; what the guard's tight checks judge)",
+        "",
+        "| what | median | min | max | n |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in metrics.values():
+        tag = " (baseline)" if row.get("kind") == "baseline" else ""
+        s = row["samples_ms"]
+        cells = " | ".join(f"{v:.2f}" if v < 10 else f"{v:.1f}" for v in (statistics.median(s), min(s), max(s)))
+        out.append(f"| {row['label']}{tag} | {cells} | {len(s)} |")
+    procs = results["cpu"].get("processes_on_machine")
+    if procs:
+        out += ["", f"Processes on the machine during the cpu section: {procs}."]
+    return out

@@ -96,7 +96,7 @@ def egress(kind: str) -> Measure:
 
 # The CPU checks' limits: about 1.5x the ratios measured under load (docs/benchmarks.md).
 CPU_EXEC = 7.5
-CPU_CREATE = 12.0
+CPU_CREATE = 6.5
 CPU_CLI_EXEC = 13.0
 CPU_CLI_RUN = 13.0
 

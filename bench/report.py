@@ -207,7 +207,7 @@ def _ratio(value: float, base: float | None) -> str:
 def _machine(results: dict[str, Any]) -> list[str]:
     m = results.get("machine", {})
     bw = m.get("bwrap", {})
-    lines = [
+    return [
         f"- Machine: {m.get('cpu_count', '?')} CPUs ({m.get('cpu_model', '?')}), "
         f"{m.get('mem_total_mib', '?')} MiB RAM, kernel {m.get('kernel', '?')}",
         f"- Software: Python {m.get('python', '?')}, hutch {m.get('hutch', '?')}"
@@ -226,7 +226,6 @@ def _machine(results: dict[str, Any]) -> list[str]:
         + (f", {results.get('warmup', '?')} warm-up rounds discarded" if results.get("metrics") else "")
         + (_egress_rounds(results) if results.get("egress") else ""),
     ]
-    return lines
 
 
 def _egress_rounds(results: dict[str, Any]) -> str:
@@ -242,6 +241,9 @@ def render(results: dict[str, Any]) -> str:
     metrics = results.get("metrics", {})
     true_med, bwrap_med = _median(results, "bare_true"), _median(results, "bare_bwrap")
     out = [*_machine(results)]
+    partial = markers(results) != (START, END)  # an --only run: only what it measured is judged
+    if not partial:
+        out += _sibling("goals").render(results)
     if metrics:
         out += [
             "",
@@ -259,6 +261,7 @@ def render(results: dict[str, Any]) -> str:
             f"| {label}{tag} | {_f(s['median'])} | {_f(s['p95'])} | {_f(s['min'])} | {_f(s['max'])} | {s['iterations']} "
             f"| {_ratio(s['median'], true_med)} | {_ratio(s['median'], bwrap_med)} |"
         )
+    out += _sibling("cpu").render(results)
     out += _concurrency(results)
     if results.get("memory"):
         out += [
@@ -290,7 +293,6 @@ def render(results: dict[str, Any]) -> str:
                 f"| {label} | {row['median_mb_s']:.0f} | {_f(med)} | {len(row['samples_ms'])} | {row['median_mb_s'] / raw:.0%} |"
             )
     out += _egress(results)
-    partial = markers(results) != (START, END)  # an --only run: only what it measured is judged
     out += ["", "### Targets", "", "| target | goal | measured | result |", "|---|---|---|---|"]
     for row in evaluate_targets(results):
         if partial and row["met"] is None:
@@ -389,24 +391,25 @@ def _concurrency(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def _guard_module() -> Any:
-    """bench/guard.py, loaded by path (this module is also loaded by path, e.g. in tests)."""
+def _sibling(name: str) -> Any:
+    """bench/NAME.py, loaded by path (this module is also loaded by path, e.g. in tests)."""
     import importlib.util
 
-    if "bench_guard" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("bench_guard", HERE / "guard.py")
+    key = f"bench_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
-    return sys.modules["bench_guard"]
+    return sys.modules[key]
 
 
 def _guard(results: dict[str, Any], partial: bool = False) -> list[str]:
     """The guard's checks, evaluated from the samples with the current limits (like the targets)."""
     if "guard" not in results:  # results from before the guard existed
         return []
-    rows = _guard_module().evaluate(results)
+    rows = _sibling("guard").evaluate(results)
     out = [
         "",
         "### Regression guard (ratios within this run; `--guard` fails only on these)",

@@ -39,7 +39,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-import cpu  # noqa: E402 - sibling modules, found through the path set above
+import baselines  # noqa: E402 - sibling modules, found through the path set above
+import cpu  # noqa: E402
 import egress  # noqa: E402
 import guard  # noqa: E402
 import peers  # noqa: E402
@@ -791,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
             for count in counts:
                 log(f"memory: {count} idle sandboxes")
                 results["memory"].append(bench.memory(count))
+            log("memory: 10 idle bare bwraps (the baseline)")
+            pre = bench._drop if bench.root and not bench.drop_prefix else None
+            results["memory_bwrap"] = baselines.idle_bwrap_pss(bench.bwrap_argv, 10, pre)
         if "cpu" in sections:
             results["cpu"] = bench.cpu(args.quick)
         if "throughput" in sections:

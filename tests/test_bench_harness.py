@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import statistics
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -168,7 +169,21 @@ def healthy(scale: float = 1.0) -> dict:
         "concurrent": {"count": 100, "hutch": ms(3000.0, 3200.0), "bare_bwrap": ms(360.0, 380.0)},
         "throughput": {"hutch": {"median_mb_s": 900.0 / scale}, "raw_pipe": {"median_mb_s": 1000.0 / scale}},
         "egress": {"latency": {"direct": ms(0.25, 0.28, 0.3), "proxy_connect": ms(1.0, 1.1, 1.4)}},
+        "cpu": {"metrics": CPU_HEALTHY | {k: ms(*v["samples_ms"]) for k, v in CPU_HEALTHY.items()}},
     }
+
+
+# CPU medians like the ones measured under load when the CPU checks were set (ms per call).
+CPU_HEALTHY = {
+    "cpu_true": {"samples_ms": [1.0, 1.1, 1.2]},
+    "cpu_python": {"samples_ms": [17.0, 20.0, 22.0]},
+    "cpu_sdk_exec": {"samples_ms": [5.0, 5.2, 5.5]},
+    "cpu_bwrap_loop": {"samples_ms": [6.0, 6.5, 7.0]},
+    "cpu_proc_walk": {"samples_ms": [1.5, 1.6, 1.7]},
+    "cpu_sdk_create": {"samples_ms": [32.0, 36.0, 40.0]},
+    "cpu_cli_exec": {"samples_ms": [140.0, 170.0, 180.0]},
+    "cpu_cli_run": {"samples_ms": [130.0, 165.0, 175.0]},
+}
 
 
 def test_guard_passes_on_healthy_ratios(guard: ModuleType) -> None:
@@ -290,10 +305,66 @@ def test_egress_tables(report: ModuleType) -> None:
 def test_a_partial_run_goes_into_its_own_block(report: ModuleType, tmp_path: Path) -> None:
     assert report.markers(egress()) == ("<!-- results:egress:start -->", "<!-- results:egress:end -->")
     assert report.markers(results()) == (report.START, report.END)  # no sections recorded: the main block
-    full = {"sections": ["latency", "concurrency", "throughput", "egress"]}  # --skip-memory is still a full run
+    full = {"sections": ["latency", "cpu", "concurrency", "throughput", "egress"]}  # --skip-memory is still a full run
     assert report.markers(full) == (report.START, report.END)
     doc = tmp_path / "benchmarks.md"
     start, end = report.markers(egress())
     doc.write_text(f"{report.START}\nmain\n{report.END}\n{start}\nold\n{end}\n")
     report.update_doc(doc, "new\n", start, end)
     assert doc.read_text() == f"{report.START}\nmain\n{report.END}\n{start}\nnew\n{end}\n"
+
+
+# -- the CPU checks: tight enough for a 2x regression, loose enough for noise ---------------
+
+
+@pytest.mark.parametrize(
+    ("key", "check"),
+    [
+        ("cpu_sdk_exec", "exec round trip (CPU)"),
+        ("cpu_sdk_create", "create -> first result (CPU)"),
+        ("cpu_cli_exec", "CLI exec (CPU)"),
+        ("cpu_cli_run", "CLI run (CPU)"),
+    ],
+)
+def test_guard_cpu_check_fails_on_twice_the_cpu_and_passes_noise(guard: ModuleType, key: str, check: str) -> None:
+    for factor, fails in ((1.3, False), (2.0, True)):
+        data = healthy()
+        data["cpu"]["metrics"][key]["samples_ms"] = [v * factor for v in data["cpu"]["metrics"][key]["samples_ms"]]
+        failed = guard.failures(guard.evaluate(data))
+        assert [f.split(":")[0] for f in failed] == ([check] if fails else []), (factor, failed)
+
+
+def test_guard_create_baseline_grows_with_the_machine(guard: ModuleType) -> None:
+    """A create walks /proc: on a machine with thousands of processes both sides grow, and the check holds."""
+    data = healthy()
+    data["cpu"]["metrics"]["cpu_proc_walk"]["samples_ms"] = [118.0, 120.0, 125.0]
+    data["cpu"]["metrics"]["cpu_sdk_create"]["samples_ms"] = [150.0, 156.0, 190.0]
+    rows = {r["check"]: r for r in guard.evaluate(data)}
+    assert rows["create -> first result (CPU)"]["ok"] is True
+    assert rows["create -> first result (CPU)"]["baseline"] == pytest.approx(6.5 + 120.0)
+
+
+GOALS = Path(__file__).resolve().parents[1] / "bench" / "goals.py"
+
+
+def test_goal_tables_judge_every_row_from_the_samples(report: ModuleType) -> None:
+    goals = report._sibling("goals")
+    data = results()
+    data["metrics"] |= {
+        "bare_python": {"samples_ms": [20.0, 25.0, 30.0]},
+        "cli_run": {"samples_ms": [150.0, 170.0, 190.0]},
+        "podman_run": {"samples_ms": [250.0, 258.0, 270.0]},
+        "podman_exec": {"samples_ms": [190.0, 195.0, 200.0]},
+    }
+    data["peers"] = [{"name": "gVisor runsc", "status": "not measured", "reason": "runsc is not installed", "keys": ["runsc_do"]}]
+    rows = {(r["table"], r["metric"], r.get("peer", "")[:8]): r for r in goals.rows(data)}
+    cli = rows[("baselines", "CLI `hutch exec SBX -- true`, whole process", "")]
+    assert cli["met"] is (statistics.median(data["metrics"]["cli_exec"]["samples_ms"]) <= 75.0)
+    assert rows[("baselines", "host memory per idle sandbox (PSS, 100 idle)", "")]["met"] is None  # no 100 in results()
+    podman = rows[("peers", "one-shot `run -- true`", "`podman ")]
+    assert podman["ratio"] == pytest.approx(170.0 / 258.0) and podman["met"] is False  # goal <= 0.5
+    runsc = rows[("peers", "one-shot `run -- true`", "gVisor `")]
+    assert runsc["met"] is None and "not measured: runsc is not installed" in runsc["peer"]
+    md = report.render(data)
+    assert "### The speed goals: hutch against bare baselines" in md
+    assert "| `exec SBX -- true` |" in md
