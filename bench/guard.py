@@ -15,9 +15,11 @@ Two kinds of checks:
   limits sit about 1.5x above the ratios measured under load (see docs/benchmarks.md): a
   path that burns twice the CPU fails, a busy machine passes. When a path gets faster for
   good, lower its limit with it, or a later 2x regression back to the old cost would pass.
-- **Wall checks (loose).** Medians of the interleaved wall-time samples, about 3x above
-  the ratios seen on a loaded machine: they catch what burns no CPU (a sleep, a timer, a
-  lost wake-up), where CPU checks are blind, but only when it is gross.
+- **Wall checks (loose).** The fastest of the interleaved wall-time samples (the one the
+  machine disturbed least; a median doubles or triples under load, the minimum much
+  less), about 2.5x above the ratios seen on a loaded machine: they catch what burns no
+  CPU (a sleep, a timer, a lost wake-up), where the CPU checks are blind, but only when
+  it is gross. Throughput is judged on its median.
 
 Standard library only.
 """
@@ -33,11 +35,11 @@ Measure = Callable[[dict[str, Any]], float | None]
 
 
 def latency(key: str) -> Measure:
-    """Median of an interleaved latency metric (ms)."""
+    """The fastest sample of an interleaved latency metric (ms): the one the machine disturbed least."""
 
     def measure(results: dict[str, Any]) -> float | None:
         samples = (results.get("metrics", {}).get(key) or {}).get("samples_ms")
-        return float(statistics.median(samples)) if samples else None
+        return float(min(samples)) if samples else None
 
     return measure
 
@@ -63,11 +65,11 @@ def cpu_sum(*keys: str) -> Measure:
 
 
 def concurrent(side: str) -> Measure:
-    """Median wall time (ms) of one batch of concurrent starts: ``hutch`` creates or ``bare_bwrap`` runs."""
+    """The fastest batch of concurrent starts (ms until all returned): ``hutch`` creates or ``bare_bwrap`` runs."""
 
     def measure(results: dict[str, Any]) -> float | None:
         samples = ((results.get("concurrent") or {}).get(side) or {}).get("samples_ms")
-        return float(statistics.median(samples)) if samples else None
+        return float(min(samples)) if samples else None
 
     return measure
 
@@ -84,12 +86,12 @@ def throughput(side: str) -> Measure:
 
 
 def egress(kind: str) -> Measure:
-    """Median ms per request of one egress path: ``direct`` or ``proxy_connect`` (or ``proxy_http``)."""
+    """The fastest request (ms) of one egress path: ``direct`` or ``proxy_connect`` (or ``proxy_http``)."""
 
     def measure(results: dict[str, Any]) -> float | None:
         row = ((results.get("egress") or {}).get("latency") or {}).get(kind) or {}
         samples = row.get("samples_ms")
-        return float(statistics.median(samples)) if samples else None
+        return float(min(samples)) if samples else None
 
     return measure
 
@@ -131,24 +133,24 @@ CHECKS = (
     ),
     Check("CLI exec (CPU)", "hutch exec process", "python -c pass", cpu("cpu_cli_exec"), cpu("cpu_python"), CPU_CLI_EXEC),
     Check("CLI run (CPU)", "hutch run process", "python -c pass", cpu("cpu_cli_run"), cpu("cpu_python"), CPU_CLI_RUN),
-    Check("exec round trip", "SDK exec", "bare true", latency("sdk_exec"), latency("bare_true"), 20.0),
+    Check("exec round trip", "SDK exec", "bare true", latency("sdk_exec"), latency("bare_true"), 40.0),
     Check(
         "create -> first result",
         "SDK create + exec",
         "bare bwrap",
         latency("sdk_create_first"),
         latency("bare_bwrap"),
-        25.0,
+        30.0,
     ),
-    Check("CLI exec", "hutch exec", "bare bwrap", latency("cli_exec"), latency("bare_bwrap"), 60.0),
-    Check("CLI run", "hutch run", "bare bwrap", latency("cli_run"), latency("bare_bwrap"), 100.0),
+    Check("CLI exec", "hutch exec", "python -c pass", latency("cli_exec"), latency("bare_python"), 25.0),
+    Check("CLI run", "hutch run", "python -c pass", latency("cli_run"), latency("bare_python"), 40.0),
     Check(
         "concurrent creates",
         "N concurrent creates",
         "N concurrent bare bwraps",
         concurrent("hutch"),
         concurrent("bare_bwrap"),
-        25.0,
+        50.0,
     ),
     Check(
         "stdout throughput",
@@ -165,7 +167,7 @@ CHECKS = (
         "direct connection",
         egress("proxy_connect"),
         egress("direct"),
-        12.0,
+        25.0,
     ),
 )
 

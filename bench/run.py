@@ -710,7 +710,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="fewer rounds, memory at 10 and 100 only, no peers (under a minute)")
     ap.add_argument("--iterations", type=int, help="interleaved latency rounds (default 80, quick 10)")
     ap.add_argument("--warmup", type=int, help="discarded warm-up rounds (default 5, quick 2)")
-    ap.add_argument("--concurrency", type=int, default=100, help="sandboxes created at once (default 100)")
+    ap.add_argument("--concurrency", type=int, help="sandboxes created at once (default 100, 25 with --guard)")
     ap.add_argument("--out", type=Path, help="results JSON (default bench/results/MODE-TIMESTAMP.json)")
     ap.add_argument("--skip-memory", action="store_true", help="skip the idle-sandbox memory measurement")
     ap.add_argument(
@@ -732,8 +732,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         ap.error(f"--only: unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     args.sections = [s for s in SECTIONS if s in chosen] if chosen else list(SECTIONS)
-    if args.skip_memory and "memory" in args.sections:
-        args.sections.remove("memory")
+    if (args.skip_memory or (args.guard and not args.only)) and "memory" in args.sections:
+        args.sections.remove("memory")  # the guard judges no memory: --guard alone skips it
+    args.concurrency = args.concurrency or (25 if args.guard else 100)
     args.iterations = args.iterations or (10 if args.quick else 80)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
     args.peers = (not args.quick and "latency" in args.sections) if args.peers is None else args.peers
@@ -812,7 +813,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         skipped = [s for s in SECTIONS if s not in sections]
         if skipped:
-            why = "skipped (--only)" if args.only else "skipped (--skip-memory)"
+            why = "skipped (--only)" if args.only else "skipped (--skip-memory)" if args.skip_memory else "skipped (--guard)"
             results["not_measured"] += [{"what": f"section {s}", "reason": why} for s in skipped]
         results["targets"] = report.evaluate_targets(results)
         results["guard"] = guard.evaluate(results)
