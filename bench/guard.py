@@ -17,7 +17,8 @@ Two kinds of checks:
   good, lower its limit with it, or a later 2x regression back to the old cost would pass.
 - **Wall checks (loose).** The fastest of the interleaved wall-time samples (the one the
   machine disturbed least; a median doubles or triples under load, the minimum much
-  less), about 2.5x above the ratios seen on a loaded machine: they catch what burns no
+  less, but with 10 samples on a machine at load 15 to 20 even the fastest exec can take
+  50x a bare `true`), about 3x above the highest ratios seen there: they catch what burns no
   CPU (a sleep, a timer, a lost wake-up), where the CPU checks are blind, but only when
   it is gross. Throughput is judged on its median.
 
@@ -133,17 +134,17 @@ CHECKS = (
     ),
     Check("CLI exec (CPU)", "hutch exec process", "python -c pass", cpu("cpu_cli_exec"), cpu("cpu_python"), CPU_CLI_EXEC),
     Check("CLI run (CPU)", "hutch run process", "python -c pass", cpu("cpu_cli_run"), cpu("cpu_python"), CPU_CLI_RUN),
-    Check("exec round trip", "SDK exec", "bare true", latency("sdk_exec"), latency("bare_true"), 40.0),
+    Check("exec round trip", "SDK exec", "bare true", latency("sdk_exec"), latency("bare_true"), 150.0),
     Check(
         "create -> first result",
         "SDK create + exec",
         "bare bwrap",
         latency("sdk_create_first"),
         latency("bare_bwrap"),
-        30.0,
+        60.0,
     ),
-    Check("CLI exec", "hutch exec", "python -c pass", latency("cli_exec"), latency("bare_python"), 25.0),
-    Check("CLI run", "hutch run", "python -c pass", latency("cli_run"), latency("bare_python"), 40.0),
+    Check("CLI exec", "hutch exec", "python -c pass", latency("cli_exec"), latency("bare_python"), 50.0),
+    Check("CLI run", "hutch run", "python -c pass", latency("cli_run"), latency("bare_python"), 75.0),
     Check(
         "concurrent creates",
         "N concurrent creates",
@@ -167,7 +168,7 @@ CHECKS = (
         "direct connection",
         egress("proxy_connect"),
         egress("direct"),
-        25.0,
+        60.0,
     ),
 )
 
