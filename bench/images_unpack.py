@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from hutch.providers.local.images.flatten import flatten  # noqa: E402
-from hutch.providers.local.images.unpack import unpack_layer  # noqa: E402
+from hutch.providers.local.images.flatten import flatten
+from hutch.providers.local.images.unpack import unpack_layer
 
 GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 

@@ -23,7 +23,15 @@ HERE = Path(__file__).resolve().parent
 DOC = HERE.parent / "docs" / "benchmarks.md"
 START = "<!-- results:start -->"
 END = "<!-- results:end -->"
-SECTIONS = ("latency", "cpu", "concurrency", "memory", "throughput", "egress")  # bench/run.py --only; memory may be skipped
+SECTIONS = (
+    "latency",
+    "cpu",
+    "concurrency",
+    "pool",
+    "memory",
+    "throughput",
+    "egress",
+)  # bench/run.py --only; memory may be skipped
 
 # metric key -> (label, kind); kind "baseline" rows are the denominators of the ratios.
 LATENCY = {
@@ -162,12 +170,40 @@ def _tp(results: dict[str, Any]) -> tuple[float | None, str]:
     return ratio, "n/a" if ratio is None else f"{ratio * 100:.0f}% of a raw pipe"
 
 
+def _pool_median(results: dict[str, Any], key: str) -> float | None:
+    row = (results.get("pool") or {}).get(key) or {}
+    return float(statistics.median(row["samples_ms"])) if row.get("samples_ms") else None
+
+
+def _pool_first(results: dict[str, Any]) -> tuple[float | None, str]:
+    value = _pool_median(results, "create_first")
+    return value, "n/a" if value is None else f"{value:.1f} ms median"
+
+
+def _pool_ratio(results: dict[str, Any]) -> tuple[float | None, str]:
+    first, bwrap = _pool_median(results, "create_first"), _pool_median(results, "bare_bwrap")
+    if first is None or not bwrap:
+        return None, "n/a"
+    return first / bwrap, f"{first / bwrap:.1f}x bare bwrap ({first:.1f} / {bwrap:.1f} ms, the same rounds)"
+
+
+def _pool_conc(results: dict[str, Any]) -> tuple[float | None, str]:
+    conc = (results.get("pool") or {}).get("concurrent") or {}
+    if not conc.get("samples_ms") or conc.get("count", 0) < 100:
+        return None, "n/a" if not conc.get("samples_ms") else f"not judged: {conc['count']} at once, the target is for 100"
+    ms = float(statistics.median(conc["samples_ms"]))
+    return ms, f"{ms / 1000:.2f} s median for {conc['count']} at once from a pool of {conc['count']}"
+
+
 TARGETS = (
     Target("create -> first result", "<= 20 ms median", _ms("sdk_create_first"), lambda v: v <= 20.0),
     Target("create -> first result vs bare bwrap", "<= 3.5x bare bwrap", _create_ratio, lambda v: v <= 3.5),
     Target("exec round trip", "<= 3 ms median", _ms("sdk_exec"), lambda v: v <= 3.0),
     Target("CLI exec", "<= 150 ms median", _ms("cli_exec"), lambda v: v <= 150.0),
     Target("100 concurrent creates", "< 1 s until all created", _conc, lambda v: v < 1000.0),
+    Target("create -> first result from the pool", "<= 15 ms median", _pool_first, lambda v: v <= 15.0),
+    Target("create -> first result from the pool vs bare bwrap", "<= 2.5x bare bwrap", _pool_ratio, lambda v: v <= 2.5),
+    Target("100 concurrent creates from a pool of 100", "<= 0.5 s until all created", _pool_conc, lambda v: v <= 500.0),
     Target("host memory per idle sandbox", "<= 2 MiB", _mem, lambda v: v <= 2.0),
     Target("stdout throughput", ">= 50% of a raw pipe", _tp, lambda v: v >= 0.5),
     Target(

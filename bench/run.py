@@ -45,6 +45,7 @@ import egress  # noqa: E402
 import guard  # noqa: E402
 import peers  # noqa: E402
 import peers_oci  # noqa: E402
+import pool  # noqa: E402
 import report  # noqa: E402
 
 TMP = Path(tempfile.mkdtemp(prefix="hutch-bench-"))
@@ -55,6 +56,7 @@ os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
 EGRESS_HOSTS = TMP / "egress-hosts"  # the proxy's resolver for the egress benchmark's upstream
 EGRESS_HOSTS.write_text(egress.hosts_line())
 os.environ["HUTCH_EGRESS_HOSTS"] = str(EGRESS_HOSTS)  # read by the daemon this harness starts
+os.environ["HUTCH_POOL_SIZE"] = "0"  # cold creates everywhere but the pool section (bench/pool.py)
 # With PYTHONDONTWRITEBYTECODE set (some shells and CI images set it), every timed `hutch`
 # process would compile hutch from source (tens of ms): not what an installed hutch does.
 NO_BYTECODE = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -357,6 +359,11 @@ class Bench:
         if errors:
             raise RuntimeError(f"{len(errors)} of {count} concurrent starts failed, first: {errors[0]!r}") from errors[0]
         return (t1 - t0) / 1e6, out
+
+    def pool_rows(self, rounds: int, warmup: int, count: int, conc_rounds: int) -> dict[str, Any]:
+        """The warm pool's rows (bench/pool.py), against bare bwrap measured in the same rounds."""
+        ops = pool.Ops(log, lambda: self.bare_bwrap()["bare_bwrap"], self._create, self._destroy_many, self._batch, self.created)
+        return pool.measure(ops, rounds, warmup, count, conc_rounds)
 
     def concurrent(self, count: int, rounds: int) -> dict[str, Any]:
         """``count`` concurrent creates, time to all created, alternating with ``count`` concurrent bare bwraps."""
@@ -787,6 +794,10 @@ def main(argv: list[str] | None = None) -> int:
             conc_rounds = 2 if args.quick else 6
             log(f"concurrency: {args.concurrency} at once, {conc_rounds} rounds alternating with bare bwrap")
             results["concurrent"] = bench.concurrent(args.concurrency, conc_rounds)
+        if "pool" in sections:
+            pool_conc, pool_count = (1, min(args.concurrency, 20)) if args.quick else (3, args.concurrency)
+            log(f"pool: {args.iterations} rounds from the warm pool, then {pool_count} at once from a pool of as many")
+            results["pool"] = bench.pool_rows(args.iterations, args.warmup, pool_count, pool_conc)
         if "memory" in sections:
             counts = [10, 100] if args.quick else [10, 100, 500]
             results["memory"] = []

@@ -306,7 +306,7 @@ def test_egress_tables(report: ModuleType) -> None:
 def test_a_partial_run_goes_into_its_own_block(report: ModuleType, tmp_path: Path) -> None:
     assert report.markers(egress()) == ("<!-- results:egress:start -->", "<!-- results:egress:end -->")
     assert report.markers(results()) == (report.START, report.END)  # no sections recorded: the main block
-    full = {"sections": ["latency", "cpu", "concurrency", "throughput", "egress"]}  # --skip-memory is still a full run
+    full = {"sections": ["latency", "cpu", "concurrency", "pool", "throughput", "egress"]}  # --skip-memory is still a full run
     assert report.markers(full) == (report.START, report.END)
     doc = tmp_path / "benchmarks.md"
     start, end = report.markers(egress())
