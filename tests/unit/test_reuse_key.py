@@ -39,3 +39,11 @@ def test_the_api_accepts_the_old_field_name(app_client: Any) -> None:
     assert first["created"] and first["sandbox"]["spec"]["reuse_key"] == "k2"
     again = app_client.post("/v1/sessions", json={"provider": "fake", "reuse_key": "k2"}).json()
     assert (again["sandbox"]["id"], again["created"]) == (first["sandbox"]["id"], False)
+
+
+def test_auto_mode_keeps_one_sandbox_per_image() -> None:
+    from hutch.cli.run import reuse_key
+
+    plain = reuse_key("local")
+    assert reuse_key("local", None) == plain  # the key of a run without --image is unchanged
+    assert reuse_key("local", "python:3.12-slim") not in (plain, reuse_key("local", "debian:bookworm"))

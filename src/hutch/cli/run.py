@@ -175,11 +175,13 @@ def exec_(
         fail(exc, obj.json, exit_code_for(exc, run_command=True))
 
 
-def reuse_key(provider: str) -> str:
-    """Auto mode's key: one sandbox per provider (profile) and working directory."""
+def reuse_key(provider: str, image: str | None = None) -> str:
+    """Auto mode's key: one sandbox per provider (profile), working directory and image (a
+    run with another --image never lands in a kept sandbox of another root)."""
     import hashlib
 
-    return hashlib.sha256(f"{provider}\0{os.path.realpath(os.getcwd())}".encode()).hexdigest()[:16]
+    text = f"{provider}\0{os.path.realpath(os.getcwd())}" + (f"\0{image}" if image else "")
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 LANGS = {
@@ -290,7 +292,7 @@ def run(
             files.append((path, script, 0o600))
             req["command"] = [str(interpreter), path]
         if spec is not None and reuse and not spec.get("tenant"):
-            spec["reuse_key"] = reuse_key(spec["provider"])
+            spec["reuse_key"] = reuse_key(spec["provider"], spec.get("image"))
         todo = build.run_once_request(req, spec=spec, sandbox=sandbox, keep=keep, pull=pull_after, files=files)
         kept = keep and not persistent
         result, sbx = run_once(obj, todo, sync_dir, stream, kept)
