@@ -39,6 +39,8 @@ LATENCY = {
     "bare_python": ("bare `python -c pass` (the interpreter the `hutch` script runs on)", "baseline"),
     "bare_bwrap": ("bare hardened `bwrap ... true`", "baseline"),
     "sdk_create_first": ("SDK `Sandbox.create()` + first `exec(['true'])`", "hutch"),
+    "sdk_create_first_pool": ("SDK create + first exec, a pool member ready (the wait untimed)", "hutch"),
+    "sdk_create_first_cold": ("SDK create + first exec, cold (one read-only mount: a start the pool cannot serve)", "hutch"),
     "sdk_exec": ("SDK `exec(['true'])` in a live sandbox", "hutch"),
     "cli_exec": ("CLI `hutch exec SBX -- true` (whole process)", "hutch"),
     "cli_run": ("CLI `hutch run -- true` (whole process)", "hutch"),
@@ -53,11 +55,7 @@ LATENCY = {
 }
 
 # Published figures of hosted peers, NOT measured here (independent benchmark, 2026-04).
-PEERS = (
-    ("Daytona", 0.11),
-    ("E2B", 0.44),
-    ("Modal", 2.66),
-)
+PEERS = (("Daytona", 0.11), ("E2B", 0.44), ("Modal", 2.66))
 
 
 def p95(samples: list[float]) -> float:

@@ -53,6 +53,7 @@ os.chmod(TMP, 0o711)  # as root, sandbox uids must pass through to the state dir
 HOME = TMP / "home"
 PEERS_DIR = TMP / "peers"
 os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
+COLD_MOUNT = TMP / "cold-mount"  # an empty directory: a mount makes a create one the pool cannot serve
 EGRESS_HOSTS = TMP / "egress-hosts"  # the proxy's resolver for the egress benchmark's upstream
 EGRESS_HOSTS.write_text(egress.hosts_line())
 os.environ["HUTCH_EGRESS_HOSTS"] = str(EGRESS_HOSTS)  # read by the daemon this harness starts
@@ -113,6 +114,7 @@ class Bench:
         self.bwrap_argv = [*self.drop_prefix, self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
         self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
         self.live: hutch.Sandbox | None = None
+        self.pool_misses = 0  # pool samples taken after 30 s without a ready member
         self.egress: egress.EgressBench | None = None
         self.peers: list[peers.Peer] = []  # installed and measured
         self.started: list[peers.Peer] = []  # every peer whose install began: all are closed at the end
@@ -210,6 +212,46 @@ class Bench:
             raise RuntimeError(f"exec in a new sandbox failed: {r}")
         return {"sdk_create_first": (t1 - t0) / 1e6}
 
+    def pool_ready(self) -> bool:
+        """Whether the daemon keeps a pool of the default shape (host /usr) with a member ready."""
+        try:
+            with Client(self.settings) as client:
+                status = client.pool_status()
+        except (hutch.HutchError, AttributeError):  # a hutch without a pool
+            return False
+        return any(p.get("image") is None and p.get("ready", 0) > 0 for p in status.get("pools", []))
+
+    def has_pool(self) -> bool:
+        try:
+            with Client(self.settings) as client:
+                status = client.pool_status()
+        except (hutch.HutchError, AttributeError):
+            return False
+        return any(p.get("image") is None and p.get("target", 0) > 0 for p in status.get("pools", []))
+
+    def sdk_create_first_pool(self) -> dict[str, float]:
+        """Create + first exec once the pool has a member ready (the wait is not timed)."""
+        end = time.monotonic() + 30
+        while not self.pool_ready() and time.monotonic() < end:
+            time.sleep(0.02)
+        if not self.pool_ready():
+            self.pool_misses += 1
+        ms = self.sdk_create_first()["sdk_create_first"]
+        return {"sdk_create_first_pool": ms}
+
+    def sdk_create_first_cold(self) -> dict[str, float]:
+        """Create + first exec of a sandbox the pool cannot serve: one read-only mount more (a different start)."""
+        t0 = time.perf_counter_ns()
+        sbx = hutch.Sandbox.create(mounts=[f"{COLD_MOUNT}:/mnt/hutch-bench:ro"])
+        r = sbx.exec(["true"])
+        t1 = time.perf_counter_ns()
+        self.created.add(sbx.id)
+        with self.pending_lock:
+            self.pending.append(sbx)
+        if r.exit_code != 0:
+            raise RuntimeError(f"exec in a new (cold) sandbox failed: {r}")
+        return {"sdk_create_first_cold": (t1 - t0) / 1e6}
+
     def sdk_exec(self) -> dict[str, float]:
         """One exec in the live sandbox (the client opens a connection per request)."""
         assert self.live is not None
@@ -292,11 +334,17 @@ class Bench:
 
     def latency(self, rounds: int, warmup: int) -> dict[str, Any]:
         self.live = self._create()
+        pooled: list[Callable[[], dict[str, float]]] = []
+        if self.has_pool():
+            COLD_MOUNT.mkdir(mode=0o755, exist_ok=True)
+            pooled = [self.sdk_create_first_pool, self.sdk_create_first_cold]
+            log("latency: the daemon keeps a pool: create -> first is also measured from the pool and cold")
         funcs: list[Callable[[], dict[str, float]]] = [
             self.bare_true,
             self.bare_python,
             self.bare_bwrap,
             self.sdk_create_first,
+            *pooled,
             self.sdk_exec,
             self.cli_exec,
             self.cli_run,
@@ -787,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.peers:
                 bench.install_peers()
             results["metrics"] = bench.latency(args.iterations, args.warmup)
+            results["pool_samples_without_a_ready_member"] = bench.pool_misses
             results["peers"] = bench.peer_status
             for peer in bench.peers:
                 peer.close()
