@@ -12,7 +12,12 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from hutch import wire
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from hutch import pki, wire
 from hutch.client import transfer
 from hutch.wire.build import exec_request, run_once_request, sandbox_spec
 from hutch.wire.pydantic import adapter
@@ -147,6 +152,28 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
     c.call("GET", "/v1/images/inspect", params={"ref": "conformance:1"})
     c.call("DELETE", "/v1/images", params={"ref": "conformance:1"})
     c.call("POST", "/v1/images/prune")
+
+    # exposed ports (the fake exposes them; nothing listens inside it) and the gateway's client certificates
+    exposed = c.call("POST", "/v1/sandboxes/{ref}/ports", ref=sid, json={"port": 8080})
+    assert exposed["sandbox"] == sid and exposed["public"] is False
+    c.call("POST", "/v1/sandboxes/{ref}/ports", ref=sid, json={"port": 9090, "public": True})
+    assert [p["port"] for p in c.call("GET", "/v1/sandboxes/{ref}/ports", ref=sid)] == [8080, 9090]
+    assert c.call("DELETE", "/v1/sandboxes/{ref}/ports/{port}", ref=sid, port=8080)["closed"] is True
+    assert c.call("DELETE", "/v1/sandboxes/{ref}/ports/{port}", ref=sid, port=8080)["closed"] is False
+    refused = c.call("POST", "/v1/gateway/certificates", json={"name": "c1"}, ok=False)  # no CA yet
+    assert refused["error"]["kind"] == "invalid"
+    pki.init(pki.GatewayFiles.of(settings.home), ["127.0.0.1"], "https://127.0.0.1:8443")
+    issued = c.call("POST", "/v1/gateway/certificates", json={"name": "c1", "scopes": ["read"], "ttl": "1d"})
+    assert issued["certificate"]["state"] == "active" and issued["bundle"]["key"]
+    mine = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "c2")])
+    csr = x509.CertificateSigningRequestBuilder().subject_name(subject).sign(mine, hashes.SHA256())
+    pem = csr.public_bytes(serialization.Encoding.PEM).decode()
+    by_csr = c.call("POST", "/v1/gateway/certificates", json={"name": "c2", "key": issued["key"]["id"], "csr": pem})
+    assert "key" not in by_csr["bundle"] and by_csr["key"]["id"] == issued["key"]["id"]
+    assert {r["name"] for r in c.call("GET", "/v1/gateway/certificates")} == {"c1", "c2"}
+    revoked = c.call("DELETE", "/v1/gateway/certificates/{ref}", ref="c1")
+    assert [(r["name"], r["state"]) for r in revoked] == [("c1", "revoked")]
 
     # the dashboard's one-time login link (on the unix socket: the daemon's loopback listener)
     link = c.call("POST", "/v1/ui/links")

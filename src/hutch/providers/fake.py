@@ -19,6 +19,7 @@ import io
 import posixpath
 import re
 import shlex
+import socket
 import stat
 import tarfile
 import time
@@ -157,6 +158,7 @@ class FakeProvider:
         changes=True,
         usage=True,
         pool=True,
+        ports=True,
     )
 
     def __init__(self, settings: Settings | None = None) -> None:
@@ -390,6 +392,14 @@ class FakeProvider:
 
     async def export_changes(self, rec: SandboxRecord, dest: Path) -> dict[str, Any]:
         raise InvalidError("the fake provider has no writable root to commit", hint="use the local provider with --image")
+
+    # -- ports capability: a port is exposed like any other; nothing listens in a fake sandbox ----
+
+    async def connect_port(self, rec: SandboxRecord, port: int) -> socket.socket:
+        raise UnavailableError(
+            f"nothing listens on port {port} of sandbox {rec.id} (the fake provider runs no servers)",
+            hint="use the local provider to reach a server inside a sandbox",
+        )
 
     # -- workspace capability: real tars of the in-memory files -------------------------
 

@@ -31,7 +31,8 @@ from hutch.server.ui import guard as ui_guard
 from hutch.server.ui import loopback as ui_loopback
 from hutch.server.ui import routes as ui_routes
 from hutch.server.workspaces import router as workspaces_router
-from hutch.service import MAX_FILE, Service
+from hutch.service import Service
+from hutch.service.files import MAX_FILE
 
 MAX_JSON = 96 << 20  # a JSON request body: room for a 64 MiB --stdin-file, base64-encoded
 

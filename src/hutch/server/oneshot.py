@@ -28,7 +28,8 @@ from hutch.errors import InvalidError
 from hutch.models import ExecRequest, SandboxSpec
 from hutch.server.edge import ClientGone
 from hutch.server.workspaces import MAX_PUSH, spool
-from hutch.service import MAX_FILE, Service
+from hutch.service import Service
+from hutch.service.files import MAX_FILE
 from hutch.service.oneshot import Job, Push, RunOnce
 
 NDJSON = "application/x-ndjson"

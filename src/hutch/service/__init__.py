@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from hutch import fdlimit
 from hutch._version import __version__
 from hutch.actors import acting
-from hutch.checks import check_mode, check_path
 from hutch.config import Settings
 from hutch.errors import (
     ConflictError,
@@ -46,7 +45,6 @@ from hutch.provider import (
     event_source,
     load_provider,
     network_provider,
-    ranged_reads,
 )
 from hutch.service.access import Access
 from hutch.service.approvals import Approvals
@@ -54,6 +52,7 @@ from hutch.service.certs import Certificates
 from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.events import Events
+from hutch.service.files import MAX_FILE, Files
 from hutch.service.hints import check_create, no_egress
 from hutch.service.images import Images
 from hutch.service.keyring import Keyring, Scope, credential_checks
@@ -71,7 +70,6 @@ from hutch.service.workspaces import Workspaces
 from hutch.store import Store
 from hutch.store.sandboxes import Within
 
-MAX_FILE = 64 << 20
 T = TypeVar("T")
 log = logging.getLogger("hutch.service")
 
@@ -103,6 +101,7 @@ class Service:
         self.ports = Ports(self)  # exposed ports (hutch expose)
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
+        self.files = Files(self)  # a live sandbox's files: read, write, list
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
         self.pool = Pool(self)  # started sandboxes handed out on create
 
@@ -423,56 +422,19 @@ class Service:
                 raise
             raise gone from exc
 
-    # -- files -----------------------------------------------------------------------
-
-    @staticmethod
-    def _path(rec: SandboxRecord, path: str) -> str:
-        if not path:
-            raise InvalidError("empty path")
-        check_path(path)
-        return path if path.startswith("/") else os.path.join(rec.spec.workdir, path)
+    # -- files (service/files.py) -----------------------------------------------------
 
     async def read_file(self, ref: str, path: str, limit: int = MAX_FILE) -> tuple[bytes, bool]:
-        rec = self.live(ref)
-        full = self._path(rec, path)
-        data, truncated = await self._guarded(rec, self.provider(rec.provider).read_file(rec, full, min(limit, MAX_FILE)))
-        self.store.events.append("file_read", rec.id, path=full, size=len(data))
-        return data, truncated
+        return await self.files.read(ref, path, limit)
 
     async def read_file_range(self, ref: str, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
-        """A page of a file: ``limit`` bytes from ``offset``, whether more follow, and its size if known.
-
-        Providers that can read at an offset do (the local one); others read up to the end of
-        the page and the page is cut here.
-        """
-        rec = self.live(ref)
-        full = self._path(rec, path)
-        limit = min(limit, MAX_FILE)
-        provider = self.provider(rec.provider)
-        if provider.capabilities.ranged_reads:
-            data, more, total = await self._guarded(rec, ranged_reads(provider).read_range(rec, full, offset, limit))
-            size: int | None = int(total)
-        else:
-            whole, cut = await self._guarded(rec, provider.read_file(rec, full, min(offset + limit, MAX_FILE)))
-            data, more = whole[offset : offset + limit], cut
-            size = None if cut else len(whole)
-        self.store.events.append("file_read", rec.id, path=full, size=len(data), offset=offset)
-        return data, more, size
+        return await self.files.read_range(ref, path, offset, limit)
 
     async def write_file(self, ref: str, path: str, data: bytes, mode: int = 0o644) -> dict[str, Any]:
-        mode = check_mode(mode)
-        rec = self.live(ref)
-        if len(data) > MAX_FILE:
-            raise InvalidError(f"file is {len(data)} bytes; the limit is {MAX_FILE}", hint="split it, or use --mount")
-        full = self._path(rec, path)
-        await self._guarded(rec, self.provider(rec.provider).write_file(rec, full, data, mode))
-        self.store.events.append("file_written", rec.id, path=full, size=len(data))
-        return {"sandbox": rec.id, "path": full, "size": len(data)}
+        return await self.files.write(ref, path, data, mode)
 
     async def list_files(self, ref: str, path: str | None = None) -> builtins.list[FileEntry]:
-        rec = self.live(ref)
-        listing = self.provider(rec.provider).list_files(rec, self._path(rec, path or rec.spec.workdir))
-        return await self._guarded(rec, listing)
+        return await self.files.list(ref, path)
 
     # -- health ----------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch.errors import InvalidError
 from hutch.provider import changes_provider
+from hutch.service.files import sandbox_path
 
 if TYPE_CHECKING:
     from hutch.service import Service
@@ -26,7 +27,7 @@ class Changes:
         svc = self.service
         rec = svc.live(ref)
         provider = changes_provider(svc.provider(rec.provider))
-        under = posixpath.normpath(svc._path(rec, path)) if path else "/"
+        under = posixpath.normpath(sandbox_path(rec, path)) if path else "/"
         under = "/" + under.lstrip("/")
         found = await svc._guarded(rec, provider.changes(rec, since, under))
         return {"sandbox": rec.id, "path": under} | found

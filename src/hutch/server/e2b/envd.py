@@ -20,7 +20,8 @@ from hutch.server.e2b.auth import Tokens, signed_sandbox
 from hutch.server.e2b.connect import ConnectError
 from hutch.server.e2b.filesystem import Files
 from hutch.server.e2b.process import Processes
-from hutch.service import MAX_FILE, Service
+from hutch.service import Service
+from hutch.service.files import MAX_FILE
 
 STREAMS = {"process.Process/Start", "process.Process/Connect"}
 UNARY = {
