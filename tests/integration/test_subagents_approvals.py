@@ -164,9 +164,9 @@ def test_labels_on_create_label_command_and_filters(daemon: Daemon) -> None:
 
 
 def test_a_subagent_cannot_widen_its_network(daemon: Daemon) -> None:
-    parent = Sandbox.create(allow_hosts=["pypi.org"], require_approval=["network.change"], settings=daemon.settings)
+    parent = Sandbox.create(allow_hosts=["pkgs.example.com"], require_approval=["network.change"], settings=daemon.settings)
     child = parent.subagent()
-    assert child.info["spec"]["network"]["allow_hosts"] == ["pypi.org"]  # the parent's, by default
+    assert child.info["spec"]["network"]["allow_hosts"] == ["pkgs.example.com"]  # the parent's, by default
     code, err = _cli(daemon, "subagent", parent.id, "--allow-host", "example.com")
     assert code == 1 and err["error"]["kind"] == "policy" and "example.com" in err["error"]["message"]
     code, err = _cli(daemon, "subagent", parent.id, "--network", "open")

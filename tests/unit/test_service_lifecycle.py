@@ -205,12 +205,12 @@ def _net(**kw: Any) -> NetworkPolicy:
 
 
 def test_a_child_network_is_never_wider() -> None:
-    parent = _net(mode="allowlist", allow_hosts=["pypi.org", "*.github.com"], deny_hosts=["evil.github.com"])
+    parent = _net(mode="allowlist", allow_hosts=["pkgs.example.com", "*.github.com"], deny_hosts=["evil.github.com"])
     ok = [
         _net(),
-        _net(mode="allowlist", allow_hosts=["pypi.org"], deny_hosts=["evil.github.com"]),
+        _net(mode="allowlist", allow_hosts=["pkgs.example.com"], deny_hosts=["evil.github.com"]),
         _net(mode="allowlist", allow_hosts=["api.github.com", "*.x.github.com"], deny_hosts=["evil.github.com"]),
-        _net(mode="allowlist", allow_hosts=["pypi.org"], ports=[443], deny_hosts=["evil.github.com"]),
+        _net(mode="allowlist", allow_hosts=["pkgs.example.com"], ports=[443], deny_hosts=["evil.github.com"]),
     ]
     for child in ok:
         assert network_wider(parent, child) is None, child
@@ -218,7 +218,7 @@ def test_a_child_network_is_never_wider() -> None:
         _net(mode="open", deny_hosts=["evil.github.com"]),
         _net(mode="allowlist", allow_hosts=["example.com"], deny_hosts=["evil.github.com"]),
         _net(mode="allowlist", allow_hosts=["*.github.com"], deny_hosts=["evil.github.com"], ports=[22]),
-        _net(mode="allowlist", allow_hosts=["pypi.org"]),  # drops the parent's deny
+        _net(mode="allowlist", allow_hosts=["pkgs.example.com"]),  # drops the parent's deny
         _net(mode="allowlist", allow_hosts=["github.com"], deny_hosts=["evil.github.com"]),  # *.x is not x itself
         _net(mode="allowlist", cidrs=["10.0.0.0/8"], deny_hosts=["evil.github.com"]),
     ]
