@@ -100,13 +100,13 @@ def test_the_cli_sdk_and_mcp_send_one_spec(sent: dict[str, list[Any]], tuned: Se
     from hutch.mcp import build_server
     from hutch.sdk import Sandbox
 
-    args = ["--name", "n1", "--cpus", "0.5", "-e", "A=1", "--workdir", "/w", "--allow-host", "pkgs.example.com", "--allow-port", "443"]
+    args = ["--name", "n1", "--cpus", "0.5", "-e", "A=1", "--workdir", "/w", "--allow-host", "pkg.example", "--allow-port", "443"]
     assert main(["create", *args, "--json"]) == 0
-    Sandbox.create(name="n1", cpus=0.5, env={"A": "1"}, workdir="/w", allow_hosts=["pkgs.example.com"], allow_ports=[443])
+    Sandbox.create(name="n1", cpus=0.5, env={"A": "1"}, workdir="/w", allow_hosts=["pkg.example"], allow_ports=[443])
 
     async def tool() -> None:
         app, client = build_server(tuned)
-        kw = {"name": "n1", "cpus": 0.5, "env": {"A": "1"}, "workdir": "/w", "allow_hosts": ["pkgs.example.com"], "allow_ports": [443]}
+        kw = {"name": "n1", "cpus": 0.5, "env": {"A": "1"}, "workdir": "/w", "allow_hosts": ["pkg.example"], "allow_ports": [443]}
         await app.call_tool("sandbox_create", kw)
         await client.close()
 
@@ -114,7 +114,7 @@ def test_the_cli_sdk_and_mcp_send_one_spec(sent: dict[str, list[Any]], tuned: Se
     cli, sdk, mcp = sent["create"]
     assert cli == sdk == mcp
     assert cli["limits"] == {"memory": "768M", "pids": 300, "cpus": 0.5}  # the caller's settings, not the daemon's
-    assert cli["network"] == {"mode": "allowlist", "allow_hosts": ["pkgs.example.com"], "ports": [443], "cidrs": []}
+    assert cli["network"] == {"mode": "allowlist", "allow_hosts": ["pkg.example"], "ports": [443], "cidrs": []}
     adapter(wire.SandboxSpec).validate_python(cli)
 
 

@@ -35,7 +35,7 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
         pids: Annotated[int | None, Field(ge=1, description="Maximum number of processes (default 512).")] = None,
         env: Annotated[dict[str, str] | None, Field(description="Environment variables for the command.")] = None,
         network: Annotated[Network | None, Field(description="none (default), allowlist or open.")] = None,
-        allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pkgs.example.com', '*.github.com'.")] = None,
+        allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pkg.example', '*.github.com'.")] = None,
         timeout: Annotated[
             float | None, Field(gt=0, description="Wall timeout in seconds; the whole process tree is killed (exit 124).")
         ] = None,

@@ -81,7 +81,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         env: Annotated[dict[str, str] | None, Field(description="Environment variables every command sees.")] = None,
         workdir: Annotated[str | None, Field(description="Default working directory (default /workspace).")] = None,
         network: Annotated[Network | None, Field(description="none (default), allowlist or open.")] = None,
-        allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pkgs.example.com', '*.github.com'.")] = None,
+        allow_hosts: Annotated[list[str] | None, Field(description="Hosts it may reach: 'pkg.example', '*.github.com'.")] = None,
         allow_ports: Annotated[list[int] | None, Field(description="Ports it may reach (default 80 and 443).")] = None,
         image: Annotated[
             str | None,
