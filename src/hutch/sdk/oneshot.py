@@ -39,10 +39,18 @@ class CreateOptions(TypedDict, total=False):
     image: str | None
     disk: int | str | None
     unikraft_metro: str | None
+    tenant: str | None
 
 
 def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
-    """The spec of a new sandbox from the arguments of :meth:`hutch.Sandbox.create`."""
+    """The spec of a new sandbox from the arguments of :meth:`hutch.Sandbox.create`. An argument
+    it does not know is refused (``invalid``), never dropped."""
+    unknown = sorted(set(c) - CreateOptions.__optional_keys__)
+    if unknown:
+        raise InvalidError(
+            f"unknown sandbox option{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+            hint="the options are: " + ", ".join(sorted(CreateOptions.__optional_keys__)),
+        )
     return sandbox_spec(
         defaults,
         name=c.get("name"),
@@ -66,6 +74,7 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         require_approval=c.get("require_approval") or (),
         image=c.get("image"),
         metro=c.get("unikraft_metro"),
+        tenant=c.get("tenant"),
     )
 
 

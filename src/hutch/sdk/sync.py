@@ -59,7 +59,9 @@ class Sandbox:
     def create(cls, *, settings: Settings | None = None, **options: Unpack[oneshot.CreateOptions]) -> Sandbox:
         """A new sandbox. ``options``: name, memory, pids, cpus, env, mounts, labels, workdir,
         provider, network, allow_hosts, allow_ports, allow_cidrs, secrets, ttl, idle_timeout,
-        on_expire, require_approval, image, unikraft_metro (:class:`hutch.sdk.oneshot.CreateOptions`)."""
+        on_expire, require_approval, image, unikraft_metro, tenant (:class:`hutch.sdk.oneshot.CreateOptions`).
+        With ``tenant`` the sandbox is one of a persistent line: its /workspace outlives destroy and is
+        the next ``create(tenant=...)``'s (until ``hutch tenant delete``)."""
         client = Client(settings)
         spec = oneshot.create_spec(client.settings, options)
         return cls(client.create(spec), client)
