@@ -8,7 +8,8 @@ Every failure hutch reports is a :class:`HutchError` with a stable ``kind`` (the
     +-- NotFoundError          not_found          run/exec: 125, others: 1
     +-- ConflictError          conflict           run/exec: 125, others: 1
     |   +-- IncompatibleError  conflict           (a sandbox made by another version of hutch)
-    +-- UnauthorizedError      unauthorized       run/exec: 125, others: 1
+    +-- UnauthorizedError      unauthorized       run/exec: 125, others: 1 (HTTP 401: no valid credential)
+    |   +-- ForbiddenError     unauthorized       (HTTP 403: a valid key without the scope a route needs)
     +-- CapacityError          capacity           run/exec: 125, others: 1 (a quota: what is in use)
     +-- RateLimitedError       rate_limited       HTTP 429 with Retry-After: nothing was done, send it again later
     +-- UnavailableError       unavailable        (daemon, bwrap, user namespaces, disk ...)
@@ -80,6 +81,13 @@ class IncompatibleError(ConflictError):
 class UnauthorizedError(HutchError):
     kind = "unauthorized"
     status = 401
+
+
+class ForbiddenError(UnauthorizedError):
+    """A valid credential that may not do this (a scope its key lacks): HTTP 403, of the same
+    kind, so a client reads it back as an :class:`UnauthorizedError`."""
+
+    status = 403
 
 
 class CapacityError(HutchError):

@@ -147,6 +147,18 @@ def test_keys_scopes_and_ownership(gw: Gateway) -> None:
         with pytest.raises(UnauthorizedError, match="scope") as exc:
             call()
         _refused(exc, *gw.secrets)
+    # over HTTP: a valid key without the scope is 403 (naming the scope it needs and the ones it
+    # has, with a hint); a missing or invalid key stays 401
+    for secret, method, path, need in ((reader, "POST", "/v1/sandboxes", "write"), (alice, "POST", "/v1/keys", "admin")):
+        resp = gw.raw(method, path, Path(secret).read_text().strip(), json={})
+        assert resp.status_code == 403, resp.text
+        err = resp.json()["error"]
+        assert err["kind"] == "unauthorized" and f"needs the {need} scope" in err["message"] and err["hint"], err
+        assert "(it has read" in err["message"] and "--scope " + need in err["hint"], err
+        assert "www-authenticate" not in resp.headers
+    for secret in (None, "hk_" + "a" * 40):
+        resp = gw.raw("POST", "/v1/sandboxes", secret, json={})
+        assert resp.status_code == 401 and resp.json()["error"]["kind"] == "unauthorized", resp.text
     with pytest.raises(PolicyError, match="admin"):
         a.create({"mounts": [{"source": str(gw.tmp), "target": "/mnt"}]})
 

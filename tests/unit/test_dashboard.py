@@ -131,8 +131,8 @@ def test_scopes_and_revocation(gw: TestClient, service: Service) -> None:
     page = gw.get("/")
     assert "Approve" not in page.text  # no approve scope: no buttons (and an owner's request is not its own)
     r = gw.post(f"/ui/approvals/{apr.id}", data={"decision": "approve", "csrf": csrf})
-    assert r.status_code == 401 and "approve scope" in r.text
-    assert gw.get("/ui/keys").status_code == 401  # admins only
+    assert r.status_code == 403 and "approve scope" in r.text  # a valid login without the scope: forbidden
+    assert gw.get("/ui/keys").status_code == 403  # admins only
     assert ">Keys<" not in page.text
     with acting(OWNER):
         service.keys.revoke("reader")

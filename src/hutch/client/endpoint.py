@@ -189,6 +189,11 @@ class Endpoint:
     def _refused(self, status: int) -> Exception:
         if status == 401:
             return UnauthorizedError(f"the hutch daemon at {self.label} refused the token", hint=TOKEN_HINT)
+        if status == 403:
+            return UnauthorizedError(
+                f"the hutch daemon at {self.label} refused the attach: the key lacks the write scope",
+                hint="use a key with that scope, or ask an admin: hutch key create --scope write",
+            )
         return UnavailableError(f"the hutch daemon at {self.label} refused the attach (HTTP {status})", hint="see its logs")
 
 

@@ -14,7 +14,8 @@ that actor (:mod:`hutch.actors`).
   no credential, and a page asked for without one is sent to the login page.
 
 Refusals are error bodies that never quote what the client sent: 401 ``unauthorized`` for a
-missing, wrong, revoked or expired credential and for a scope the key lacks, 429
+missing, wrong, revoked or expired credential, 403 ``unauthorized`` for a valid key that lacks
+the scope a route needs (the message names the scope and the key's scopes), 429
 ``rate_limited`` with ``Retry-After`` past the key's requests per second.
 """
 
@@ -26,7 +27,7 @@ import math
 from typing import Any
 
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
-from hutch.errors import HutchError, RateLimitedError, UnauthorizedError
+from hutch.errors import ForbiddenError, HutchError, RateLimitedError, UnauthorizedError
 from hutch.server import e2b
 from hutch.server.e2b import auth as e2b_auth
 from hutch.server.tls import client_cert
@@ -137,7 +138,7 @@ class Auth:
                     actor = self.resolve(scope)
                 need = required_scope(scope["type"], scope.get("method", ""), path)
             if need is not None and not actor.allows(need):
-                raise UnauthorizedError(
+                raise ForbiddenError(
                     f"key {actor.name} may not do this: it needs the {need} scope (it has {', '.join(sorted(actor.scopes))})",
                     hint="use a key with that scope, or ask an admin: hutch key create --scope " + need,
                 )
