@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from hutch.cli.build import build
 from hutch.cli.common import Ctx, emit, human_bytes, json_option, table
 from hutch.cli.templates import commit
 
@@ -188,3 +189,4 @@ def prune(obj: Ctx) -> None:
 
 
 image.add_command(commit)
+image.add_command(build)

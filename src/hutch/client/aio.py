@@ -283,9 +283,20 @@ class AsyncClient:
             "POST", "/v1/images/import", params=params, content=images.aiter_chunks(up.chunks), content_type="application/x-tar"
         )
 
-    async def image_commit(self, sandbox: str, name: str, *, pause: bool = True) -> wire.ImageCommitted:
-        """The sandbox's writable root as a new layer on its image, stored as ``name``."""
-        body = {"sandbox": sandbox, "name": name, "pause": pause}
+    async def image_commit(
+        self,
+        sandbox: str,
+        name: str,
+        *,
+        pause: bool = True,
+        changes: wire.CommitChanges | None = None,
+        comment: str | None = None,
+    ) -> wire.ImageCommitted:
+        """The sandbox's writable root as a new layer on its image, stored as ``name``; ``changes``
+        edit the new image's config (env, workdir, user, cmd, entrypoint), ``comment`` is its history entry."""
+        body: dict[str, Any] = {"sandbox": sandbox, "name": name, "pause": pause}
+        body |= {"changes": changes} if changes else {}
+        body |= {"comment": comment} if comment else {}
         return cast("wire.ImageCommitted", await self.json("POST", "/v1/images/commit", json=body))
 
     async def images(self) -> builtins.list[wire.ImageRecord]:

@@ -6,16 +6,29 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from hutch.service import Service
 from hutch.service.changes import MAX_TIME
+
+
+class CommitChanges(BaseModel):
+    """What the new image's config changes: ``env`` entries (``K=V``, replacing the image's of the
+    same key), ``workdir``, ``user``, ``cmd``, ``entrypoint``."""
+
+    env: list[str] = Field(default_factory=list, max_length=1000)
+    workdir: str | None = Field(None, max_length=4096)
+    user: str | None = Field(None, max_length=256)
+    cmd: list[str] | None = Field(None, max_length=1000)
+    entrypoint: list[str] | None = Field(None, max_length=1000)
 
 
 class CommitRequest(BaseModel):
     sandbox: str
     name: str
     pause: bool = True
+    changes: CommitChanges | None = None
+    comment: str | None = Field(None, max_length=4096)  # the history entry (default: the command)
 
 
 def router(service: Service) -> APIRouter:
@@ -29,6 +42,7 @@ def router(service: Service) -> APIRouter:
     async def commit(req: CommitRequest) -> dict[str, Any]:
         """The sandbox's writable root as a new layer on its image, stored as the image ``name``
         (the sandbox is frozen while its root is read unless ``pause`` is false)."""
-        return await service.templates.commit(req.sandbox, req.name, pause=req.pause)
+        changes = req.changes.model_dump(exclude_none=True) if req.changes else None
+        return await service.templates.commit(req.sandbox, req.name, pause=req.pause, changes=changes, comment=req.comment)
 
     return r

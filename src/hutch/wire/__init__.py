@@ -31,7 +31,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitLayer, CommitRequest, ImageCommitted
+    from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitChanges, CommitLayer, CommitRequest, ImageCommitted
     from hutch.wire.gateway import (
         CertificateIssued,
         CertificateKey,
@@ -199,6 +199,7 @@ __all__ = [
     "CleanupAction",
     "CleanupReport",
     "CleanupRequest",
+    "CommitChanges",
     "CommitLayer",
     "CommitRequest",
     "CredentialStatus",

@@ -5,7 +5,7 @@ from typing import Literal, NotRequired, TypedDict
 
 from hutch.wire.images import ImageRecord
 
-__all__ = ["Change", "ChangeKind", "ChangeList", "CommitLayer", "CommitRequest", "ImageCommitted"]
+__all__ = ["Change", "ChangeKind", "ChangeList", "CommitChanges", "CommitLayer", "CommitRequest", "ImageCommitted"]
 
 ChangeKind = Literal["added", "modified", "deleted"]
 
@@ -32,12 +32,24 @@ class ChangeList(TypedDict):
     notes: list[str]  # what could not be compared, and why
 
 
+class CommitChanges(TypedDict, total=False):
+    """What a commit changes in the new image's config (``hutch image build --env/--workdir``)."""
+
+    env: list[str]  # K=V entries, replacing the image's of the same key
+    workdir: str | None
+    user: str | None
+    cmd: list[str] | None
+    entrypoint: list[str] | None
+
+
 class CommitRequest(TypedDict):
     """``POST /v1/images/commit``: the sandbox's writable root as a new layer on its image, named ``name``."""
 
     sandbox: str
     name: str  # NAME[:TAG]
     pause: NotRequired[bool]  # freeze the sandbox while its root is read (default true)
+    changes: NotRequired[CommitChanges | None]
+    comment: NotRequired[str | None]  # the new image's history entry (default: the command)
 
 
 class CommitLayer(TypedDict):
