@@ -7,7 +7,6 @@ and its ratio to the bytes read from the blob are checked on every read, never a
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import sys
@@ -67,6 +66,53 @@ class _Counting(io.RawIOBase):
         return n or 0
 
 
+class _GzipReader:
+    """Gzip members decompressed with ``zlib`` directly, the blob read in large chunks.
+
+    ``gzip.GzipFile`` (3.11) reads its source 8 KiB at a time and runs Python code for each
+    block; this reads ``CHUNK`` bytes at a time (small enough that the ratio check, which counts
+    the blob bytes read, stays close to what was really decompressed) and lets zlib check each member's CRC-32 and
+    length (``wbits`` 31: gzip framing). Members follow one another (zero padding between them
+    is skipped, as gzip does); anything else after a member is an error. ``read(n)`` returns
+    at most ``n`` bytes (``max_length``), so memory stays bounded whatever the ratio.
+    """
+
+    CHUNK = 256 * 1024
+
+    def __init__(self, source: _Counting) -> None:
+        self.source = source
+        self.dec = zlib.decompressobj(31)
+        self.pending = b""  # compressed bytes read but not yet given to the decompressor
+
+    def _next_member(self) -> bool:
+        """After a member's end: start the next one; False at the end of the blob."""
+        self.pending = self.dec.unused_data.lstrip(b"\0")
+        while not self.pending:
+            chunk = self.source.read(self.CHUNK)
+            if not chunk:
+                return False
+            self.pending = chunk.lstrip(b"\0")
+        if not GZIP_MAGIC.startswith(self.pending[:2]):
+            raise OSError("not a gzipped file (trailing garbage after a gzip member)")
+        self.dec = zlib.decompressobj(31)
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        want = size if size > 0 else self.CHUNK
+        while True:
+            if self.dec.eof and not self._next_member():
+                return b""
+            data = self.dec.unconsumed_tail or self.pending
+            self.pending = b""
+            if not data:
+                data = self.source.read(self.CHUNK)
+                if not data:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+            out = self.dec.decompress(data, want)
+            if out:
+                return out
+
+
 def _zstd_reader(source: _Counting, media_type: str) -> _Reader:
     if sys.version_info >= (3, 14):
         from compression import zstd  # type: ignore[import-not-found,unused-ignore]
@@ -108,7 +154,7 @@ class LayerStream(io.RawIOBase):
         self._decoder: _Reader = self.source
         if head.startswith(GZIP_MAGIC):
             self.compression = "gzip"
-            self._decoder = gzip.GzipFile(fileobj=self.source, mode="rb")
+            self._decoder = _GzipReader(self.source)
         elif head.startswith(ZSTD_MAGIC):
             self.compression = "zstd"
             self._decoder = _zstd_reader(self.source, media_type)

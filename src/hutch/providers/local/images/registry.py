@@ -14,6 +14,7 @@ credentials -> ``unauthorized``, no such image -> ``not_found``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
@@ -213,4 +214,4 @@ class Registry:
             writer.close()
             assert last is not None
             raise last
-        writer.commit()
+        await asyncio.to_thread(writer.commit)  # its fsync must not stall the other downloads

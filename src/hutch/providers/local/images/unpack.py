@@ -263,12 +263,20 @@ class _Unpacker(LayerPolicy):
 
 
 def _write_sparse(fd: int, data: bytes) -> None:
-    """Write ``data`` at the file's offset, seeking over blocks of zeros (holes take no disk)."""
-    for start in range(0, len(data), _BLOCK):
-        block = data[start : start + _BLOCK]
-        if block == _ZEROS[: len(block)]:  # bytes == bytes: a memcmp
-            os.lseek(fd, len(block), os.SEEK_CUR)
+    """Write ``data`` at the file's offset, seeking over blocks of zeros (holes take no disk).
+    Runs of blocks that are not all zeros go out in one ``write`` each."""
+    view = memoryview(data)
+    start = 0  # the first block not yet written
+    for pos in range(0, len(data), _BLOCK):
+        block = data[pos : pos + _BLOCK]
+        if block != _ZEROS[: len(block)]:  # bytes != bytes: a memcmp
             continue
-        view = memoryview(block)
-        while view:
-            view = view[os.write(fd, view) :]
+        _write_all(fd, view[start:pos])
+        os.lseek(fd, len(block), os.SEEK_CUR)
+        start = pos + len(block)
+    _write_all(fd, view[start:])
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        view = view[os.write(fd, view) :]
