@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from tests.conftest import Daemon, hutch_env
+from tests.conftest import Daemon, destroy_all, hutch_env
 
 # A server for the sandbox: HTTP (GET echoes the path, POST echoes the body) and a WebSocket
 # echo on /ws, standard library only (the sandbox has the host's python3, not websockets).
@@ -163,3 +163,52 @@ def test_bad_ports_are_refused(served: tuple[Daemon, str]) -> None:
     assert r.returncode == 2
     r = cli(daemon.home, "expose", "sbx_nosuch", "8000", "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["error"]["kind"] == "not_found"
+
+
+def test_a_slowloris_on_a_loopback_port_is_cut_off_and_others_are_served(hutch_home: Path) -> None:
+    """Clients that send a request head one byte every two seconds are closed at the header
+    deadline (4 s here), long before their head would be complete, and ordinary requests to
+    the same port are answered meanwhile."""
+    import select
+    import socket
+
+    d = Daemon(hutch_home, HUTCH_HEADER_TIMEOUT="4").start()
+    try:
+        sid = d.client().create({})["id"]
+        start_server(d, sid, 8000)
+        url = d.client().expose(sid, 8000, public=True)["url"]
+        port = urlsplit(url).port
+        head = b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 40 + b"\r\n\r\n"  # 60+ s at a byte each 2 s
+        slow = [socket.create_connection(("127.0.0.1", port or 0), timeout=60) for _ in range(5)]
+        cut: dict[int, int] = {}  # connection -> bytes it had sent when the daemon closed it
+        served = 0
+        try:
+            for sent in range(len(head)):
+                for i, s in enumerate(slow):
+                    if i in cut:
+                        continue
+                    try:
+                        s.sendall(head[sent : sent + 1])
+                    except OSError:
+                        cut[i] = sent
+                        continue
+                    if select.select([s], [], [], 0)[0] and s.recv(1024) == b"":
+                        cut[i] = sent
+                if len(cut) == len(slow):
+                    break
+                status, _, body = get(url + "fast")  # another client, served while the slow ones wait
+                assert status == 200 and body.startswith(b"path=/fast"), body
+                served += 1
+                time.sleep(2)
+        finally:
+            for s in slow:
+                s.close()
+        assert len(cut) == len(slow), f"still open after the whole head: {sorted(set(range(len(slow))) - set(cut))}"
+        assert all(n < len(head) - 1 for n in cut.values()), cut  # cut off before their heads were complete
+        assert served >= 1
+        assert get(url + "after")[0] == 200  # the port still serves
+    finally:
+        try:
+            destroy_all(hutch_home)
+        finally:
+            d.stop()
