@@ -72,7 +72,7 @@ def set_(obj: Ctx, image: str | None, size: int) -> None:
 
 @pool.command()
 @click.argument("image", required=False)
-@click.option("--all", "all_shapes", is_flag=True, help="Drain every shape's pool.")
+@click.option("--all", "-a", "all_shapes", is_flag=True, help="Drain every shape's pool.")
 @json_option
 @click.pass_obj
 def drain(obj: Ctx, image: str | None, all_shapes: bool) -> None:
