@@ -32,7 +32,7 @@ SANDBOX_RT = "/.hutch/rt"  # where the runtime is inside an image sandbox
 PT_INTERP = 3
 _LIB = re.compile(r"=>\s+(/\S+)\s+\(")
 _lock = threading.Lock()
-_known: dict[str, Runtime] = {}
+_known: dict[Path, Runtime] = {}
 
 
 @dataclass(frozen=True)
@@ -130,11 +130,11 @@ def prepare(python: str, version: tuple[int, ...], root: Path) -> Runtime:
     if not (stdlib / "os.py").is_file():
         raise UnavailableError(f"cannot find the standard library of {real}", hint="install python3 fully (its stdlib)")
     key = _key(real, loader)
-    with _lock:
-        known = _known.get(key)
-        if known is None:
-            dest = root / f"runtime-{key}"
+    dest = root / f"runtime-{key}"
+    with _lock:  # per state directory: several services in one process (tests, embedding) keep their own
+        known = _known.get(dest)
+        if known is None or not (dest / "bin" / "python3").is_file():
             if not (dest / "bin" / "python3").is_file():
                 _build(real, loader, Path(loader_name).name, stdlib, dest)
-            known = _known[key] = Runtime(dest, stdlib, Path(loader_name).name)
+            known = _known[dest] = Runtime(dest, stdlib, Path(loader_name).name)
     return known
