@@ -5,21 +5,25 @@ For each tree: a daemon in a throwaway HUTCH_HOME, one sandbox; per round and tr
   - CLI `hutch exec SBX -- true`: CPU of the hutch client process (rusage of the child)
   - SDK exec round trip x20: CPU of the daemon (/proc/PID/stat utime+stime delta) + of the SDK caller process
 """
+
 import json, os, resource, statistics, subprocess, sys, tempfile, time
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
 
+
 def proc_cpu(pid: int) -> float:
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK
+
 
 class Tree:
     def __init__(self, root: str):
         self.root = Path(root)
         self.py = str(self.root / ".venv/bin/python")
         self.hutch = str(self.root / ".venv/bin/hutch")
-        self.home = Path(tempfile.mkdtemp(prefix="cpucmp-")); os.chmod(self.home, 0o711)
+        self.home = Path(tempfile.mkdtemp(prefix="cpucmp-"))
+        os.chmod(self.home, 0o711)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")} | {"HUTCH_HOME": str(self.home / "h")}
         out = subprocess.run([self.hutch, "create", "--json"], env=self.env, capture_output=True, text=True, check=True)
         self.sbx = json.loads(out.stdout)["id"]
@@ -53,6 +57,7 @@ print((t1.user - t0.user) + (t1.system - t0.system))
         subprocess.run([self.hutch, "destroy", self.sbx], env=self.env, capture_output=True)
         subprocess.run([self.hutch, "daemon", "stop"], env=self.env, capture_output=True)
 
+
 def main() -> None:
     old, new = Tree(sys.argv[1]), Tree(sys.argv[2])
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 10
@@ -62,12 +67,15 @@ def main() -> None:
             for name, t in (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old)):
                 res[name]["cli"].append(t.cli_exec())
                 d, s = t.sdk_exec()
-                res[name]["daemon"].append(d); res[name]["sdk"].append(s)
+                res[name]["daemon"].append(d)
+                res[name]["sdk"].append(s)
     finally:
-        old.close(); new.close()
+        old.close()
+        new.close()
     print(f"load {os.getloadavg()}")
     for k in ("cli", "daemon", "sdk"):
         o, n = statistics.median(res["old"][k]) * 1000, statistics.median(res["new"][k]) * 1000
-        print(f"{k:7s} CPU ms/op  old {o:7.2f}  new {n:7.2f}  ratio {n/o:.2f}")
+        print(f"{k:7s} CPU ms/op  old {o:7.2f}  new {n:7.2f}  ratio {n / o:.2f}")
+
 
 main()

@@ -532,7 +532,7 @@ class Bench:
 
     def cpu(self, quick: bool) -> dict[str, Any]:
         """CPU time of the hot paths and their baselines (bench/cpu.py), for the guard's tight checks."""
-        rounds, warmup, blocks, execs, creates = (8, 1, 3, 60, 5) if quick else (30, 3, 5, 200, 20)
+        rounds, warmup, blocks, execs, creates = (8, 1, 4, 60, 8) if quick else (30, 3, 5, 200, 20)
         self.drain()
         daemon = daemon_pid(self.settings)
         if daemon is None:
@@ -558,12 +558,18 @@ class Bench:
             for _ in range(execs):
                 self._check(subprocess.run(["true"], check=False), "true")
 
+        made: list[hutch.Sandbox] = []
+
         def sdk_create() -> None:
             for _ in range(creates):
                 sbx = self._create()
+                made.append(sbx)
                 if sbx.exec(["true"]).exit_code != 0:
                     raise RuntimeError("exec of true in a new sandbox failed")
-                sbx.destroy()
+
+        def destroy_made() -> None:
+            self._destroy_many(made)
+            made.clear()
 
         def bare_bwrap() -> None:
             for _ in range(creates):
@@ -581,16 +587,16 @@ class Bench:
             samples |= cpu.loops(
                 daemon,
                 {
-                    "cpu_fork_true": (fork_true, execs, False),
-                    "cpu_sdk_exec": (sdk_exec, execs, True),
-                    "cpu_bwrap_loop": (bare_bwrap, creates, False),
-                    "cpu_sdk_create": (sdk_create, creates, True),
-                    "cpu_proc_walk": (proc_walk, creates, False),
+                    "cpu_fork_true": (fork_true, execs, False, None),
+                    "cpu_sdk_exec": (sdk_exec, execs, True, None),
+                    "cpu_bwrap_loop": (bare_bwrap, creates, False, None),
+                    "cpu_sdk_create": (sdk_create, creates, True, destroy_made),
+                    "cpu_proc_walk": (proc_walk, creates, False, None),
                 },
                 blocks,
             )
         finally:
-            self._destroy(live)
+            self._destroy_many([live, *made])
         return {
             "daemon_tree": "the daemon and its live descendants, utime + stime + cutime + cstime from /proc/PID/stat",
             "calls_per_block": {"exec": execs, "create": creates},
