@@ -221,7 +221,8 @@ def test_bad_input_is_refused_before_anything_is_made(ukd: Daemon, ukc: TestServ
     finally:
         ukc.faults(quota_instances=100)
     p = hutch(home, ukc, "create", "--provider", "local", "--image", "x", "--json")
-    assert p.returncode == 2
+    assert p.returncode == 1 and js(p)["error"]["kind"] == "not_found"  # local boots images; this one is not stored
+    assert "hutch image pull x" in js(p)["error"]["hint"]
     assert ukc.state()["creates"] == before  # nothing was made (the image was refused by the create call itself)
     assert js(hutch(home, ukc, "list", "--provider", "unikraft", "--json"))["items"] == []
 

@@ -254,7 +254,8 @@ def test_once_a_caller_brings_the_credential_leftover_claims_and_runs_are_settle
             done = c.wait(run["id"], timeout=60)
             assert (done["status"], done["exit_code"]) == ("completed", 0), done
             assert c.output(run["id"])["stdout"]["data"] == "late\n"
-            assert "claim_dropped" in [e["type"] for e in c.events(failed["id"])]
+            # the claim is dropped once the instance is proven absent, a step after its delete was accepted
+            wait_for("the claim to be dropped", lambda: "claim_dropped" in [e["type"] for e in c.events(failed["id"])])
         [claim] = js(hutch(hutch_home, "list", "--provider", "unikraft", "--json", **caller(ukc)))["items"]
         assert claim["sandbox"] == keep["id"]
         assert js(hutch(hutch_home, "destroy", keep["id"], "--json"))[0]["existed"]
