@@ -6,38 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
 from tests.conftest import Daemon, hutch_env
-from tests.integration.image_roots import busybox_root, shared_dir
 
 from hutch import Sandbox, wire
-from hutch.client.images import follow
 from hutch.wire.pydantic import pydantic_type
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="session")
-def busybox_dir() -> Iterator[Path]:
-    base = shared_dir("hutch-commit-")
-    try:
-        yield busybox_root(base / "busybox")
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture
-def bb(daemon: Daemon, busybox_dir: Path) -> str:
-    with daemon.client() as c:
-        follow(c.image_import(f"rootfs:{busybox_dir}", "bb:1"))
-    return "bb:1"
 
 
 def cli(d: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
