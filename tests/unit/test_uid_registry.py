@@ -6,10 +6,15 @@ daemons whose sandboxes are gone are reclaimed; ranges are first-fit and never o
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import fcntl
 import json
 import multiprocessing
 import os
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -134,3 +139,82 @@ def test_concurrent_daemons_never_share_a_uid(tmp_path: Path) -> None:
     assert sorted(uids) == list(range(BASE + 1, BASE + 61))
     entries = json.loads((tmp_path / "uids" / "registry.json").read_text())["entries"]
     assert len(entries) == 60  # the dead workers' entries are held by their sandbox directories
+
+
+def _wait_for(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def _registry_locked(tmp_path: Path) -> Iterator[None]:
+    """The registry's lock held from outside, as another daemon's batch would hold it."""
+    fd = os.open(tmp_path / "uids" / "registry.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def squatter() -> Iterator[int]:
+    """A process (of another registry, say) running as a uid of the pool that no entry holds."""
+    if os.geteuid() != 0:
+        pytest.skip("a process running as a uid of the pool needs root to start")
+    uid = BASE + 3
+    proc = subprocess.Popen(["setpriv", f"--reuid={uid}", "--clear-groups", "sleep", "600"])
+    try:
+        _wait_for(lambda: os.stat(f"/proc/{proc.pid}").st_uid == uid, "the squatter's setuid")
+        yield uid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_concurrent_creates_among_many_stale_entries_share_one_walk(tmp_path: Path, squatter: int) -> None:
+    dead = _dead_pid()
+    planted = []
+    for i in range(1000):  # 400 held by another daemon's sandboxes, 600 left by dead daemons
+        held = i % 5 < 2
+        d = sdir(tmp_path, "other", f"sbx_{i}") if held else tmp_path / "gone" / f"sbx_{i}"
+        planted.append({"start": BASE + 1 + i, "count": 1, "home": str(tmp_path / "other"), "sandbox": f"sbx_{i}",
+                        "dir": str(d), "pid": dead, "pid_start": 7, "at": 0.0})  # fmt: skip
+    (tmp_path / "uids").mkdir()
+    (tmp_path / "uids" / "registry.json").write_text(json.dumps({"version": 1, "entries": planted}))
+    held_uids = {int(str(e["start"])) for e in planted if Path(str(e["dir"])).is_dir()}
+    assert squatter not in held_uids  # the squatter runs as a stale entry's uid
+
+    reg = registry(tmp_path, "a")
+    with concurrent.futures.ThreadPoolExecutor(60) as pool:
+        with _registry_locked(tmp_path):  # every create queues behind it
+            futures = [pool.submit(reg.allocate, f"sbx_{k}", sdir(tmp_path, "a", f"sbx_{k}")) for k in range(60)]
+            _wait_for(lambda: reg.queued() == 60, "60 creates queued")
+        uids = [f.result() for f in futures]
+    assert len(set(uids)) == 60
+    assert not set(uids) & held_uids and squatter not in uids  # nothing held, nothing a process runs as
+    free = [u for u in range(BASE + 1, BASE + 2000) if u not in held_uids and u != squatter]
+    assert sorted(uids) == free[:60]  # first fit, into the stale entries' reclaimed uids
+    assert (reg.walks, reg.batches) == (1, 1)  # one walk of /proc and one pass for all 60
+    entries = json.loads((tmp_path / "uids" / "registry.json").read_text())["entries"]
+    assert len(entries) == 400 + 60  # the 600 stale entries are gone
+
+    # destroys and creates at once: one batch, and a uid freed in it is not handed out in it
+    with concurrent.futures.ThreadPoolExecutor(40) as pool:
+        with _registry_locked(tmp_path):
+            frees = [pool.submit(reg.release, f"sbx_{k}") for k in range(20)]
+            _wait_for(lambda: reg.queued() == 20, "20 destroys queued")
+            more = [pool.submit(reg.allocate, f"new_{k}", sdir(tmp_path, "a", f"new_{k}")) for k in range(20)]
+            _wait_for(lambda: reg.queued() == 40, "20 creates queued")
+        for f in frees:
+            f.result()
+        again = [f.result() for f in more]
+    assert (reg.walks, reg.batches) == (2, 2)
+    assert not set(again) & (set(uids) | held_uids | {squatter})
+    assert len(set(again)) == 20
+
+    # one at a time, each create is its own batch, with its own walk
+    reg.allocate("solo", sdir(tmp_path, "a", "solo"))
+    assert (reg.walks, reg.batches) == (3, 3)
