@@ -6,7 +6,13 @@ For each tree: a daemon in a throwaway HUTCH_HOME, one sandbox; per round and tr
   - SDK exec round trip x20: CPU of the daemon (/proc/PID/stat utime+stime delta) + of the SDK caller process
 """
 
-import json, os, resource, statistics, subprocess, sys, tempfile, time
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -41,7 +47,7 @@ class Tree:
 import os, time, hutch
 s = hutch.Sandbox.connect({self.sbx!r}) if hasattr(hutch.Sandbox, 'connect') else hutch.Sandbox.get({self.sbx!r})
 s.exec(['true'])
-t0 = os.times(); 
+t0 = os.times();
 for _ in range({n}): s.exec(['true'])
 t1 = os.times()
 print((t1.user - t0.user) + (t1.system - t0.system))
