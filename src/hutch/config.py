@@ -52,7 +52,9 @@ class Settings:
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
     http_keepalive: float = 60.0  # the daemon closes an idle connection after this; clients reuse one for half of it
     header_timeout: float = 10.0  # the TCP listener closes a connection whose request head takes longer (slowloris)
-    body_timeout: float = 60.0  # ... or whose request body stops arriving for this long
+    body_timeout: float = 60.0  # ... or whose request body stops arriving for this long (see body_min_rate)
+    body_min_rate: int = 1024  # bytes a second a request body must average: one more second allowed per this many bytes
+    max_connections: int = 1000  # the TCP listener answers 503 past this many open connections
     unikraft_image: str | None = None
     local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
     insecure_registries: str = ""  # registries (host[:port], comma-separated) pulled from over plain http
@@ -193,6 +195,13 @@ def _bool(value: Any) -> bool:
     raise ValueError(value)
 
 
+def _positive_int(value: Any) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(number)
+    return number
+
+
 def _keepalive(value: Any) -> float:
     seconds = float(value)
     if not 0 < seconds <= 3600:
@@ -219,6 +228,8 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "http_keepalive": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),
     "header_timeout": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 10"),
     "body_timeout": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),
+    "body_min_rate": (_positive_int, "a whole number of bytes a second from 1, such as 1024"),
+    "max_connections": (_positive_int, "a whole number from 1, such as 1000"),
     "unikraft_ready_timeout": (float, "a number of seconds such as 60"),
     "unikraft_timeout": (float, "a number of seconds such as 30"),
     **dict.fromkeys(

@@ -326,6 +326,27 @@ def test_quotas_and_rates(gw: Gateway) -> None:
             await ac.close()
 
     assert asyncio.run(burst()) == [[]] * 12
+
+    # ... and so do the async client's streaming calls (hutch run through AsyncClient.run_once)
+    _, ivan = gw.key("ivan", "--rps", "2")
+    box = gw.client(ivan).create({"limits": {"memory": "256M"}})
+
+    async def streamed() -> list[list[str]]:
+        ac = AsyncClient(gw.settings(ivan))
+
+        async def one(i: int) -> list[str]:
+            stream = await ac.run_once({"sandbox": box["id"], "exec": {"command": ["echo", str(i)]}})
+            return [f"{f.get('type')}:{f.get('data', '')}" async for f in stream]
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(6)))
+        finally:
+            await ac.close()
+
+    frames = asyncio.run(streamed())
+    assert all(f"stdout:{i}\n" in got for i, got in enumerate(frames)), frames
+    gw.client(ivan).destroy(box["id"])
+    assert _metrics(gw)[("hutch_key_rate_limited_total", (("key", "ivan"), ("limit", "rps")))] >= 1
     metrics = _metrics(gw)
     assert metrics[("hutch_key_rate_limited_total", (("key", "heidi"), ("limit", "rps")))] >= 1
     assert metrics[("hutch_key_requests_total", (("code", "200"), ("key", "heidi")))] == 24

@@ -95,6 +95,38 @@ def test_concurrent_repeats_wait_for_the_first(service: Service) -> None:
     assert calls == 1
 
 
+def test_idempotency_keys_are_kept_per_actor() -> None:
+    """The same key sent by two API keys is two requests: neither gets the other's outcome,
+    and neither is told the key was used (a conflict would say so)."""
+    from hutch.actors import Actor, reset_current, set_current
+    from hutch.server.idempotency import Idempotency
+
+    alice = Actor("key_a", "alice", frozenset({"read", "write"}))
+    bob = Actor("key_b", "bob", frozenset({"read", "write"}))
+    once = Idempotency()
+
+    async def as_(actor: Actor, request: str, value: str) -> str:
+        token = set_current(actor)
+        try:
+
+            async def call() -> str:
+                return value
+
+            return await once.once("shared-key", request, call)
+        finally:
+            reset_current(token)
+
+    async def go() -> list[str]:
+        return [
+            await as_(alice, "create a", "alice's"),
+            await as_(bob, "create b", "bob's"),  # another request with the same key: not a conflict
+            await as_(alice, "create a", "alice again"),  # alice's repeat: her first outcome
+            await as_(bob, "create b", "bob again"),
+        ]
+
+    assert asyncio.run(go()) == ["alice's", "bob's", "alice's", "bob's"]
+
+
 # -- body limits ----------------------------------------------------------------------
 
 

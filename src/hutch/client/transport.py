@@ -264,11 +264,21 @@ class AsyncTransport:
         headers = dict(headers or {}) | ({"content-type": content_type} if content_type else {})
         if params:
             url += query(params)
-        for attempt in (0, 1):
+        import asyncio
+
+        replayable = content is None or isinstance(content, bytes)  # an async iterable is sent once
+        attempt = limited = 0
+        while attempt < 2:
             try:
                 async with self.http.stream(method, url, content=content, json=json, headers=headers) as resp:
                     if resp.status_code >= 400:
                         await resp.aread()
+                        # refused before anything was done: sent again after Retry-After (as the sync stream)
+                        wait = rate_wait(resp.status_code, resp.headers, resp.content) if replayable else None
+                        if wait is not None and limited + 1 < RATE_ATTEMPTS:
+                            limited += 1
+                            await asyncio.sleep(backoff(wait, limited - 1))
+                            continue
                         raise_for(resp)
                     async for line in resp.aiter_lines():
                         if line:
@@ -276,8 +286,7 @@ class AsyncTransport:
                     return
             except (h.ConnectError, FileNotFoundError) as exc:
                 if attempt == 0 and self.autostart:
-                    import asyncio
-
+                    attempt += 1
                     await asyncio.to_thread(ensure_daemon, self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc

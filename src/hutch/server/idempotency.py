@@ -5,7 +5,8 @@ connection dropped before the answer came (see hutch.client.retry). A repeat of 
 daemon has seen gets the first request's outcome: its result, or its error (a repeat that
 arrives while the first is still being performed waits for it). Keys live in the daemon's
 memory for ``TTL`` seconds, at most ``MAX_KEYS`` of them; a key sent again with a different
-request is refused.
+request is refused. Keys are kept per actor (hutch.actors): on a gateway, a key another API key
+sent is not seen (its outcome is that key's, and a clash must not tell that it was used).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Header
 
+from hutch.actors import current
 from hutch.errors import ConflictError, HutchError, InvalidError, UnavailableError
 
 T = TypeVar("T")
@@ -45,7 +47,7 @@ class _Entry:
 
 class Idempotency:
     def __init__(self) -> None:
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
 
     def _expire(self, now: float) -> None:
         while self._entries:
@@ -67,14 +69,15 @@ class Idempotency:
         fingerprint = hashlib.sha256(request.encode()).hexdigest()
         now = time.monotonic()
         self._expire(now)
-        entry = self._entries.get(key)
+        slot = (current().id, key)
+        entry = self._entries.get(slot)
         if entry is not None:
             if entry.fingerprint != fingerprint:
                 raise ConflictError(f"the {HEADER} {key!r} was used for another request", hint="use a fresh key for each request")
             result: T = await asyncio.shield(entry.outcome)
             return result
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._entries[key] = _Entry(now, fingerprint, outcome)
+        self._entries[slot] = _Entry(now, fingerprint, outcome)
         try:
             value = await call()
         except HutchError as exc:  # an answer like any other: a repeat gets it too
@@ -82,7 +85,7 @@ class Idempotency:
             outcome.exception()  # retrieved here: nobody may wait for it
             raise
         except BaseException as exc:  # not performed to its end (a bug, a cancel): a later repeat performs it
-            self._entries.pop(key, None)
+            self._entries.pop(slot, None)
             why = f"the first request with this {HEADER} did not finish ({exc.__class__.__name__})"
             outcome.set_exception(UnavailableError(why, hint="send it again"))
             outcome.exception()

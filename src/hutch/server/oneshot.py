@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from hutch.errors import InvalidError
 from hutch.models import ExecRequest, SandboxSpec
 from hutch.server.edge import ClientGone
+from hutch.server.remote import interactive
 from hutch.server.workspaces import MAX_PUSH, spool
 from hutch.service import Service
 from hutch.service.files import MAX_FILE
@@ -272,6 +273,8 @@ def router(service: Service) -> APIRouter:
                 tar.unlink()
                 push.tar = None
         inbox = Inbox() if req.stream_input else None
+        if req.stream_input:  # what follows comes as it is typed: the run's timeouts bound it, not a body rate
+            interactive(request.scope)
         todo = RunOnce(req.exec, req.spec, req.sandbox, req.keep, push, files, req.pull, inbox)
         job = service.oneshot.start(todo)
         try:

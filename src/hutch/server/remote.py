@@ -95,44 +95,109 @@ def bind(lst: Listener) -> socket.socket:
     return sock
 
 
+class Pace:
+    """What a request's body is held to, shared by the protocol and the app (``scope["hutch.pace"]``):
+    a route whose body is the input of a command as it is typed (``hutch run`` with streamed
+    input) sets ``interactive`` once the request is authenticated."""
+
+    __slots__ = ("interactive",)
+
+    def __init__(self) -> None:
+        self.interactive = False
+
+
+def interactive(scope: dict[str, Any]) -> None:
+    """Tell the listener that this request's body comes at a person's pace."""
+    pace = scope.get("hutch.pace")
+    if isinstance(pace, Pace):
+        pace.interactive = True
+
+
+BUSY = (
+    b'{"error": {"kind": "unavailable", "message": "this gateway has as many connections open as it takes (max_connections)",'
+    b' "hint": "retry in a moment, or ask its admin to raise max_connections"}}'
+)
+
+
 class SlowClients(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with deadlines for a slow client (slowloris): a request's
-    head (its line and headers) must arrive within ``header_timeout`` seconds of its first
-    byte (or of the connection), and a body that stops arriving for ``body_timeout`` seconds
-    ends the connection. uvicorn alone waits for either for ever."""
+    """uvicorn's HTTP/1.1 protocol with deadlines for a slow client (slowloris) and a cap on
+    open connections. uvicorn alone waits for a head or a body for ever.
+
+    - A request's head (its line and headers) must arrive within ``header_timeout`` seconds of
+      its first byte (or of the connection).
+    - Its body must keep a minimum rate: it is cut off ``body_timeout`` seconds after its head
+      plus one second for every ``body_min_rate`` bytes received (the rule of Apache's
+      mod_reqtimeout), so a byte a minute holds a connection no longer than ``body_timeout``.
+      Time while the daemon itself does not read (its buffer is full) is not counted. A body
+      the route marked interactive (:func:`interactive`: a command's input as a person types
+      it) has no deadline here: its run's own timeouts end it.
+    - Past ``max_connections`` open connections, a new one is answered 503 ``unavailable``
+      (JSON, ``Retry-After``) and closed.
+    """
 
     header_timeout = 10.0
     body_timeout = 60.0
+    body_min_rate = 1024.0
+    max_connections = 1000
 
     def connection_made(self, transport: Any) -> None:
         self._deadline: asyncio.TimerHandle | None = None
+        self._body: tuple[float, int, Pace] | None = None  # (when its deadline started, bytes since, its pace)
         super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            head = (
+                "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+                f"connection: close\r\ncontent-length: {len(BUSY)}\r\n\r\n"
+            )
+            transport.write(head.encode() + BUSY)
+            transport.close()
+            return
         self._arm(self.header_timeout)
 
     def _arm(self, seconds: float) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
-        self._deadline = self.loop.call_later(seconds, self._too_slow)
+        self._deadline = self.loop.call_later(max(0.0, seconds), self._too_slow)
 
     def _disarm(self) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
             self._deadline = None
 
+    def _body_left(self) -> float:
+        """Seconds the body in progress has left at its minimum rate."""
+        assert self._body is not None
+        began, received, _ = self._body
+        return began + self.body_timeout + received / self.body_min_rate - self.loop.time()
+
     def _too_slow(self) -> None:
         self._deadline = None
+        if self._body is not None and (self.flow.read_paused or self._body[2].interactive):
+            self._body = (self.loop.time(), 0, self._body[2])  # the daemon's own wait, or a person's: the clock starts again
+            self._arm(self.body_timeout)
+            return
         if not self.transport.is_closing():
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        fresh = self.cycle is None or self.cycle.response_complete
         super().data_received(data)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:  # a request is in (its head was complete)
-            if cycle.more_body:
-                self._arm(self.body_timeout)  # more of its body must keep coming
+            if fresh:  # its head came just now: its body's clock starts
+                pace = Pace()
+                self.scope["hutch.pace"] = pace  # before its app runs (a task that starts after this returns)
+                self._body = (self.loop.time(), 0, pace)
+            elif self._body is not None:
+                began, received, pace = self._body
+                self._body = (began, received + len(data), pace)
+            if cycle.more_body and self._body is not None:
+                self._arm(self._body_left())
             else:
+                self._body = None
                 self._disarm()
         elif self._deadline is None:  # the start of the next request's head
+            self._body = None
             self._arm(self.header_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -141,7 +206,11 @@ class SlowClients(H11Protocol):
 
 
 def slow_clients(settings: Settings) -> type[SlowClients]:
-    """The protocol class with the daemon's deadlines."""
-    return type(
-        "SlowClientsProtocol", (SlowClients,), {"header_timeout": settings.header_timeout, "body_timeout": settings.body_timeout}
-    )
+    """The protocol class with the daemon's deadlines and cap."""
+    fields = {
+        "header_timeout": settings.header_timeout,
+        "body_timeout": settings.body_timeout,
+        "body_min_rate": float(settings.body_min_rate),
+        "max_connections": settings.max_connections,
+    }
+    return type("SlowClientsProtocol", (SlowClients,), fields)
