@@ -135,6 +135,22 @@ def test_keys_scopes_and_ownership(gw: Gateway) -> None:
     bob_box = b.create({"limits": {"memory": "256M"}})
     assert [s["id"] for s in a.list()] == [sbx["id"]] and [s["id"] for s in b.list()] == [bob_box["id"]]
 
+    # names are each key's own: bob may use alice's names, a conflict never tells of hers
+    named_a = a.create({"name": "web", "limits": {"memory": "256M"}})
+    named_b = b.create({"name": "web", "limits": {"memory": "256M"}})
+    assert a.get("web")["id"] == named_a["id"] and b.get("web")["id"] == named_b["id"]
+    with pytest.raises(ConflictError, match="you already have a sandbox named 'web'"):
+        b.create({"name": "web", "limits": {"memory": "256M"}})
+    b.snapshot_save(named_b["id"], "alice-snap")  # alice has one of that name too
+    assert [s["owner"] for s in b.snapshots()] == [bob_id]
+    with pytest.raises(ConflictError, match="several keys have a sandbox named 'web'"):
+        admin.get("web")  # the admin must say which
+    assert admin.get(named_b["id"])["owner"] == bob_id
+    b.snapshot_delete("alice-snap")
+    assert a.snapshots()[0]["name"] == "alice-snap"  # bob's delete took his own
+    a.destroy("web")
+    b.destroy("web")
+
     # the actor of each request is in its events
     events = a.events(sbx["id"])
     assert {e["type"] for e in events} >= {"sandbox_created", "run_started", "run_finished", "snapshot_saved"}

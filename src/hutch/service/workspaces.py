@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hutch.actors import OWNER_ID
 from hutch.checks import check_name, check_path
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError, PolicyError
 from hutch.models import LIVE_STATES, SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
@@ -237,10 +238,13 @@ class Workspaces:
         check_name(name, "snapshot")
         rec = self.service.live(ref)
         provider = self._provider(rec)
-        with contextlib.suppress(NotFoundError):
-            self.store.snapshots.get(name)
-            raise ConflictError(f"a snapshot named {name!r} already exists", hint=f"hutch snapshot delete {name}")
-        final = self._snapshot_dir() / f"{name}.tar"
+        owner = self.service.access.owner()
+        if self.store.snapshots.exists(owner, name):
+            raise ConflictError(f"you already have a snapshot named {name!r}", hint=f"hutch snapshot delete {name}")
+        # the local user's at snapshots/NAME.tar (as always); a key's in a directory of its own
+        home = self._snapshot_dir() if owner == OWNER_ID else self._snapshot_dir() / owner
+        home.mkdir(mode=0o700, exist_ok=True)
+        final = home / f"{name}.tar"
         tmp = self.tmp_path(".tar")
         placed = False
         try:
@@ -261,7 +265,7 @@ class Workspaces:
                 path=str(final),
                 size=size,
                 created_at=time.time(),
-                owner=self.service.access.owner(),
+                owner=owner,
             )
             self.store.snapshots.insert(snap)
         except BaseException:
@@ -279,7 +283,7 @@ class Workspaces:
 
     def _snapshot(self, name: str) -> SnapshotRecord:
         """A snapshot the actor may see (another key's does not exist for it)."""
-        snap = self.store.snapshots.get(check_name(name, "snapshot"))
+        snap = self.store.snapshots.get(check_name(name, "snapshot"))  # the actor's own (an admin: any)
         if not self.service.access.visible(snap.owner):
             raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
         return snap
@@ -310,7 +314,7 @@ class Workspaces:
             return {"snapshot": name, "deleted": True, "existed": False}
         Path(snap.path).unlink(missing_ok=True)
         root_archive(Path(snap.path)).unlink(missing_ok=True)
-        self.store.snapshots.delete(name)
+        self.store.snapshots.delete(snap.owner, snap.name)
         self.store.events.append("snapshot_deleted", snap.sandbox_id, snapshot=name)
         return {"snapshot": name, "deleted": True, "existed": True}
 

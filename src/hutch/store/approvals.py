@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from hutch.actors import current
 from hutch.errors import NotFoundError
 from hutch.models import ApprovalRecord, ApprovalStatus
 from hutch.store.db import Database
 from hutch.store.events import insert_event
-from hutch.store.refs import by_prefix
+from hutch.store.refs import by_prefix, owned_by
 
 
 class ApprovalTable:
@@ -38,7 +39,7 @@ class ApprovalTable:
         """By id or by a unique id prefix (refs.py)."""
         conn = self.db.conn()
         row = conn.execute("SELECT * FROM approvals WHERE id = ?", (approval_id,)).fetchone()
-        row = row or by_prefix(conn, "approvals", approval_id)
+        row = row or by_prefix(conn, "approvals", approval_id, owned_by(current()))
         if row is None:
             raise NotFoundError(f"no approval request {approval_id!r}", hint="list them with: hutch approvals")
         return ApprovalRecord(**dict(row))

@@ -234,6 +234,31 @@ CREATE TABLE pools (
 );
 """
 
+# names per owner: a sandbox's (live) and a snapshot's name is unique among its owner's own, so a
+# key's choice of name never collides with (and so never tells of) another key's
+NAMES_PER_OWNER_SQL = """
+DROP INDEX sandboxes_live_name;
+UPDATE sandboxes SET owner = 'owner' WHERE owner IS NULL;
+CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(owner, name)
+    WHERE name IS NOT NULL AND state IN ('creating', 'running', 'paused', 'destroying');
+CREATE INDEX sandboxes_name ON sandboxes(name);
+CREATE TABLE snapshots_owned (
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    sandbox_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    path TEXT NOT NULL,
+    size INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (owner, name)
+);
+INSERT INTO snapshots_owned (owner, name, sandbox_id, provider, path, size, created_at)
+    SELECT COALESCE(owner, 'owner'), name, sandbox_id, provider, path, size, created_at FROM snapshots;
+DROP TABLE snapshots;
+ALTER TABLE snapshots_owned RENAME TO snapshots;
+CREATE INDEX snapshots_name ON snapshots(name);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -245,4 +270,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0009_certificates", CERTS_SQL),
     ("0010_image_owners", IMAGE_OWNERS_SQL),  # images per key: their owners, and names per owner
     ("0011_pool", POOL_SQL),
+    ("0012_names_per_owner", NAMES_PER_OWNER_SQL),
 ]

@@ -8,11 +8,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from hutch.actors import current
 from hutch.errors import NotFoundError
 from hutch.models import ExecResult
 from hutch.store.db import Database
 from hutch.store.events import insert_event
-from hutch.store.refs import by_prefix
+from hutch.store.refs import by_prefix, owned_by
 
 
 def _run(row: sqlite3.Row) -> dict[str, Any]:
@@ -88,7 +89,9 @@ class RunTable:
     def get(self, run_id: str) -> dict[str, Any]:
         """By id or by a unique id prefix (refs.py)."""
         conn = self.db.conn()
-        row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone() or by_prefix(conn, "runs", run_id)
+        row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone() or by_prefix(
+            conn, "runs", run_id, owned_by(current())
+        )
         if row is None:
             raise NotFoundError(f"no run {run_id!r}", hint="list a sandbox's runs with: hutch runs SANDBOX")
         return _run(row)

@@ -9,12 +9,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hutch.actors import OWNER_ID, current
 from hutch.errors import ConflictError, NotFoundError
 from hutch.models import SandboxRecord, SandboxSpec, SandboxState
 from hutch.store.db import Database
-from hutch.store.refs import by_prefix
+from hutch.store.refs import SHOWN, by_prefix, owned_by
 
 Within = Callable[[sqlite3.Connection], None]  # more writes for a transaction of this table's
+LIVE_STATES_TEXT = ("creating", "running", "paused", "destroying")
 LIVE_SQL = "('creating', 'running', 'paused', 'destroying')"
 UNSET: Any = object()
 REDACTED = "***"
@@ -79,12 +81,12 @@ class SandboxTable:
                         rec.expires_at,
                         rec.last_active_at,
                         rec.spec.parent,
-                        rec.owner,
+                        rec.owner if rec.owner is not None else OWNER_ID,  # names are unique per owner
                     ),
                 )
         except ConflictError as exc:
             raise ConflictError(
-                f"a sandbox named {rec.name!r} already exists",
+                f"you already have a sandbox named {rec.name!r}",
                 hint=f"choose another --name, or destroy it first: hutch destroy {rec.name}",
             ) from exc
 
@@ -140,17 +142,36 @@ class SandboxTable:
             conn.execute("UPDATE sandboxes SET last_active_at = ? WHERE id = ?", (when, sandbox_id))
 
     def get(self, ref: str) -> SandboxRecord:
-        """By id, by name (a live one, else the newest of any state), or by a unique id prefix (refs.py)."""
+        """By id, by name (a live one, else the newest of any state), or by a unique id prefix
+        (refs.py). Names are the owner's own (hutch.actors): a key's name finds its own sandbox
+        only; an admin's finds its own first, else the one live sandbox of that name, and when
+        several keys have one, says which (``conflict``: give the id)."""
         conn = self.db.conn()
         row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
         if row is None:
-            row = conn.execute(
-                f"SELECT * FROM sandboxes WHERE name = ? ORDER BY state IN {LIVE_SQL} DESC, created_at DESC LIMIT 1",
-                (ref,),
-            ).fetchone() or by_prefix(conn, "sandboxes", ref)
+            actor = current()
+            row = self._by_name(conn, ref, actor.id, actor.admin) or by_prefix(conn, "sandboxes", ref, owned_by(actor))
         if row is None:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return _record(row)
+
+    @staticmethod
+    def _by_name(conn: sqlite3.Connection, name: str, owner: str, admin: bool) -> sqlite3.Row | None:
+        order = f"ORDER BY state IN {LIVE_SQL} DESC, created_at DESC"
+        mine: sqlite3.Row | None = conn.execute(
+            f"SELECT * FROM sandboxes WHERE name = ? AND owner = ? {order} LIMIT 1", (name, owner)
+        ).fetchone()
+        if mine is not None or not admin:
+            return mine
+        rows = conn.execute(f"SELECT * FROM sandboxes WHERE name = ? {order} LIMIT ?", (name, SHOWN + 1)).fetchall()
+        live = [r for r in rows if r["state"] in LIVE_STATES_TEXT]
+        if len({r["owner"] for r in live}) > 1:
+            which = ", ".join(f"{r['id']} (owner {r['owner']})" for r in live[:SHOWN])
+            raise ConflictError(
+                f"several keys have a sandbox named {name!r}: {which}",
+                hint="names are each key's own: give the sandbox's id instead",
+            )
+        return rows[0] if rows else None
 
     def live_ids(self) -> set[str]:
         """The ids of the running and paused sandboxes (no record parsed)."""

@@ -6,6 +6,7 @@ import json
 import time
 from typing import Any
 
+from hutch.actors import OWNER_ID, current
 from hutch.errors import ConflictError, NotFoundError
 from hutch.models import SnapshotRecord
 from hutch.store.db import Database
@@ -21,27 +22,44 @@ class SnapshotTable:
                 conn.execute(
                     "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at, owner)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at, snap.owner),
+                    (snap.name, snap.sandbox_id, snap.provider, snap.path, snap.size, snap.created_at, snap.owner or OWNER_ID),
                 )
         except ConflictError as exc:
             raise ConflictError(
-                f"a snapshot named {snap.name!r} already exists",
+                f"you already have a snapshot named {snap.name!r}",
                 hint=f"choose another name, or delete it first: hutch snapshot delete {snap.name}",
             ) from exc
 
     def get(self, name: str) -> SnapshotRecord:
-        row = self.db.conn().execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
+        """By name, among the actor's own (hutch.actors); an admin's finds its own first, else
+        the one snapshot of that name, and when several keys have one, says which (``conflict``)."""
+        actor = current()
+        conn = self.db.conn()
+        row = conn.execute("SELECT * FROM snapshots WHERE owner = ? AND name = ?", (actor.id, name)).fetchone()
+        if row is None and actor.admin:
+            rows = conn.execute("SELECT * FROM snapshots WHERE name = ? ORDER BY owner LIMIT 11", (name,)).fetchall()
+            if len(rows) > 1:
+                raise ConflictError(
+                    f"several keys have a snapshot named {name!r} (owners {', '.join(r['owner'] for r in rows[:10])})",
+                    hint="names are each key's own: act as the key that saved it",
+                )
+            row = rows[0] if rows else None
         if row is None:
             raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
         return SnapshotRecord(**dict(row))
 
+    def exists(self, owner: str, name: str) -> bool:
+        return (
+            self.db.conn().execute("SELECT 1 FROM snapshots WHERE owner = ? AND name = ?", (owner, name)).fetchone() is not None
+        )
+
     def all(self) -> list[SnapshotRecord]:
         return [SnapshotRecord(**dict(r)) for r in self.db.conn().execute("SELECT * FROM snapshots ORDER BY created_at")]
 
-    def delete(self, name: str) -> bool:
-        """False when there was no such snapshot."""
+    def delete(self, owner: str, name: str) -> bool:
+        """False when ``owner`` had no such snapshot."""
         with self.db.transaction() as conn:
-            return conn.execute("DELETE FROM snapshots WHERE name = ?", (name,)).rowcount > 0
+            return conn.execute("DELETE FROM snapshots WHERE owner = ? AND name = ?", (owner, name)).rowcount > 0
 
 
 class TenantTable:
