@@ -133,12 +133,12 @@ def test_the_migration_keeps_what_was_there(tmp_path: Path) -> None:
             break
         conn.executescript(sql)
         conn.execute("INSERT INTO migrations VALUES (?, ?)", (name, time.time()))
-    conn.execute(
-        "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at, owner) VALUES ('s', 'sbx_1', 'fake', '/p', 3, 1.0, NULL)"
+    insert = (
+        "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at, owner)"
+        " VALUES (?, 'sbx_1', 'fake', ?, 3, 1.0, ?)"
     )
-    conn.execute(
-        "INSERT INTO snapshots (name, sandbox_id, provider, path, size, created_at, owner) VALUES ('t', 'sbx_1', 'fake', '/q', 3, 1.0, 'key_alice')"
-    )
+    conn.execute(insert, ("s", "/p", None))
+    conn.execute(insert, ("t", "/q", "key_alice"))
     conn.commit()
     conn.close()
     store = Store(path)

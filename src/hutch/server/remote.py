@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +107,7 @@ class Pace:
         self.interactive = False
 
 
-def interactive(scope: dict[str, Any]) -> None:
+def interactive(scope: MutableMapping[str, Any]) -> None:
     """Tell the listener that this request's body comes at a person's pace."""
     pace = scope.get("hutch.pace")
     if isinstance(pace, Pace):
@@ -186,7 +187,7 @@ class SlowClients(H11Protocol):
         if cycle is not None and not cycle.response_complete:  # a request is in (its head was complete)
             if fresh:  # its head came just now: its body's clock starts
                 pace = Pace()
-                self.scope["hutch.pace"] = pace  # before its app runs (a task that starts after this returns)
+                self.scope["hutch.pace"] = pace  # type: ignore[typeddict-unknown-key]  # before its app runs (a task that starts after this returns)
                 self._body = (self.loop.time(), 0, pace)
             elif self._body is not None:
                 began, received, pace = self._body

@@ -314,7 +314,7 @@ class Workspaces:
             return {"snapshot": name, "deleted": True, "existed": False}
         Path(snap.path).unlink(missing_ok=True)
         root_archive(Path(snap.path)).unlink(missing_ok=True)
-        self.store.snapshots.delete(snap.owner, snap.name)
+        self.store.snapshots.delete(snap.owner or OWNER_ID, snap.name)
         self.store.events.append("snapshot_deleted", snap.sandbox_id, snapshot=name)
         return {"snapshot": name, "deleted": True, "existed": True}
 
