@@ -80,6 +80,7 @@ class Settings:
     public_url: str = ""  # the gateway's URL as clients see it (preview URLs); "": from hutch gateway init, or --listen
     preview_domain: str = ""  # a wildcard name (*.DOMAIN) routed to the gateway: previews at https://PORT-SANDBOX.DOMAIN/
     e2b_base_image: str = ""  # the image of E2B's `base` template ("": the host-/usr shape, which has /bin/bash)
+    e2b_domain: str = ""  # E2B_DOMAIN mode: https://api.DOMAIN and https://PORT-ID.DOMAIN on the gateway (docs/e2b.md)
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
@@ -250,6 +251,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "unikraft_ssh_connect",
             "credentials_file",
             "e2b_base_image",
+            "e2b_domain",
         ),
         (_text, "text"),
     ),

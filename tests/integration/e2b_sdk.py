@@ -18,23 +18,32 @@ from typing import Any
 from tests.integration.debian_root import CACHE
 
 E2B_VERSION = os.environ.get("HUTCH_TEST_E2B_VERSION", "2.63.0")  # pinned; "latest" for the newest
+INTERPRETER_VERSION = os.environ.get("HUTCH_TEST_E2B_INTERPRETER_VERSION", "2.11.5")  # e2b-code-interpreter
 
 
-def sdk_python() -> Path:
-    """The venv's python, made when missing (a lock file keeps two sessions from racing)."""
+def sdk_python(interpreter: bool = False) -> Path:
+    """The venv's python, made when missing (a lock file keeps two sessions from racing);
+    ``interpreter``: with ``e2b-code-interpreter`` too (a venv of its own)."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    venv = CACHE / f"e2b-sdk-{E2B_VERSION}"
+    latest = E2B_VERSION == "latest" or (interpreter and INTERPRETER_VERSION == "latest")
+    specs = ["e2b" if E2B_VERSION == "latest" else f"e2b=={E2B_VERSION}"]
+    name = f"e2b-sdk-{E2B_VERSION}"
+    if interpreter:
+        specs.append(
+            "e2b-code-interpreter" if INTERPRETER_VERSION == "latest" else f"e2b-code-interpreter=={INTERPRETER_VERSION}"
+        )
+        name += f"-interpreter-{INTERPRETER_VERSION}"
+    venv = CACHE / name
     python = venv / "bin" / "python"
-    done = CACHE / f"e2b-sdk-{E2B_VERSION}.complete"
+    done = CACHE / f"{name}.complete"
     with open(CACHE / "e2b-sdk.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.exists() and python.exists() and E2B_VERSION != "latest":
+        if done.exists() and python.exists() and not latest:
             return python
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        spec = "e2b" if E2B_VERSION == "latest" else f"e2b=={E2B_VERSION}"
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", spec], check=True, timeout=900)
-        done.write_text(E2B_VERSION + "\n")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", *specs], check=True, timeout=900)
+        done.write_text(" ".join(specs) + "\n")
     return python
 
 

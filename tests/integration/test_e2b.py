@@ -24,6 +24,7 @@ from tests.integration.image_roots import MARKER, busybox_root
 from tests.integration.test_remote import RemoteDaemon
 
 from hutch.client import Client
+from hutch.server.e2b.auth import hutch_id
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ class E2B:
         return self.d.client()
 
     def events(self, sandbox: str) -> list[str]:
-        return [e["type"] for e in self.owner().events(sandbox, limit=10000)]
+        return [e["type"] for e in self.owner().events(hutch_id(sandbox), limit=10000)]
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +123,10 @@ def test_create_and_commands(e2b: E2B) -> None:
     assert out["listed"] is True and out["killed"] is True and out["after_kill"] != 0
     assert out["stdin"] == "got:hello\n"
     # the hutch side: an ordinary sandbox of alice's key, with its runs and events
-    rec = e2b.owner().get(out["id"])
+    assert out["id"].startswith("sbx-")  # the E2B form of the id: DNS-safe (docs/e2b.md)
+    rec = e2b.owner().get(hutch_id(out["id"]))
     assert rec["owner"] == e2b.alice["id"] and rec["spec"]["labels"] == {"suite": "e2b", "case": "commands"}
-    runs = e2b.owner().runs(out["id"])
+    runs = e2b.owner().runs(rec["id"])
     assert ["/bin/bash", "-l", "-c", "echo out; echo err >&2"] in [r["command"] for r in runs]
     assert {r["status"] for r in runs} >= {"completed", "timed_out"}
     types = e2b.events(out["id"])
@@ -230,7 +232,7 @@ def test_lifecycle_list_and_errors(e2b: E2B) -> None:
     assert out["not_found"] in ("SandboxNotFoundException", "NotFoundException")
     assert out["template"] == [MARKER, "e2b-tiny"]
     assert out["bad_key"] == "AuthenticationException"
-    assert e2b.owner().get(b)["state"] == "destroyed"
+    assert e2b.owner().get(hutch_id(b))["state"] == "destroyed"
     assert "sandbox_paused" in e2b.events(a) and "sandbox_resumed" in e2b.events(a)
     # another key does not see alice's sandboxes at all
     other = e2b.sdk(

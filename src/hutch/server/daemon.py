@@ -22,6 +22,7 @@ from hutch.credentials import Credential, load_file
 from hutch.errors import ConflictError, InvalidError, UnavailableError
 from hutch.server.app import create_app
 from hutch.server.auth import Auth
+from hutch.server.e2b import hosts as e2b_hosts
 from hutch.server.home import prepare_home, socket_answers
 from hutch.server.previews import Previews
 from hutch.server.remote import Listener, bind, listener, slow_clients
@@ -106,6 +107,8 @@ async def _serve(
         previews = Previews(service, base_url=base, domain=settings.preview_domain, may_open=edge.may_open)
         tls |= ssl_options(lst.client_ca)
         front = previews.middleware(edge)
+        if settings.e2b_domain:
+            front = e2b_hosts.Hosts(front, settings.e2b_domain)  # E2B_DOMAIN mode's host names
         servers.append((_Server(uvicorn.Config(front, **common, **tls, **protocols(slow_clients(settings)))), tcp_sock))
     else:
         Previews(service, http=slow_clients(settings))  # exposed ports on loopback ports of their own

@@ -2,7 +2,8 @@
 
 An adapter: it calls the same Service as every other route, never a provider. Its parts:
 :mod:`.control` (``/e2b/api``, REST), :mod:`.envd` (``/e2b/envd``: Connect calls and
-``/files``), :mod:`.auth` (who a request is), :mod:`.connect` (the Connect wire)."""
+``/files``), :mod:`.ports` (a sandbox's other ports: the code interpreter's),
+:mod:`.auth` (who a request is), :mod:`.connect` (the Connect wire)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from fastapi import FastAPI
 
 from hutch.server.e2b import control, envd
 from hutch.server.e2b.auth import Tokens, tokens_for
+from hutch.server.e2b.ports import Relay
+from hutch.server.e2b.process import Processes
 from hutch.service import Service
 
 PREFIXES = ("/e2b/", "/files")
@@ -21,6 +24,8 @@ def is_e2b(path: str) -> bool:
 
 def install(app: FastAPI, service: Service) -> Tokens:
     tokens = tokens_for(service.settings.home)
+    procs = Processes(service)
     app.include_router(control.router(service, tokens))
-    app.include_router(envd.router(service, tokens))
+    app.include_router(envd.router(service, tokens, procs))
+    app.add_middleware(Relay, service=service, procs=procs)  # other ports of a sandbox (the code interpreter's)
     return tokens

@@ -29,6 +29,7 @@ from hutch.service import Service
 from hutch.service.keys import looks_like_key
 
 KEY_HINT = "set E2B_API_KEY to a hutch API key (hutch key create NAME)"
+ENVD_PORT = 49983
 MAX_SCAN = 10_000  # live sandboxes a bare signed file URL is checked against
 
 
@@ -54,8 +55,15 @@ class Tokens:
     def token(self, sandbox_id: str) -> str:
         return "ea_" + hmac.new(self.secret(), sandbox_id.encode(), hashlib.sha256).hexdigest()[:48]
 
+    def traffic(self, sandbox_id: str) -> str:
+        """The token for the sandbox's other ports (``trafficAccessToken``; it opens no envd call)."""
+        return "et_" + hmac.new(self.secret(), b"traffic:" + sandbox_id.encode(), hashlib.sha256).hexdigest()[:48]
+
     def check(self, sandbox_id: str, given: str) -> bool:
         return hmac.compare_digest(self.token(sandbox_id).encode(), given.encode("latin-1", "replace"))
+
+    def check_traffic(self, sandbox_id: str, given: str) -> bool:
+        return hmac.compare_digest(self.traffic(sandbox_id).encode(), given.encode("latin-1", "replace"))
 
 
 def signature(path: str, operation: str, user: str, token: str, expiration: int | None) -> str:
@@ -68,6 +76,26 @@ def header(scope: dict[str, Any], name: bytes) -> str | None:
         if key == name:
             return bytes(value).decode("latin-1")
     return None
+
+
+def e2b_id(sandbox_id: str) -> str:
+    """A sandbox's id as the E2B API shows it: DNS-safe (``sbx_0195...`` -> ``sbx-0195...``), as
+    ``E2B_DOMAIN`` mode puts it in a host name, whose resolvers refuse a ``_``."""
+    return sandbox_id.replace("_", "-", 1) if sandbox_id.startswith("sbx_") else sandbox_id
+
+
+def hutch_id(given: str) -> str:
+    """The hutch id of an id the E2B API got (either form)."""
+    return "sbx_" + given[4:] if given.startswith("sbx-") else given
+
+
+def port_of(scope: dict[str, Any]) -> int | None:
+    """The sandbox port an envd request is for (None: envd itself; -1: not a port number)."""
+    raw = header(scope, b"e2b-sandbox-port") or scope.get("e2b.port")
+    if raw is None:
+        return None
+    port = int(raw) if str(raw).isdigit() and len(str(raw)) < 6 else -1
+    return None if port == ENVD_PORT else port
 
 
 def api_actor(service: Service, scope: dict[str, Any], admin_token: bytes | None) -> Actor:
@@ -94,6 +122,7 @@ def owner_actor(service: Service, owner: str | None) -> Actor:
 
 
 def sandbox_of(service: Service, sandbox_id: str) -> SandboxRecord:
+    sandbox_id = hutch_id(sandbox_id)
     try:
         rec = service.get(sandbox_id)  # before the actor is known: any sandbox
     except NotFoundError:
@@ -108,18 +137,25 @@ def host_sandbox(scope: dict[str, Any]) -> str | None:
     host = header(scope, b"host") or ""
     first = host.split(".", 1)[0]
     port, sep, ident = first.partition("-")
-    return ident if sep and port.isdigit() and ident.startswith("sbx_") and "." in host else None
+    return ident if sep and port.isdigit() and ident.startswith(("sbx_", "sbx-")) and "." in host else None
 
 
 def envd_actor(service: Service, tokens: Tokens, scope: dict[str, Any]) -> tuple[Actor, str | None]:
     """The actor of an envd request and the sandbox it names (None: a signed file URL whose
     sandbox is found by its signature, in :func:`signed_sandbox`)."""
     sandbox_id = header(scope, b"e2b-sandbox-id") or host_sandbox(scope)
+    sandbox_id = hutch_id(sandbox_id) if sandbox_id is not None else None
     token = header(scope, b"x-access-token")
     if sandbox_id is None:
         if scope.get("path", "").endswith("/files") and b"signature=" in scope.get("query_string", b""):
             return OWNER, None  # the signature is checked with the sandbox it matches (signed_sandbox)
         raise UnauthorizedError("an envd request names its sandbox in E2b-Sandbox-Id", hint="use the E2B SDK")
+    traffic = header(scope, b"e2b-traffic-access-token")
+    if token is None and traffic is not None and port_of(scope) is not None:  # another port: its traffic token opens it
+        if not sandbox_id.startswith("sbx_") or not tokens.check_traffic(sandbox_id, traffic):
+            hint = "use the trafficAccessToken the create answer returned"
+            raise UnauthorizedError("wrong traffic access token for this sandbox", hint=hint)
+        return owner_actor(service, sandbox_of(service, sandbox_id).owner), sandbox_id
     if token is None:
         if scope.get("path", "").endswith("/files") and b"signature=" in scope.get("query_string", b""):
             return owner_actor(service, sandbox_of(service, sandbox_id).owner), sandbox_id

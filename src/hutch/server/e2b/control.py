@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from hutch.errors import HutchError, InvalidError, NotFoundError
 from hutch.models import LIVE_STATES, NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
-from hutch.server.e2b.auth import Tokens, sandbox_of
+from hutch.server.e2b.auth import Tokens, e2b_id, hutch_id, sandbox_of
 from hutch.service import Service
 
 ENVD_VERSION = "0.5.7"  # the envd features the adapter serves (the SDK gates features on it)
@@ -67,11 +67,11 @@ class Control:
     def created(self, rec: SandboxRecord) -> dict[str, Any]:
         return {
             "templateID": self.template_of(rec),
-            "sandboxID": rec.id,
+            "sandboxID": e2b_id(rec.id),
             "clientID": "hutch",
             "envdVersion": ENVD_VERSION,
             "envdAccessToken": self.tokens.token(rec.id),
-            "trafficAccessToken": None,
+            "trafficAccessToken": self.tokens.traffic(rec.id),
             "domain": None,
             "alias": self.template_of(rec),
         }
@@ -82,7 +82,7 @@ class Control:
         return {
             "templateID": self.template_of(rec),
             "alias": self.template_of(rec),
-            "sandboxID": rec.id,
+            "sandboxID": e2b_id(rec.id),
             "clientID": "hutch",
             "startedAt": rfc3339(rec.created_at),
             "endAt": rfc3339(end),  # always present: older SDKs fail without it
@@ -223,7 +223,7 @@ async def route(c: Control, method: str, parts: list[str], request: Request) -> 
     if len(parts) == 1 and method == "GET":
         items, more = c.list(dict(request.query_params))
         return JSONResponse(items, headers={"x-next-token": more} if more else None)
-    sandbox_id = parts[1] if len(parts) > 1 else ""
+    sandbox_id = hutch_id(parts[1]) if len(parts) > 1 else ""
     action = parts[2] if len(parts) == 3 else None
     if len(parts) == 2 and method == "GET":
         return JSONResponse(c.detail(sandbox_id))

@@ -59,9 +59,8 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def router(service: Service, tokens: Tokens) -> APIRouter:
+def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
     r = APIRouter()
-    procs = Processes(service)
     files = Files(service)
 
     @r.get("/e2b/envd/health", include_in_schema=False)
