@@ -55,3 +55,34 @@ def run_sdk(python: Path, env: dict[str, str], script: str, timeout: float = 300
     lines = [line for line in r.stdout.splitlines() if line.startswith("@@")]
     assert r.returncode == 0 and lines, f"SDK script failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     return dict(json.loads(lines[-1][2:]))
+
+
+E2B_JS_VERSION = os.environ.get("HUTCH_TEST_E2B_JS_VERSION", "2.51.0")  # npm e2b, pinned
+
+
+def js_sdk() -> Path:
+    """An npm prefix with the official JS SDK, installed when missing: ``HUTCH_TEST_E2B_JS``
+    (where .ci/run has it installed, in a temp dir), else one per version under the test
+    cache. No lockfile; npm's own cache beside it."""
+    given = os.environ.get("HUTCH_TEST_E2B_JS")
+    prefix = Path(given) if given else CACHE / f"e2b-js-{E2B_JS_VERSION}"
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.parent / "e2b-js.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        installed = prefix / "node_modules" / "e2b" / "package.json"
+        if installed.is_file() and json.loads(installed.read_text()).get("version") == E2B_JS_VERSION:
+            return prefix
+        shutil.rmtree(prefix, ignore_errors=True)
+        prefix.mkdir()
+        npm = ["npm", "install", "--prefix", str(prefix), "--no-package-lock", "--no-audit", "--no-fund", "--silent"]
+        subprocess.run([*npm, "--cache", str(prefix / ".npm"), f"e2b@{E2B_JS_VERSION}"], check=True, timeout=900)
+    return prefix
+
+
+def run_js(prefix: Path, env: dict[str, str], script: Path, timeout: float = 300) -> dict[str, Any]:
+    """Run a node script with the JS SDK; the JSON it prints after ``@@`` back."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("E2B_", "HUTCH_"))} | env | {"E2B_JS_SDK": str(prefix)}
+    r = subprocess.run(["node", str(script)], env=full_env, capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("@@")]
+    assert r.returncode == 0 and lines, f"JS SDK script failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
+    return dict(json.loads(lines[-1][2:]))

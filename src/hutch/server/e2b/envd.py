@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from hutch.actors import set_current
 from hutch.errors import HutchError
 from hutch.server.e2b import connect
-from hutch.server.e2b.auth import Tokens, signed_sandbox
+from hutch.server.e2b.auth import Tokens, hutch_id, signed_sandbox
 from hutch.server.e2b.connect import ConnectError
 from hutch.server.e2b.filesystem import Files
 from hutch.server.e2b.process import Processes
@@ -64,7 +64,15 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
     files = Files(service)
 
     @r.get("/e2b/envd/health", include_in_schema=False)
-    async def health() -> Response:
+    async def health(request: Request) -> Response:
+        """204 while the sandbox named runs; 502 otherwise, which is how the SDKs'
+        ``is_running()`` learn it is not (E2B's proxy answers so for a sandbox gone)."""
+        named = request.headers.get("e2b-sandbox-id")
+        if named:
+            try:
+                service.live(hutch_id(named), touch=False)
+            except HutchError:
+                return file_error(502, f"sandbox {named} is not running")
         return Response(status_code=204)
 
     @r.post("/e2b/envd/{service_name}/{method}", include_in_schema=False)
