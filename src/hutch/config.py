@@ -46,6 +46,7 @@ class Settings:
     daemon_start_timeout: float = 15.0
     exec_timeout: float = 3600.0
     egress_hosts: str = ""  # a hosts-format file the egress proxy consults before DNS
+    egress_ca: str = ""  # "": the machine's trust store; else the CA bundle intercepted HTTPS upstreams are verified with
     subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
     pool_size: int = 2  # started sandboxes of the default shape kept for creates to take (0: no pool)
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
@@ -222,6 +223,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "daemon_start_timeout": (float, "a number of seconds such as 15"),
     "exec_timeout": (float, "a number of seconds such as 3600"),
     "egress_hosts": (_text, "a file path"),
+    "egress_ca": (_text, "the path of a CA bundle"),
     "subagent_depth": (int, "a whole number such as 2"),
     "pool_size": (int, "a whole number such as 2 (0 turns the pool off)"),
     "reaper_interval": (float, "a number of seconds such as 1"),

@@ -50,6 +50,7 @@ from hutch.errors import InvalidError
 from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
+from hutch.secretpolicy import PlaceholderFields
 from hutch.units import format_size, parse_duration
 from hutch.wire.pydantic import typeddict
 
@@ -169,8 +170,8 @@ class Limits(BaseModel):
         return v
 
 
-class SandboxSpec(BaseModel):
-    """What the user asked for."""
+class SandboxSpec(PlaceholderFields):
+    """What the user asked for (its placeholder secrets: :mod:`hutch.secretpolicy`)."""
 
     name: str | None = None
     provider: str = "local"

@@ -30,6 +30,37 @@ def secret_option(help_text: str) -> Callable[[F], F]:
     )
 
 
+def placeholder_options(f: Any) -> Any:
+    """Placeholder secrets (create, run, warmup): the sandbox holds a placeholder, the proxy the value."""
+    opts = [
+        click.option(
+            "--secret-host",
+            "secret_hosts",
+            multiple=True,
+            metavar="NAME=HOST",
+            help="Give the sandbox a placeholder for secret NAME; hutch's proxy puts the value in requests to HOST "
+            "(--allow-host grammar, an allowed host; repeatable).",
+        ),
+        click.option(
+            "--secret-body",
+            "secret_body",
+            multiple=True,
+            metavar="NAME",
+            help="Also replace NAME's placeholder in request bodies to its hosts (default: headers and URL only).",
+        ),
+        click.option(
+            "--no-intercept",
+            "no_intercept",
+            multiple=True,
+            metavar="HOST",
+            help="With placeholders: relay HTTPS to HOST unopened (placeholders sent to it cannot be checked).",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
 def network_options(f: Any) -> Any:
     opts = [
         click.option(
@@ -92,8 +123,11 @@ def describe_network(r: wire.SandboxRecord) -> list[tuple[str, str]]:
     egress = r.get("egress")
     if egress:
         lines.append(("egress", f"{egress['allowed']} allowed, {egress['denied']} denied"))
+    bound = r["spec"].get("secret_hosts") or {}
     for name in r["spec"].get("secret_names", []):
-        lines.append(("secret", name))
+        lines.append(("secret", f"{name} (a placeholder, its value sent to {', '.join(bound[name])})" if name in bound else name))
+    for host in r["spec"].get("no_intercept") or []:
+        lines.append(("no-intercept", f"{host} (HTTPS relayed unopened: placeholders sent to it are not checked)"))
     return lines
 
 

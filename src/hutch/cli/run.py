@@ -275,7 +275,7 @@ def run(
             raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
         persistent = bool(sandbox or reuse or create_kw.get("tenant"))
         secrets = None
-        if persistent and create_kw.get("secrets"):
+        if persistent and create_kw.get("secrets") and not create_kw.get("secret_hosts"):
             # a sandbox that may already exist: the secrets go with this run, not its creation
             secrets = resolve_secrets(create_kw.pop("secrets"))
         args = tuple(argv) if argv else command or ("true",)

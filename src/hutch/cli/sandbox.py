@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 import click
 
 from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs, table
-from hutch.cli.network import describe_network, network_options, resolve_secrets
+from hutch.cli.network import describe_network, network_options, placeholder_options, resolve_secrets
 from hutch.errors import HutchError
 from hutch.units import format_duration, format_size
 from hutch.wire.build import sandbox_spec
@@ -85,7 +85,7 @@ def create_options(f: Any) -> Any:
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return network_options(f)
+    return network_options(placeholder_options(f))
 
 
 def lifetime_options(f: Any) -> Any:
@@ -145,6 +145,9 @@ def build_spec(
     require_approval: tuple[str, ...] = (),
     ssh: bool = False,
     disk: int | None = None,
+    secret_hosts: tuple[str, ...] = (),
+    secret_body: tuple[str, ...] = (),
+    no_intercept: tuple[str, ...] = (),
 ) -> wire.SandboxSpec:
     """The spec of the command line's options (``K=V`` pairs, secrets read here), built as every
     edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
@@ -176,6 +179,9 @@ def build_spec(
         idle_timeout=idle,
         on_expire=on_expire,
         require_approval=[a.strip() for item in require_approval for a in item.split(",") if a.strip()],
+        secret_hosts=secret_hosts,
+        secret_body=secret_body,
+        no_intercept=no_intercept,
     )
 
 
@@ -198,6 +204,8 @@ def create(
     """Create a sandbox and print its id."""
     spec = build_spec(obj, **kw, ttl=ttl, idle=idle, on_expire=on_expire, require_approval=require_approval, ssh=use_ssh)
     rec = obj.client.create(spec)
+    for host in spec.get("no_intercept", []) if spec.get("secret_hosts") else []:
+        click.echo(f"hutch: --no-intercept {host}: placeholders sent to {host} over HTTPS cannot be checked", err=True)
     if obj.json:
         emit(rec)
     else:

@@ -10,7 +10,18 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from hutch.client.oneshot import Outcome
-from hutch.mcp.shapes import MAX_CALL_OUTPUT, Body, Command, MaxOutput, Network, _call, cap_output
+from hutch.mcp.shapes import (
+    MAX_CALL_OUTPUT,
+    Body,
+    Command,
+    MaxOutput,
+    Network,
+    SecretHosts,
+    SecretNames,
+    _call,
+    cap_output,
+    env_secrets,
+)
 from hutch.wire import build
 
 if TYPE_CHECKING:
@@ -45,6 +56,8 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
             str | None,
             Field(description="Image to run in (e.g. 'python:3.12-slim'; see image_list): a writable root of its own."),
         ] = None,
+        secrets: SecretNames = None,
+        secret_hosts: SecretHosts = None,
     ) -> CallToolResult:
         """Run one command in a new sandbox and destroy it: exit_code, status, stdout and stderr, as exec.
 
@@ -56,7 +69,15 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
 
         async def work() -> Body:
             spec = build.sandbox_spec(
-                settings, memory=memory, pids=pids, env=env, network=network, allow_hosts=allow_hosts or (), image=image
+                settings,
+                memory=memory,
+                pids=pids,
+                env=env,
+                network=network,
+                allow_hosts=allow_hosts or (),
+                image=image,
+                secrets=env_secrets(secrets),
+                secret_hosts=secret_hosts or {},
             )
             exec_req = build.exec_request(command, timeout=timeout, stdin=stdin, max_output=cap)
             req = build.run_once_request(exec_req, spec=spec, keep=keep, pull=pull and bool(directory))

@@ -26,9 +26,12 @@ from hutch.mcp.shapes import (
     Network,
     RunId,
     Sandbox,
+    SecretHosts,
+    SecretNames,
     _call,
     _validation_message,
     cap_output,
+    env_secrets,
     error_result,
     file_chunk,
 )
@@ -87,6 +90,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
             str | None,
             Field(description="Image to start from (e.g. 'python:3.12-slim'; see hutch image list): a writable root of its own."),
         ] = None,
+        secrets: SecretNames = None,
+        secret_hosts: SecretHosts = None,
     ) -> CallToolResult:
         """Create a sandbox (capped memory and processes, its own /workspace) and return its record.
 
@@ -110,6 +115,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
                 allow_hosts=allow_hosts or (),
                 allow_ports=allow_ports or (),
                 image=image,
+                secrets=env_secrets(secrets),
+                secret_hosts=secret_hosts or {},
             )
             return await client.create(spec)
 

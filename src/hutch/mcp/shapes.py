@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -13,7 +14,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from pydantic import Field, ValidationError
 
-from hutch.errors import HutchError
+from hutch.errors import HutchError, InvalidError
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -40,6 +41,30 @@ MaxOutput = Annotated[
         description="Cap in bytes on what comes back, per stream (default: the server's --max-output, 32 KiB).",
     ),
 ]
+
+
+SecretNames = Annotated[
+    list[str] | None,
+    Field(description="Secrets by name, their values from this MCP server's environment (never shown to you or stored)."),
+]
+SecretHosts = Annotated[
+    dict[str, list[str]] | None,
+    Field(
+        description="Secret name -> hosts (each one it may reach): the sandbox holds only a placeholder "
+        "(hutch-secret-NAME-...), hutch's proxy puts the value in requests to these hosts and blocks it elsewhere."
+    ),
+]
+
+
+def env_secrets(names: list[str] | None) -> dict[str, str]:
+    """The values of ``names`` from this process's environment (the person's, not the model's)."""
+    out: dict[str, str] = {}
+    for name in names or []:
+        value = os.environ.get(name)
+        if not value:
+            raise InvalidError(f"secret {name}: ${name} is not set where the MCP server runs", hint=f"export {name}=...")
+        out[name] = value
+    return out
 
 
 Body = Mapping[str, object]  # a tool's result: a body of the API (hutch.wire), or one made of them

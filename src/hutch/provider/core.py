@@ -74,6 +74,7 @@ class Capabilities:
     limits: frozenset[str] = field(default_factory=frozenset)  # which of memory, pids, cpus it enforces
     survives_daemon: bool = False  # its sandboxes and runs outlive the daemon and are adopted again
     secrets: bool = False  # sandbox-level secrets held outside the store
+    placeholders: bool = False  # secrets as placeholders its egress proxy replaces for bound hosts (--secret-host)
     shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
     images: bool = False  # boots an OCI image (--image)
     users: bool = False  # runs the workload as the user a spec names (--user), root included

@@ -32,6 +32,9 @@ class CreateOptions(TypedDict, total=False):
     allow_ports: list[int] | None
     allow_cidrs: list[str] | None
     secrets: dict[str, str] | None
+    secret_hosts: dict[str, list[str]] | None  # secret -> hosts: the sandbox holds a placeholder, the proxy the value
+    secret_body: list[str] | None  # placeholders also replaced in request bodies
+    no_intercept: list[str] | None  # hosts whose HTTPS is relayed unopened (placeholders to them unchecked)
     ttl: str | float | None
     idle_timeout: str | float | None
     on_expire: Literal["destroy", "pause"] | None
@@ -68,6 +71,9 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         allow_ports=c.get("allow_ports") or (),
         allow_cidrs=c.get("allow_cidrs") or (),
         secrets=c.get("secrets"),
+        secret_hosts=c.get("secret_hosts") or {},
+        secret_body=c.get("secret_body") or (),
+        no_intercept=c.get("no_intercept") or (),
         ttl=c.get("ttl"),
         idle_timeout=c.get("idle_timeout"),
         on_expire=c.get("on_expire"),

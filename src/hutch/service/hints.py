@@ -6,6 +6,7 @@ from hutch.errors import InvalidError
 from hutch.models import SandboxRecord, SandboxSpec
 from hutch.netpolicy import NetworkPolicy
 from hutch.provider import Provider, option_owners, options_provider, ssh_provider
+from hutch.secretpolicy import check_bindings
 
 
 def no_egress(provider: Provider, policy: NetworkPolicy) -> InvalidError:
@@ -71,6 +72,11 @@ def check_create(provider: Provider, spec: SandboxSpec) -> None:
         raise no_egress(provider, spec.network)
     if spec.secrets and not caps.secrets:
         raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
+    if (spec.secret_hosts or spec.no_intercept) and not caps.placeholders:
+        raise InvalidError(
+            f"the {provider.name} provider cannot hold placeholder secrets", hint="drop --secret-host and --no-intercept"
+        )
+    check_bindings(spec.secret_hosts, spec.secrets, spec.network)
     if spec.on_expire == "pause" and not caps.pause:
         raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
     check_options(provider, spec)

@@ -80,6 +80,8 @@ class Pool(PoolSizes):
         """Why a member cannot take ``spec`` (it is then created cold), or None."""
         if not provider.capabilities.pool:
             return "the provider keeps no pool"
+        if spec.secret_hosts:  # its CA is made at its start, and only it trusts it
+            return "placeholder secrets need a sandbox of their own from its start"
         defaults = {k: SandboxSpec.model_fields[k].get_default(call_default_factory=True) for k in AFTER_START}
         shape = Shape.of(spec).spec()
         if spec.model_copy(update=defaults).model_dump() != shape.model_dump():

@@ -33,7 +33,10 @@ SETTLE_WAIT = 30.0
 ENTRY_KEYS = ("type", "mode", "sha256", "target", "size")
 # Not carried from a source sandbox to a fork or a restore: its reuse key or tenant, and values
 # the store never holds (env values are redacted there, secrets are not stored at all).
-UNCOPIED: dict[str, Any] = {"tenant": None, "reuse_key": None, "env": {}, "secrets": {}, "secret_names": []}
+UNCOPIED: dict[str, Any] = {
+    "tenant": None, "reuse_key": None, "env": {}, "secrets": {}, "secret_names": [],
+    "secret_hosts": {}, "secret_body": [], "no_intercept": [],
+}  # fmt: skip
 
 
 def root_archive(snapshot: Path) -> Path:

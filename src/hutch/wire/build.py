@@ -48,6 +48,7 @@ __all__ = [
     "policy_change",
     "run_once_request",
     "sandbox_spec",
+    "secret_binding",
     "subagent_request",
     "with_stdin",
 ]
@@ -167,9 +168,13 @@ def sandbox_spec(
     idle_timeout: float | str | None = None,
     on_expire: str | None = None,
     require_approval: Sequence[str] = (),
+    secret_hosts: Iterable[str] | Mapping[str, Sequence[str]] = (),
+    secret_body: Iterable[str] = (),
+    no_intercept: Iterable[str] = (),
     **shape: Unpack[Shape],
 ) -> SandboxSpec:
-    """The body of create (and of ``POST /v1/sessions``: with ``tenant`` or ``reuse_key``)."""
+    """The body of create (and of ``POST /v1/sessions``: with ``tenant`` or ``reuse_key``).
+    ``secret_hosts`` (``NAME=HOST`` items or a mapping) makes those secrets placeholders."""
     given, env, labels = _shape(defaults, shape)
     spec: SandboxSpec = {
         "provider": provider or defaults.provider,
@@ -206,7 +211,27 @@ def sandbox_spec(
         spec["on_expire"] = cast("OnExpire", on_expire)
     if require_approval:
         spec["require_approval"] = list(require_approval)
+    bound = secret_binding(secret_hosts)
+    if bound:
+        spec["secret_hosts"] = bound
+    if body := sorted(set(secret_body)):
+        spec["secret_body"] = body
+    if exempt := list(no_intercept):
+        spec["no_intercept"] = exempt
     return spec
+
+
+def secret_binding(items: Iterable[str] | Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """``--secret-host NAME=HOST`` items (repeatable, also ``NAME=HOST1,HOST2``) as secret -> hosts."""
+    if isinstance(items, Mapping):
+        return {name: [hosts] if isinstance(hosts, str) else list(hosts) for name, hosts in items.items()}
+    out: dict[str, list[str]] = {}
+    for item in items:
+        name, sep, hosts = item.partition("=")
+        if not sep or not name or not hosts:
+            raise InvalidError(f"invalid --secret-host {item!r}", hint="use NAME=HOST, e.g. --secret-host TOKEN=api.example.com")
+        out.setdefault(name, []).extend(h for h in hosts.split(",") if h)
+    return out
 
 
 def subagent_request(

@@ -95,6 +95,9 @@ class SandboxSpec(TypedDict, total=False):
     provider_options: dict[str, str]  # {"metro": "fra", "ssh": "true"} for unikraft
     secrets: dict[str, str]  # request only: never stored or returned
     secret_names: list[str]
+    secret_hosts: dict[str, list[str]]  # secret -> hosts (--allow-host grammar): the sandbox holds a placeholder
+    secret_body: list[str]  # secrets whose placeholder is also replaced in request bodies (--secret-body)
+    no_intercept: list[str]  # hosts whose HTTPS is not intercepted in a sandbox holding placeholders
     tenant: str | None  # a persistent sandbox line: its /workspace outlives the sandbox
     reuse_key: str | None  # auto mode (hutch run --reuse): one sandbox per key; "session" is its old name, still read
     ttl: float | str | None

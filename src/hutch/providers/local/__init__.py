@@ -26,7 +26,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, seccomp, userns, view
+from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, placeholders, seccomp, userns, view
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.changeops import ChangesMixin
@@ -59,6 +59,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
         limits=frozenset({"memory", "pids", "cpus", "disk"}),
         survives_daemon=True,
         secrets=True,
+        placeholders=True,
         shared_workspace=True,
         interactive=True,
         users=True,
@@ -83,7 +84,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
         self._bwrap: bw.Bwrap | None = None
         self._layout: cgroups.Layout | None = None
         self._children: dict[str, subprocess.Popen[bytes]] = {}
-        self.egress = Egress(settings.egress_hosts)
+        self.egress = Egress(settings.egress_hosts, upstream_ca=settings.egress_ca)
         self.helpers = Helpers(settings.home, lambda: self.layout, self._drop)
         self.uids = SandboxUids(settings, self.root)
         self.watcher = Watcher()
@@ -282,6 +283,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
             fds += [ws_fd, ctl_fd, runs_fd]
             args = [found.path, *identity, "--hostname", "sandbox"]
             ca_args, ca_env = hostca.bind(rec, self.settings, fds)
+            armed = placeholders.prepare(rec.spec, rec.id, sdir, self.settings, image.rootfs if image else None, fds)
+            ca_args, ca_env, data["placeholders"] = ca_args + armed.args, ca_env | armed.env, armed.placeholders
             binds = view.Binds(ws_fd, bool(shared and rec.data.get("workspace_readonly")), ctl_fd, runs_fd, mounts, ca_args)
             if root is None:
                 fs_args, enforcement["seccomp"] = view.host_view(agent, AGENT_FILES, binds, fds)
@@ -326,11 +329,12 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets}
+                configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets | armed.placeholders}
                 await ch.request(configure, timeout=10.0)
             upper = root.upper if root is not None else None  # what it has at start: what hutch diff compares with
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))
             if rec.spec.network.mode != "none":
+                self.egress.arm(rec.id, armed.vault)
                 await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
             data |= {
                 "init_pid": info["child-pid"],
@@ -394,6 +398,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
         async def ended() -> None:
             death = await asyncio.to_thread(cause, data, ooms, self._children.pop(rec.id, None))
             await self.egress.close(rec.id)
+            self.egress.arm(rec.id, None)
             await asyncio.to_thread(release, data)
             await on_gone(rec.id, death)
 
@@ -411,6 +416,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
 
     async def _teardown(self, data: dict[str, Any], sandbox_id: str) -> None:
         self.watcher.forget(sandbox_id)  # ended on purpose: not a death to report
+        self.egress.arm(sandbox_id, None)
 
         def work() -> None:
             pid, start = data.get("init_pid"), data.get("init_start")

@@ -18,6 +18,7 @@ from hutch.providers.local import runs
 from hutch.providers.local.agent import wire
 from hutch.providers.local.channel import Channel
 from hutch.providers.local.egress import PORT, Egress
+from hutch.providers.local.placeholders import Vault
 
 
 def _with_socket(agent_socket: str, request: dict[str, Any]) -> tuple[socket.socket | None, str]:
@@ -91,6 +92,9 @@ class AgentOpsMixin:
     async def set_network(self, rec: SandboxRecord) -> None:
         """Apply the record's policy now: new connections see it at once, nothing restarts."""
         policy = rec.spec.network
+        if rec.spec.secret_hosts and rec.id not in self.egress.vaults:  # a restarted daemon: placeholders, no values
+            sdir = Path(self._planned(rec)["dir"])
+            self.egress.arm(rec.id, Vault.restore(rec.spec, rec.data.get("placeholders") or {}, sdir))
         if policy.mode == "none":
             await self.egress.close(rec.id)
             async with Channel(rec.data["socket"]) as ch:

