@@ -25,7 +25,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from hutch import wire
+from hutch import secretpolicy, wire
 from hutch.checks import (
     MAX_DISK,
     MAX_ITEMS,
@@ -50,7 +50,6 @@ from hutch.errors import InvalidError
 from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
-from hutch.secretpolicy import PlaceholderFields
 from hutch.units import format_size, parse_duration
 from hutch.wire.pydantic import typeddict
 
@@ -170,7 +169,7 @@ class Limits(BaseModel):
         return v
 
 
-class SandboxSpec(PlaceholderFields):
+class SandboxSpec(secretpolicy.PlaceholderFields):
     """What the user asked for (its placeholder secrets: :mod:`hutch.secretpolicy`)."""
 
     name: str | None = None

@@ -44,6 +44,13 @@ def normalize_host(text: str, *, pattern: bool = False) -> str:
     return ("*." if wild else "") + name
 
 
+def host_matches(host: str, pattern: str) -> bool:
+    """Exact name, or ``*.suffix`` for every name strictly below the suffix."""
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
+
+
 class NetworkPolicy(BaseModel):
     """Egress of one sandbox. ``none``: loopback only. ``allowlist``: named hosts through hutch's
     proxy. ``open``: any public address through the proxy; private ranges only by CIDR."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from hutch.errors import InvalidError
 from hutch.models import NetworkPolicy, normalize_host
+from hutch.netpolicy import host_matches as host_matches
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -50,13 +51,6 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {"allowed": self.allowed, "reason": self.reason, "rule": self.rule}
-
-
-def host_matches(host: str, pattern: str) -> bool:
-    """Exact name, or ``*.suffix`` for every name strictly below the suffix."""
-    if pattern.startswith("*."):
-        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
-    return host == pattern
 
 
 def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:

@@ -16,8 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 
 from hutch.checks import MAX_ITEMS, SECRET_NAME_RE, check_count
 from hutch.errors import InvalidError
-from hutch.netpolicy import NetworkPolicy, normalize_host
-from hutch.policy import host_matches
+from hutch.netpolicy import NetworkPolicy, host_matches, normalize_host
 
 MAX_HOSTS = 64  # hosts one secret is bound to
 

@@ -92,6 +92,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "wire",
             "models",
             "netpolicy",
+            "secretpolicy",
             "policy",
             "checks",
             "units",
