@@ -274,6 +274,11 @@ def run(
         if not command and argv is None and script is None and not image_cmd:
             raise InvalidError("no command given", hint="put the command after --, e.g. hutch run -- python3 -V")
         persistent = bool(sandbox or reuse or create_kw.get("tenant"))
+        if sandbox and create_kw.get("secret_hosts"):
+            raise InvalidError(
+                "--secret-host makes placeholders when a sandbox is created, not in one that exists",
+                hint="drop --session-id to run in a new sandbox, or pass --secret for this run",
+            )
         secrets = None
         if persistent and create_kw.get("secrets") and not create_kw.get("secret_hosts"):
             # a sandbox that may already exist: the secrets go with this run, not its creation
