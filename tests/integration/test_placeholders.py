@@ -404,3 +404,31 @@ def test_bad_input_is_refused_at_create_and_leaves_nothing(secd: Daemon) -> None
     argv = [sys.executable, "-m", "hutch", "create", "--allow-host", "api.secret.test", "--secret", "TOKEN"]
     proc = subprocess.run([*argv, "--secret-host", "TOKEN=api.secret.test"], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "$TOKEN is not set" in proc.stderr
+
+
+def test_after_a_daemon_restart_placeholders_stay_checked_and_values_are_not_sent(upstream: Upstream) -> None:
+    home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
+    env = {"HUTCH_EGRESS_HOSTS": str(upstream.dir / "hosts"), "HUTCH_EGRESS_CA": str(upstream.dir / "ca.pem")}
+    d = Daemon(home, **env).start()
+    try:
+        sbx = make(d)
+        code, _, err = sh(sbx, 'curl -sS -m 30 -H "Authorization: Bearer $TOKEN" https://api.secret.test:8443/')
+        assert code == 0, err
+        d.stop()  # the sandbox outlives it; the values lived in its memory only
+        d = Daemon(home, **env).start()
+        before = len(upstream.received("tls"))
+        _, out, _ = sh(sbx, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://api.secret.test:8443/')
+        assert "502 Bad Gateway" in out and "reason=secret_unavailable" in out  # its own CA still opens the TLS
+        _, out, _ = sh(sbx, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://other.secret.test:8443/')
+        assert "403 Forbidden" in out and "reason=secret_host" in out
+        assert upstream.received("tls")[before:] == []
+        code, out, err = sh(sbx, "curl -sS -m 30 https://api.secret.test:8443/plain-request")
+        assert code == 0 and json.loads(out)["server"] == "tls", err
+        sbx.destroy()
+    finally:
+        try:
+            destroy_all(home)
+        finally:
+            d.stop()
+            sweep(home)
+            subprocess.run(["rm", "-rf", str(home)], check=False)
