@@ -16,6 +16,7 @@ import os
 import random
 import re
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -339,6 +340,14 @@ def test_plain_http_is_substituted_too(secd: Daemon, box: Sandbox, upstream: Ups
     got = upstream.received("plain")[before:]
     assert [r["headers"]["Authorization"] for r in got] == [f"Bearer {VALUE}"]
     assert VALUE not in out
+    # a SOCKS5 tunnel is opened like a CONNECT one: HTTPS through it gets the value, elsewhere a 403
+    before = len(upstream.received("tls"))
+    socks = 'curl -sS -m 30 -i --socks5-hostname 127.0.0.1:3128 -H "Authorization: Bearer $TOKEN"'
+    code, out, err = sh(box, f"{socks} https://api.secret.test:8443/socks")
+    assert code == 0 and " 200 " in out.splitlines()[0], err
+    _, out, _ = sh(box, f"{socks} https://other.secret.test:8443/socks")
+    assert "403 Forbidden" in out
+    assert [r["headers"]["Authorization"] for r in upstream.received("tls")[before:]] == [f"Bearer {VALUE}"]
 
 
 def test_bodies_only_when_asked(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
@@ -432,3 +441,27 @@ def test_after_a_daemon_restart_placeholders_stay_checked_and_values_are_not_sen
             d.stop()
             sweep(home)
             subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_an_image_sandbox_trusts_its_ca_where_the_image_keeps_its_bundle(secd: Daemon, busybox_dir: Path) -> None:
+    from hutch.client.images import follow
+
+    root = Path(tempfile.mkdtemp(prefix="hutch-secret-image-"))
+    try:
+        shutil.copytree(busybox_dir, root / "rootfs", symlinks=True)
+        bundle = root / "rootfs" / "etc" / "ssl" / "certs" / "ca-certificates.crt"
+        bundle.parent.mkdir(parents=True)
+        bundle.write_text("the image's own bundle\n")
+        with secd.client() as c:
+            follow(c.image_import(f"rootfs:{root / 'rootfs'}", "bbssl:1"))
+        sbx = make(secd, image="bbssl:1")
+        try:
+            code, out, err = sh(sbx, 'cmp /.hutch/sandbox-ca.crt /etc/ssl/certs/ca-certificates.crt && echo "$SSL_CERT_FILE"')
+            assert (code, out) == (0, "/.hutch/sandbox-ca.crt\n"), err
+            code, out, _ = sh(sbx, "grep -c 'BEGIN CERTIFICATE' /.hutch/sandbox-ca.crt; cat /etc/marker")
+            assert code == 0 and int(out.split()[0]) >= 1 and out.endswith("from the image\n")
+            assert re.fullmatch(r"hutch-secret-TOKEN-[0-9a-f]{32}", sh(sbx, 'printf %s "$TOKEN"', redact=False)[1])
+        finally:
+            sbx.destroy()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -150,3 +150,14 @@ def handshake(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext, name: str)
         except ssl.SSLError:
             return False
     return False
+
+
+def test_mcp_reads_secret_values_from_its_own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hutch.mcp.shapes import env_secrets
+
+    monkeypatch.setenv("HUTCH_TEST_TOKEN", VALUE)
+    monkeypatch.delenv("HUTCH_TEST_MISSING", raising=False)
+    assert env_secrets(["HUTCH_TEST_TOKEN"]) == {"HUTCH_TEST_TOKEN": VALUE}
+    assert env_secrets(None) == {}
+    with pytest.raises(InvalidError, match="not set where the MCP server runs"):
+        env_secrets(["HUTCH_TEST_MISSING"])
