@@ -17,8 +17,10 @@ Measured, tunnel and intercept alternating request by request, the order swapped
 - ``new connection``: CONNECT, TLS, one ``GET /`` (3-byte body), close: what curl does;
 - ``kept-alive``: one more ``GET /`` on a connection already open: what an SDK's session does;
 - throughput: ``GET /big`` (``--mib`` MiB) over one connection, MB/s.
-Medians of the client's own timing (``time.perf_counter_ns``), and the daemon side's CPU time
-per request (this process's ``time.process_time`` over a batch, the upstream excluded).
+Medians of the client's own timing (``time.perf_counter_ns``). Then the proxy's CPU time
+(``time.process_time`` of this process; the upstream and the client are other processes) over
+batches of one kind at a time (tunnel, intercept, tunnel, intercept; the lower of each kind's
+two), per pair of requests (one on a new connection, one kept-alive).
 """
 
 from __future__ import annotations
@@ -178,7 +180,14 @@ class Proxies:
         self.events += 1
 
     def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.egress.close_all(), self.loop).result()
+        async def end() -> None:
+            await self.egress.close_all()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:  # connections the client left open
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(end(), self.loop).result()
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
@@ -187,6 +196,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200, help="requests of each kind (default 200)")
     parser.add_argument("--rounds", type=int, default=6, help="downloads of each kind (default 6)")
     parser.add_argument("--mib", type=int, default=64, help="size of each download (default 64 MiB)")
+    parser.add_argument("--cpu-requests", type=int, default=100, help="requests per CPU batch (default 100)")
     parser.add_argument("--json", metavar="FILE", help="also write the results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hutch-intercept-bench-") as name:
@@ -202,23 +212,33 @@ def main() -> None:
                 "cafiles": {"tunnel": str(tmp / "ca.pem"), "intercept": str(tmp / "sandbox-ca.pem")},
                 "requests": args.requests, "big_rounds": args.rounds, "big": args.mib << 20,
             }  # fmt: skip
-            cpu0 = time.process_time()
-            client = subprocess.run([sys.executable, "-c", CLIENT, json.dumps(cfg)], capture_output=True, text=True, check=False)
-            cpu = time.process_time() - cpu0
+            raw = _client(cfg)
+            # the proxy's CPU (this process: the upstream and the client are others), one kind at a time
+            cpu: dict[str, list[float]] = {}
+            for kind in ("tunnel", "intercept", "tunnel", "intercept"):
+                one = cfg | {"proxies": {kind: proxies.ports[kind]}, "requests": args.cpu_requests, "big_rounds": 0}
+                cpu0 = time.process_time()
+                _client(one)
+                cpu.setdefault(kind, []).append((time.process_time() - cpu0) / args.cpu_requests)
             proxies.close()
-            if client.returncode != 0:
-                raise SystemExit(f"client failed: {client.stderr[-2000:]}")
-            raw = json.loads(client.stdout)
         finally:
             server.kill()
             server.wait()
-    report = summarize(raw, args, cpu, proxies.events)
+    report = summarize(raw, args, {k: min(v) for k, v in cpu.items()}, proxies.events)
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(report | {"samples_ns": raw}, indent=2))
 
 
-def summarize(raw: dict[str, Any], args: argparse.Namespace, cpu: float, events: int) -> dict[str, Any]:
+def _client(cfg: dict[str, Any]) -> dict[str, Any]:
+    client = subprocess.run([sys.executable, "-c", CLIENT, json.dumps(cfg)], capture_output=True, text=True, check=False)
+    if client.returncode != 0:
+        raise SystemExit(f"client failed: {client.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(client.stdout)
+    return result
+
+
+def summarize(raw: dict[str, Any], args: argparse.Namespace, cpu: dict[str, float], events: int) -> dict[str, Any]:
     def ms(values: list[int]) -> float:
         return round(statistics.median(values) / 1e6, 3)
 
@@ -230,7 +250,9 @@ def summarize(raw: dict[str, Any], args: argparse.Namespace, cpu: float, events:
         out[key]["ratio"] = round(intercept / tunnel, 2)
     mbs = {k: round(args.mib * 1.048576 / (statistics.median(v) / 1e9), 1) for k, v in raw["big"].items()}
     out["throughput_mb_s"] = mbs | {"ratio": round(mbs["intercept"] / mbs["tunnel"], 2)}
-    out["proxy_cpu_s"] = round(cpu, 2)
+    # per iteration: one request on a new connection and one on the kept-alive one
+    out["proxy_cpu_ms_per_request_pair"] = {k: round(v * 1e3, 3) for k, v in cpu.items()}
+    out["proxy_cpu_ms_per_request_pair"]["ratio"] = round(cpu["intercept"] / cpu["tunnel"], 2)
     out["events"] = events
     return out
 
