@@ -14,7 +14,7 @@ from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hutch.config import Settings
 from hutch.errors import InvalidError
@@ -120,8 +120,9 @@ BUSY = (
 )
 
 
-class SlowClients(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with deadlines for a slow client (slowloris) and a cap on
+class SlowClients(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (on httptools, the C parser the unix socket uses too: h11 cost
+    about a third of the listener's CPU per request) with deadlines for a slow client (slowloris) and a cap on
     open connections. uvicorn alone waits for a head or a body for ever.
 
     - A request's head (its line and headers) must arrive within ``header_timeout`` seconds of

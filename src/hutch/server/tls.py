@@ -51,14 +51,20 @@ def _with_cert(app: ASGIApp, pem: str) -> ASGIApp:
     return run
 
 
-class PeerCertHTTP(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, with the client certificate in each scope."""
+class PeerCert:
+    """Mixed into one of uvicorn's HTTP protocols: the client certificate in each scope."""
+
+    app: ASGIApp
 
     def connection_made(self, transport: Any) -> None:
-        super().connection_made(transport)
+        super().connection_made(transport)  # type: ignore[misc]
         pem = peer_pem(transport)
         if pem is not None:
             self.app = _with_cert(self.app, pem)
+
+
+class PeerCertHTTP(PeerCert, H11Protocol):
+    """uvicorn's h11 HTTP/1.1 protocol, with the client certificate in each scope."""
 
 
 class PeerCertWebSocket(WebSocketsSansIOProtocol):
@@ -71,10 +77,10 @@ class PeerCertWebSocket(WebSocketsSansIOProtocol):
             self.app = _with_cert(self.app, pem)
 
 
-def protocols(http: type[H11Protocol] = H11Protocol) -> dict[str, Any]:
+def protocols(http: type[Any] = H11Protocol) -> dict[str, Any]:
     """uvicorn's ``http`` and ``ws`` options for a listener whose clients may present certificates
     (``http``: the HTTP protocol to extend, e.g. one with deadlines for slow clients)."""
-    cls = http if issubclass(http, PeerCertHTTP) else type("PeerCert" + http.__name__, (PeerCertHTTP, http), {})
+    cls = http if issubclass(http, PeerCert) else type("PeerCert" + http.__name__, (PeerCert, http), {})
     return {"http": cls, "ws": PeerCertWebSocket}
 
 

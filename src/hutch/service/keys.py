@@ -84,6 +84,7 @@ class Keys:
     def __init__(self, service: Service) -> None:
         self.svc = service
         self.store = service.store
+        self._actors: dict[str, tuple[dict[str, Any], Actor]] = {}  # by key id: the row it was made of, the actor
 
     def create(
         self,
@@ -183,12 +184,18 @@ class Keys:
             raise UnauthorizedError(f"the key {key_id} this credential is bound to is gone", hint=KEY_HINT)
         return dataclasses.replace(self._live(row), via=via)
 
-    @staticmethod
-    def _live(row: dict[str, Any]) -> Actor:
+    def _live(self, row: dict[str, Any]) -> Actor:
         if row["revoked_at"]:
             raise UnauthorizedError(f"API key {row['name']} ({row['id']}) was revoked", hint=KEY_HINT)
         now = time.time()
         if row["expires_at"] is not None and row["expires_at"] <= now:
             when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["expires_at"]))
             raise UnauthorizedError(f"API key {row['name']} ({row['id']}) expired at {when} (gateway time)", hint=KEY_HINT)
-        return actor_of(row)
+        made = self._actors.get(row["id"])
+        if made is not None and made[0] is row:  # the store's kept row: nothing changed since
+            return made[1]
+        actor = actor_of(row)
+        if len(self._actors) >= 4096:
+            self._actors.clear()
+        self._actors[row["id"]] = (row, actor)
+        return actor
