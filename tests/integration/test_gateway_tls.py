@@ -163,3 +163,29 @@ def test_exposed_ports_through_the_gateway_path_and_host_routes(hutch_home: Path
         status, _, body = _get(empty["urls"][-1], ctx)
         assert status == 502 and b"nothing listens" in body
         assert _get(f"{d.url}/p/{sid}/7000/", ctx)[0] == 404
+        # an app's redirects stay under the path prefix: a path, and a URL of the app itself
+        # (a loopback name, or the Host it was sent); a URL elsewhere is left alone
+        for asked, to in (
+            ("redirect", f"/p/{sid}/8000/target?x=1"),
+            ("redirect-abs", f"/p/{sid}/8000/abs"),
+            ("redirect-away", "https://example.com/x"),
+        ):
+            status, headers, _ = _get(bare + asked, ctx, {"Cookie": cookie})
+            assert status == 302 and headers["location"] == to, (asked, headers)
+        status, headers, _ = _get(f"{d.url}/redirect", ctx, {"Host": host, "Cookie": cookie})
+        assert status == 302 and headers["location"] == "/target?x=1"  # no prefix on the host route
+
+        # a restart of the gateway: the exposures are there again, the links given before still open them
+        d.stop()
+        d.start()
+        ports = {p["port"]: p for p in d.client().ports(sid)}
+        assert set(ports) == {8000, 9000} and ports[9000]["public"] is True
+        again = next(u for u in ports[8000]["urls"] if "/p/" in u)
+        assert again.split("hutch_preview=")[1] == path_url.split("hutch_preview=")[1]  # the same token
+        moved = f"{d.url}/p/{sid}/8000/"
+        assert _get(moved + "after", ctx)[0] == 401
+        status, _, body = _get(moved + "after", ctx, {"Cookie": cookie})
+        assert status == 200 and body.startswith(b"path=/after ")
+        c = d.client()
+        c.unexpose(sid, 9000)
+        assert [p["port"] for p in c.ports(sid)] == [8000]

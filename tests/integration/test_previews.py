@@ -40,6 +40,10 @@ class H(http.server.BaseHTTPRequestHandler):
                 size = bytes([len(reply)]) if len(reply) < 126 else b"\x7e" + struct.pack(">H", len(reply))
                 self.wfile.write(bytes([0x80 | op]) + size + reply)
                 self.wfile.flush()
+        if self.path.startswith("/redirect"):  # where an app sends its client: rewritten under a path prefix
+            to = {"/redirect": "/target?x=1", "/redirect-abs": "http://127.0.0.1:8000/abs", "/redirect-away": "https://example.com/x"}
+            self.send_response(302); self.send_header("Location", to[self.path]); self.send_header("Content-Length", "0")
+            self.end_headers(); return
         seen = " cookie=" + self.headers.get("Cookie", "-") + " auth=" + self.headers.get("Authorization", "-")
         body = ("path=" + self.path + seen).encode()
         self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers(); self.wfile.write(body)
@@ -155,6 +159,37 @@ def test_public_nothing_listening_unexpose_and_destroy(served: tuple[Daemon, str
         get(pub["url"])  # closed with its sandbox
     types = [e["type"] for e in c.events(sid)]
     assert types.count("port_unexposed") == 2
+
+
+def test_exposures_outlive_a_restart_of_the_daemon(served: tuple[Daemon, str]) -> None:
+    """Kept in the store: after a restart the port is exposed again (on a new loopback port),
+    the token given before still opens it, no prefix rewrites a redirect; a destroyed
+    sandbox's exposures do not come back."""
+    daemon, sid = served
+    c = daemon.client()
+    before = c.expose(sid, 8000)
+    gone = c.create({})["id"]
+    c.expose(gone, 8001, public=True)
+    daemon.stop()
+    daemon.start()
+    c = daemon.client()
+    after = c.ports(sid)
+    assert [p["port"] for p in after] == [8000] and after[0]["public"] is False
+    token = before["url"].split("hutch_preview=")[1]
+    assert after[0]["url"].split("hutch_preview=")[1] == token
+    status, headers, _ = get(after[0]["url"])
+    assert status == 303
+    cookie = {"Cookie": headers["set-cookie"].split(";")[0]}
+    status, _, body = get(after[0]["url"].split("?")[0] + "again", cookie)
+    assert status == 200 and body.startswith(b"path=/again ")
+    status, headers, _ = get(after[0]["url"].split("?")[0] + "redirect", cookie)
+    assert status == 302 and headers["location"] == "/target?x=1"
+    assert any(e["type"] == "port_exposed" and e["data"].get("restored") for e in c.events(sid))
+    c.destroy(gone)
+    daemon.stop()
+    daemon.start()
+    assert daemon.client().ports(sid)[0]["port"] == 8000
+    assert daemon.client().ports(gone) == []
 
 
 def test_bad_ports_are_refused(served: tuple[Daemon, str]) -> None:

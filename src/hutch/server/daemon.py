@@ -112,6 +112,9 @@ async def _serve(
         servers.append((_Server(uvicorn.Config(front, **common, **tls, **protocols(slow_clients(settings)))), tcp_sock))
     else:
         Previews(service, http=slow_clients(settings))  # exposed ports on loopback ports of their own
+    restored = await service.ports.restore()  # what was exposed before a restart, for the sandboxes still there
+    if restored:
+        log.info("exposed %d ports again", restored)
     app.state.shutdown = stop_all
     if stopping:
         stop_all(stopping[-1])

@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from hutch.errors import HutchError
 from hutch.server import proxy
@@ -100,7 +100,7 @@ class Previews:
         base_url: str = "",
         domain: str = "",
         may_open: MayOpen | None = None,
-        http: type[H11Protocol] = H11Protocol,
+        http: type[Any] = HttpToolsProtocol,
     ) -> None:
         self.service = service
         self.http = http  # the loopback ports' HTTP protocol (deadlines for slow clients)
@@ -263,7 +263,7 @@ class Previews:
             await proxy.websocket(scope, receive, send, sock, path, query_bytes, headers)
             return
         try:
-            await proxy.http(scope, receive, send, sock, path, query_bytes, headers)
+            await proxy.http(scope, receive, send, sock, path, query_bytes, headers, prefix)
         except proxy.UpstreamError as exc:
             status, body = _page(502, "Bad Gateway", f"port {port} of sandbox {ex.sandbox_id}: {exc}")
             await _answer(scope, receive, send, status, body)

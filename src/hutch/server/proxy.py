@@ -6,6 +6,11 @@ the answer comes back streamed the same way. WebSocket: the handshake is repeate
 with the websockets client (path, query, subprotocols, the headers that are not the
 handshake's own), then messages go both ways until either side closes.
 
+Under a path prefix (the gateway's ``/p/SANDBOX/PORT/``) the answer's ``Location`` and
+``Content-Location`` are rewritten to stay under it: a path (``/login``) gets the prefix, and a
+URL of the server itself (a loopback name, or the Host the request carried) becomes the
+prefixed path; a URL elsewhere is left as it is.
+
 Bounded: the answer's head must come within HEAD_TIMEOUT; a head over MAX_HEAD bytes is
 refused; the body is never buffered beyond a chunk (uvicorn's flow control applies).
 """
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import socket
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import h11
 
@@ -45,6 +51,31 @@ WS_OWN = HOP | {
 }
 
 
+LOCATIONS = (b"location", b"content-location")
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def relocate(value: bytes, prefix: str, host: bytes | None) -> bytes:
+    """A ``Location`` of the server inside, as the client must follow it under ``prefix``."""
+    if prefix == "/":
+        return value
+    text = value.decode("latin-1")
+    if text.startswith(prefix):
+        return value  # the app knows its prefix
+    if text.startswith("/") and not text.startswith("//"):
+        return (prefix.rstrip("/") + text).encode("latin-1")
+    try:
+        url = urlsplit(text)
+        ours = url.scheme in ("http", "https") and (
+            (url.hostname or "") in LOOPBACK or (host is not None and url.netloc.lower() == host.decode("latin-1").lower())
+        )
+    except ValueError:
+        return value
+    if not ours or url.path.startswith(prefix):
+        return value
+    return urlunsplit(("", "", prefix.rstrip("/") + (url.path or "/"), url.query, url.fragment)).encode("latin-1")
+
+
 class UpstreamError(Exception):
     """The server inside broke HTTP (or went away) before its answer began."""
 
@@ -54,9 +85,17 @@ def _target(path: str, query: bytes) -> bytes:
 
 
 async def http(
-    scope: Scope, receive: Any, send: Any, sock: socket.socket, path: str, query: bytes, headers: list[tuple[bytes, bytes]]
+    scope: Scope,
+    receive: Any,
+    send: Any,
+    sock: socket.socket,
+    path: str,
+    query: bytes,
+    headers: list[tuple[bytes, bytes]],
+    prefix: str = "/",
 ) -> None:
-    """Relay one HTTP request to ``sock`` (connected inside the sandbox) and its answer back."""
+    """Relay one HTTP request to ``sock`` (connected inside the sandbox) and its answer back
+    (``prefix``: the path the client's URL has before ``path``)."""
     reader, writer = await asyncio.open_connection(sock=sock, limit=CHUNK)
     conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     out = [(k, v) for k, v in headers if k not in HOP]
@@ -69,7 +108,8 @@ async def http(
         writer.write(conn.send(h11.Request(method=scope["method"], target=_target(path, query), headers=out)))
         pump = asyncio.create_task(_body(receive, writer, conn))
         try:
-            started = await _answer(send, reader, conn, scope["method"])
+            host = next((v for k, v in headers if k == b"host"), None)
+            started = await _answer(send, reader, conn, scope["method"], prefix, host)
         finally:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -98,7 +138,9 @@ async def _body(receive: Any, writer: asyncio.StreamWriter, conn: h11.Connection
             return
 
 
-async def _answer(send: Any, reader: asyncio.StreamReader, conn: h11.Connection, method: str) -> bool:
+async def _answer(
+    send: Any, reader: asyncio.StreamReader, conn: h11.Connection, method: str, prefix: str, host: bytes | None
+) -> bool:
     """The answer relayed; False when none began (the caller answers 502)."""
     started = False
     deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT
@@ -125,7 +167,7 @@ async def _answer(send: Any, reader: asyncio.StreamReader, conn: h11.Connection,
         if isinstance(event, h11.InformationalResponse):
             continue
         if isinstance(event, h11.Response):
-            headers = [(k, v) for k, v in event.headers if k.lower() not in HOP]
+            headers = [(k, relocate(v, prefix, host) if k in LOCATIONS else v) for k, v in event.headers if k not in HOP]
             await send({"type": "http.response.start", "status": event.status_code, "headers": headers})
             started = True
             if method == "HEAD":

@@ -1,12 +1,13 @@
 """Exposed ports (``hutch expose``): a server listening inside a sandbox, opened to the
 outside through the daemon.
 
-The Service keeps what is exposed (in memory: an exposure ends with the daemon, and with
-its sandbox), checks who may open it (public, or a signed token, or the owner's
-credentials), makes the connection into the sandbox through its provider
-(:class:`~hutch.provider.PortsProvider`), and records each change as an event. How a
-request reaches it is the server's (:mod:`hutch.server.previews`): the ``front`` it binds
-here opens a loopback port for each exposure on the local daemon and says the URLs.
+The Service keeps what is exposed (in memory, and in the store: an exposure outlives a
+restart of the daemon, :meth:`Ports.restore`, and ends with its sandbox), checks who may
+open it (public, or a signed token, or the owner's credentials), makes the connection into
+the sandbox through its provider (:class:`~hutch.provider.PortsProvider`), and records
+each change as an event. How a request reaches it is the server's
+(:mod:`hutch.server.previews`): the ``front`` it binds here opens a loopback port for each
+exposure on the local daemon and says the URLs.
 
 Private URLs carry a token: an HMAC-SHA256, under a key of the daemon's own (kept
 owner-only in its state directory so that links survive a restart of the daemon), of the
@@ -121,6 +122,7 @@ class Ports:
         if self.front is not None:
             await self.front.opened(ex)
         self.exposed[(rec.id, port)] = ex
+        self.svc.store.ports.put(rec.id, port, public, ex.owner, ex.nonce, ex.created_at)
         self.svc.store.events.append("port_exposed", rec.id, port=port, public=public, local_port=ex.local_port)
         return self.describe(ex)
 
@@ -140,7 +142,28 @@ class Ports:
         for ex in [ex for (sid, _), ex in self.exposed.items() if sid == sandbox_id]:
             await self._close(ex, why)
 
+    async def restore(self) -> int:
+        """At the daemon's start (its front bound): the exposures it had, for the sandboxes that
+        are still running or paused, with their nonces (the links given before still open them;
+        a local daemon's loopback port is a new one). Those of sandboxes gone are dropped."""
+        live = self.svc.store.sandboxes.live_ids()
+        restored = 0
+        for row in self.svc.store.ports.all():
+            if row["sandbox_id"] not in live:
+                self.svc.store.ports.delete(row["sandbox_id"])
+                continue
+            ex = Exposed(row["sandbox_id"], row["port"], row["public"], row["owner"], row["nonce"], row["created_at"])
+            if self.front is not None:
+                await self.front.opened(ex)
+            self.exposed[(ex.sandbox_id, ex.port)] = ex
+            self.svc.store.events.append(
+                "port_exposed", ex.sandbox_id, port=ex.port, public=ex.public, local_port=ex.local_port, restored=True
+            )
+            restored += 1
+        return restored
+
     async def close_all(self) -> None:
+        """The daemon stops: its servers close, the store keeps what was exposed (see restore)."""
         for ex in list(self.exposed.values()):
             if self.front is not None:
                 await self.front.closed(ex)
@@ -149,6 +172,7 @@ class Ports:
     async def _close(self, ex: Exposed, why: str) -> None:
         if self.exposed.get((ex.sandbox_id, ex.port)) is ex:
             del self.exposed[(ex.sandbox_id, ex.port)]
+            self.svc.store.ports.delete(ex.sandbox_id, ex.port)
         if self.front is not None:
             await self.front.closed(ex)
         self.svc.store.events.append("port_unexposed", ex.sandbox_id, port=ex.port, reason=why)

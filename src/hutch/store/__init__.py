@@ -16,6 +16,7 @@ each in its own module::
     store.keys        KeyTable        keys.py        insert, get, find, all, revoke, rotate
     store.certificates CertificateTable certs.py     insert, get, all, find, revoke
     store.pool        PoolTable       pool.py        add, ready, remove, members, leave, set_size, sizes
+    store.ports       PortTable       ports.py       put, delete, all
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
 inside its table's method. Each event's ``actor`` and each new row's ``owner`` come from the
@@ -35,6 +36,7 @@ from hutch.store.images import ImageTable
 from hutch.store.keys import KeyTable
 from hutch.store.migrations import MIGRATIONS
 from hutch.store.pool import PoolTable
+from hutch.store.ports import PortTable
 from hutch.store.runs import RunTable
 from hutch.store.sandboxes import SandboxTable
 from hutch.store.workspaces import ManifestTable, SnapshotTable, TenantTable
@@ -57,3 +59,4 @@ class Store:
         self.keys = KeyTable(self.db)
         self.certificates = CertificateTable(self.db)
         self.pool = PoolTable(self.db)
+        self.ports = PortTable(self.db)

@@ -259,6 +259,19 @@ ALTER TABLE snapshots_owned RENAME TO snapshots;
 CREATE INDEX snapshots_name ON snapshots(name);
 """
 
+# exposed ports (store/ports.py): kept so that they outlive a restart of the daemon
+PORTS_SQL = """
+CREATE TABLE ports (
+    sandbox_id TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    public INTEGER NOT NULL,
+    owner TEXT,
+    nonce TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (sandbox_id, port)
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -271,4 +284,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0010_image_owners", IMAGE_OWNERS_SQL),  # images per key: their owners, and names per owner
     ("0011_pool", POOL_SQL),
     ("0012_names_per_owner", NAMES_PER_OWNER_SQL),
+    ("0013_ports", PORTS_SQL),
 ]
