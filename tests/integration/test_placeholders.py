@@ -325,6 +325,16 @@ def test_the_placeholder_to_another_allowed_host_is_blocked(secd: Daemon, box: S
     ]
 
 
+def test_one_kept_alive_connection_carries_several_requests(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    before = len(upstream.received("tls"))
+    urls = " ".join(f"https://api.secret.test:8443/n{i}" for i in range(3))
+    code, _, err = sh(box, f'curl -sS -m 30 -v -H "Authorization: Bearer $TOKEN" {urls}')
+    assert code == 0, err
+    assert "Re-using existing connection" in err or "Reusing existing" in err  # one connection, one TLS
+    got = upstream.received("tls")[before:]
+    assert [(r["path"], r["headers"]["Authorization"]) for r in got] == [(f"/n{i}", f"Bearer {VALUE}") for i in range(3)]
+
+
 def test_a_wrong_upstream_certificate_is_refused(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
     _, out, _ = sh(box, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://wrong.secret.test:9443/')
     assert "502 Bad Gateway" in out and "not trusted" in out

@@ -132,6 +132,25 @@ def test_the_default_pool_hands_out_members_like_cold_sandboxes(pooled: Callable
         assert sbx.id not in after
 
 
+def test_a_sandbox_with_placeholder_secrets_is_made_cold_with_a_ca_of_its_own(pooled: Callable[..., Daemon]) -> None:
+    d = pooled("1")
+    with d.client() as c:
+        ready = full(c, 1)
+        sbx = Sandbox.create(
+            allow_hosts=["api.example.com"],
+            secrets={"TOKEN": "a-value-never-inside"},
+            secret_hosts={"TOKEN": ["api.example.com"]},
+            settings=d.settings,
+        )
+        assert sbx.id not in ready and members(c) == ready  # the member stays a member
+        created = [e for e in c.events(sbx.id) if e["type"] == "sandbox_created"]
+        assert not created[0]["data"].get("pool")
+        script = 'grep -c "BEGIN CERTIFICATE" /.hutch/sandbox-ca.crt; printf %s "$TOKEN" | cut -c1-19'
+        r = sbx.exec(["sh", "-c", script], redact=False)
+        assert int(r.stdout.split()[0]) >= 1 and r.stdout.split()[1] == "hutch-secret-TOKEN-"
+        sbx.destroy()
+
+
 def test_kill9_with_the_pool_full_leaves_nothing_after_the_restart(pooled: Callable[..., Daemon]) -> None:
     d = pooled("3")
     with d.client() as c:

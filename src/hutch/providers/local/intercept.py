@@ -191,10 +191,11 @@ async def relay(
     """HTTP/1.1 between the sandbox and one server: every request rewritten by the vault
     (placeholders in, or the request refused), every response relayed."""
     sandbox = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-    server = h11.Connection(h11.CLIENT)
+    server = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     if first:  # (empty would mean the end of the stream to h11)
         sandbox.receive_data(first)
     base = {"host": host, "port": port, "protocol": scheme}
+    reused = False  # a later request on the same connections
     while True:
         try:
             event = await _next(sandbox, client)
@@ -207,7 +208,7 @@ async def relay(
             return
         try:
             scrub = await _request(vault, host, event, sandbox, server, client, upstream, base, report)
-            if not await _response(vault, event, sandbox, server, client, upstream, scrub):
+            if not await _response(vault, event, sandbox, server, client, upstream, scrub, reused):
                 return
         except _RefusedError as refused:
             _error(client, refused.status, refused.text, refused.reason)
@@ -223,6 +224,7 @@ async def relay(
             server.start_next_cycle()
         except h11.LocalProtocolError:
             return
+        reused = True
 
 
 def _checked(outcome: Outcome, where: str, base: dict[str, Any], report: Report) -> bytes:
@@ -276,7 +278,7 @@ async def _request(
         replaced |= new_body != body
         headers = [(n, v) for n, v in headers if n.lower() not in (b"content-length", b"transfer-encoding")]
         headers.append((b"Content-Length", str(len(new_body)).encode()))
-        upstream.write(server.send(h11.Request(method=req.method, target=target, headers=headers)) or b"")
+        upstream.write(server.send(_onward(req, target, headers)) or b"")
         upstream.write((server.send(h11.Data(data=new_body)) or b"") + (server.send(h11.EndOfMessage()) or b""))
         await upstream.drain()
         return replaced
@@ -286,7 +288,7 @@ async def _request(
     while len(first) <= HOLD_BODY and not (ended := isinstance(event := await _next(sandbox, client), h11.EndOfMessage)):
         first += _data(event)
     _checked(vault.rewrite(bytes(first), host, body=True), "body", base, report)
-    upstream.write(server.send(h11.Request(method=req.method, target=target, headers=headers)) or b"")
+    upstream.write(server.send(_onward(req, target, headers)) or b"")
     keep = max(vault.longest - 1, 0)
     held = bytes(first)
     while not ended:
@@ -303,6 +305,11 @@ async def _request(
     upstream.write(server.send(h11.EndOfMessage()) or b"")
     await upstream.drain()
     return replaced
+
+
+def _onward(req: h11.Request, target: bytes, headers: list[tuple[bytes, bytes]]) -> h11.Request:
+    """The request the server gets: the sandbox's, rewritten, in its HTTP version."""
+    return h11.Request(method=req.method, target=target, headers=headers, http_version=req.http_version)
 
 
 def _data(event: Any) -> bytes:
@@ -323,6 +330,7 @@ async def _response(
     client: Stream,
     upstream: Stream,
     scrub: bool,
+    reused: bool,
 ) -> bool:
     """Relay one response (values the server echoes back become placeholders when ``scrub``);
     False when the connection ends with it."""
@@ -337,7 +345,9 @@ async def _response(
                 await client.drain()
             return False
         if isinstance(event, h11.ConnectionClosed):
-            if sandbox.our_state is h11.SEND_RESPONSE:
+            # a kept-alive connection the server had closed: the sandbox's side closes too, so its
+            # client retries on a new one as it would with the server itself
+            if sandbox.our_state is h11.SEND_RESPONSE and not reused:
                 _error(client, 502, "hutch: the server closed the connection without a response", "no_response")
                 await client.drain()
             return False
