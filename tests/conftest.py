@@ -186,3 +186,23 @@ def auth_registry(image_layout: Path) -> Iterator[object]:
         yield reg
     finally:
         reg.stop()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A real 3-node Ray cluster (head + 2 workers), each node in a network namespace of its
+    own (tests/raycluster.py), made once per session; torn down by PID and namespace."""
+    from tests import raycluster
+
+    root = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))  # short: unix socket paths live under it
+    root.chmod(0o755)  # sandbox users pass through the nodes' homes
+    # every node: a known memory size; the last one takes at most 4 sandboxes (placement tests)
+    room = {"hutch_memory": float(8 << 30)}
+    cluster = raycluster.start(root, resources=[room, room, room | {"hutch_sandboxes": 4.0}])
+    try:
+        yield cluster
+    finally:
+        cluster.teardown()
+        for node in cluster.nodes:
+            sweep(node.home)  # sandboxes the nodes' daemons left (they are in namespaces of their own)
+        subprocess.run(["rm", "-rf", str(root)], check=False)

@@ -80,6 +80,11 @@ class Settings:
     require_client_cert: bool = False  # refuse TCP requests without a client certificate
     public_url: str = ""  # the gateway's URL as clients see it (preview URLs); "": from hutch gateway init, or --listen
     preview_domain: str = ""  # a wildcard name (*.DOMAIN) routed to the gateway: previews at https://PORT-SANDBOX.DOMAIN/
+    # hutch serve --cluster: this gateway places sandboxes on the nodes of the Ray cluster at this address
+    cluster: str = ""
+    cluster_placement: str = "spread"  # spread (the node with the most room) or pack (the fullest that fits)
+    cluster_detect: float = 10.0  # seconds without an answer from a node's daemon before its sandboxes are lost
+    cluster_node_sandboxes: int = 64  # sandboxes per node unless the node's Ray resource hutch_sandboxes says
     e2b_base_image: str = ""  # the image of E2B's `base` template ("": the host-/usr shape, which has /bin/bash)
     e2b_domain: str = ""  # E2B_DOMAIN mode: https://api.DOMAIN and https://PORT-ID.DOMAIN on the gateway (docs/e2b.md)
     profile: str = ""
@@ -204,6 +209,19 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+def _placement(value: Any) -> str:
+    if str(value) not in ("spread", "pack"):
+        raise ValueError(value)
+    return str(value)
+
+
+def _detect(value: Any) -> float:
+    seconds = float(value)
+    if not 0.5 <= seconds <= 3600:
+        raise ValueError(seconds)
+    return seconds
+
+
 def _keepalive(value: Any) -> float:
     seconds = float(value)
     if not 0 < seconds <= 3600:
@@ -235,6 +253,9 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "max_connections": (_positive_int, "a whole number from 1, such as 1000"),
     "unikraft_ready_timeout": (float, "a number of seconds such as 60"),
     "unikraft_timeout": (float, "a number of seconds such as 30"),
+    "cluster_placement": (_placement, "spread or pack"),
+    "cluster_detect": (_detect, "a number of seconds from 0.5 to 3600, such as 10"),
+    "cluster_node_sandboxes": (int, "a whole number such as 64"),
     **dict.fromkeys(
         (
             "host",
@@ -254,6 +275,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "credentials_file",
             "e2b_base_image",
             "e2b_domain",
+            "cluster",
         ),
         (_text, "text"),
     ),

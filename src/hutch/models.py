@@ -320,6 +320,7 @@ class SandboxRecord(BaseModel):
     owner: str | None = None  # the key that made it (key_...), owner (the local user) or token (hutch serve --token-file)
     data: SkipJsonSchema[dict[str, Any]] = Field(default_factory=dict, exclude=True)  # the provider's, never sent
     ssh: SshEndpoint | None = None  # where `hutch ssh` connects (unikraft --ssh); from data
+    node: str | None = None  # the cluster node it lives on (hutch serve --cluster); from data
     # which credential its account has in the daemon's memory (providers whose resources
     # need one: state in_memory with origin, source and fingerprint, or missing); never stored
     credential: CredentialStatus | None = None
@@ -328,6 +329,8 @@ class SandboxRecord(BaseModel):
     def _ssh(self) -> SandboxRecord:
         if self.ssh is None and isinstance(self.data.get("ssh"), dict):
             self.ssh = cast(SshEndpoint, dict(self.data["ssh"]))
+        if self.node is None and isinstance(self.data.get("node"), str):
+            self.node = self.data["node"]
         return self
 
 

@@ -81,7 +81,10 @@ def test_the_api_keeps_its_openapi_document(app: Any) -> None:
     for op in operations:
         if op.path == "/v1/images/pull":
             continue  # it would reach registries outside this machine: tests/integration/test_images.py
-        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        # this app is no cluster's front door: a valid request to a cluster route answers 503
+        # unavailable by design (tests/unit/test_cluster_placement.py); invalid ones are still 4xx
+        modes = (GenerationMode.NEGATIVE,) if op.path.startswith("/v1/cluster") else tuple(GenerationMode)
+        for mode in modes:
             failures += _run(op, mode, lambda: None)
         if "{ref}" in op.path:
             failures += _run(op, GenerationMode.POSITIVE, ensure_box, path_parameters={"ref": BOX})

@@ -33,6 +33,7 @@ MODEL_MODULES = (
     "hutch.server.lifecycle",
     "hutch.server.oneshot",
     "hutch.server.pool",
+    "hutch.server.cluster",
     "hutch.server.runs",
     "hutch.server.workspaces",
 )

@@ -55,6 +55,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tenant": ("workspace", "tenant"),
     "doctor": ("system", "doctor"),
     "pool": ("pool", "pool"),
+    "cluster": ("cluster", "cluster"),
     "daemon": ("system", "daemon"),
     "serve": ("system", "serve"),
     "key": ("keys", "key"),

@@ -261,7 +261,7 @@ def list_(
         [
             r["id"],
             r.get("name") or "-",
-            r["provider"],
+            r["provider"] + (f" ({r['node']})" if r.get("node") else ""),
             r["state"] + (", credential missing" if _missing(r.get("credential")) else ""),
             format_size(int(r["spec"]["limits"]["memory"])),
             _age(r["created_at"]),
@@ -287,6 +287,7 @@ def get(obj: Ctx, sandbox: str) -> None:
         ("id", r["id"]),
         ("name", r.get("name") or "-"),
         ("provider", r["provider"]),
+        *([("node", str(r.get("node")))] if r.get("node") else []),
         ("state", r["state"]),
         ("created", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_at"]))),
         ("memory", f"{format_size(int(lim['memory']))} ({enf.get('memory', 'not enforced')})"),

@@ -131,6 +131,14 @@ async def _doctor(svc: Any, provider: str | None) -> dict[str, Any]:
     metavar="PATH",
     help="Owner-only TOML file of provider tokens for an unattended daemon (env HUTCH_CREDENTIALS_FILE).",
 )
+@click.option(
+    "--cluster", metavar="RAY_ADDRESS", help="Place sandboxes on the nodes of this Ray cluster (HOST:PORT of its head)."
+)
+@click.option(
+    "--placement",
+    type=click.Choice(["spread", "pack"]),
+    help="With --cluster: the node with the most room, or the fullest that fits.",
+)
 @json_option
 @click.pass_obj
 def serve(
@@ -144,6 +152,8 @@ def serve(
     public_url: str | None,
     preview_domain: str | None,
     credentials_file: str | None,
+    cluster: str | None,
+    placement: str | None,
 ) -> None:
     """Run the hutch daemon in the foreground (the CLI and SDK start it on demand).
 
@@ -155,6 +165,8 @@ def serve(
     Provider tokens come with each command from the caller's environment and are kept in
     memory only; --credentials-file (mode 0600, refused otherwise) lets the daemon expire
     and clean up after a restart before any caller brings them again.
+    With --cluster the daemon is a cluster's front door and only Ray driver: sandboxes are
+    placed on the nodes of that Ray cluster (docs/cluster.md), and it keeps no warm pool.
     With --json, one line {"serving": true, ...} is printed once it accepts connections.
     """
     from hutch.server.daemon import serve as run_server
@@ -163,6 +175,7 @@ def serve(
     flags["credentials_file"] = credentials_file
     flags |= {"client_ca": client_ca, "require_client_cert": "true" if require_client_cert else None}
     flags |= {"public_url": public_url, "preview_domain": preview_domain}
+    flags |= {"cluster": cluster, "cluster_placement": placement} | ({"pool_size": "0"} if cluster else {})
     settings = Settings.load(**obj.settings_flags, **flags)
 
     def announce(lst: Any) -> None:

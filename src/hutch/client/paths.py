@@ -36,6 +36,10 @@ def certificate(ref: str) -> str:
     return "/v1/gateway/certificates/" + quote(ref, safe="")
 
 
+def node(name: str) -> str:
+    return "/v1/cluster/nodes/" + quote(name, safe="")
+
+
 def provider(name: str) -> str:
     return "/v1/providers/" + quote(name, safe="")
 

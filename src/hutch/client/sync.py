@@ -76,6 +76,16 @@ class Client:
         body: wire.PoolSetRequest = {"size": size, "image": image}
         return cast("wire.PoolStatus", self.json("POST", "/v1/pool", json=body))
 
+    def cluster_status(self) -> wire.ClusterStatus:
+        return cast("wire.ClusterStatus", self.json("GET", "/v1/cluster"))
+
+    def cluster_nodes(self) -> builtins.list[wire.NodeRecord]:
+        return cast("builtins.list[wire.NodeRecord]", self.json("GET", "/v1/cluster/nodes"))
+
+    def cluster_drain(self, name: str, drained: bool = True) -> wire.NodeRecord:
+        url = paths.node(name) + "/drain"
+        return cast("wire.NodeRecord", self.json("POST", url, json={"drained": drained}))
+
     def pool_drain(self, image: str | None = None, all_shapes: bool = False) -> wire.PoolDrained:
         body: wire.PoolDrainRequest = {"image": image, "all": all_shapes}
         return cast("wire.PoolDrained", self.json("POST", "/v1/pool/drain", json=body))

@@ -95,6 +95,7 @@ class Capabilities:
     ports: bool = False  # connections to ports listening inside a sandbox: hutch expose (PortsProvider)
     usage: bool = False  # measures a live sandbox's memory, CPU time and processes (UsageProvider)
     pool: bool = False  # started sandboxes take a request's settings after start: a warm pool (PoolProvider)
+    nodes: bool = False  # places sandboxes on the nodes of a cluster: hutch cluster (NodesProvider)
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

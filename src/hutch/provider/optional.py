@@ -340,6 +340,27 @@ class UsageProvider(Protocol):
         ...
 
 
+@runtime_checkable
+class NodesProvider(Protocol):
+    """``capabilities.nodes``: sandboxes live on the nodes of a cluster (``hutch cluster``)."""
+
+    def bind_nodes(self, drained: set[str], on_node: Callable[[dict[str, Any]], None]) -> None:
+        """The nodes drained before (from the store), and where to report a node's change of state."""
+        ...
+
+    async def cluster(self) -> dict[str, Any]:
+        """The cluster as a whole: its head, placement, how many nodes in each state."""
+        ...
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Each node: name, state, drained, capacity, free room, sandboxes, version, error."""
+        ...
+
+    async def drain(self, name: str, drained: bool) -> dict[str, Any]:
+        """Take no new sandboxes on ``name`` (or again, with ``drained`` false); its record after."""
+        ...
+
+
 PROTOCOLS: dict[str, type] = {
     "network": NetworkProvider,
     "events": EventSource,
@@ -355,5 +376,6 @@ PROTOCOLS: dict[str, type] = {
     "ports": PortsProvider,
     "usage": UsageProvider,
     "pool": PoolProvider,
+    "nodes": NodesProvider,
 }
 """Each capability flag that promises an optional protocol, and that protocol."""

@@ -20,6 +20,7 @@ BUILTINS: dict[str, str] = {
     "local": "hutch.providers.local:LocalProvider",
     "fake": "hutch.providers.fake:FakeProvider",
     "unikraft": "hutch.providers.unikraft:UnikraftProvider",
+    "cluster": "hutch.providers.cluster:ClusterProvider",
 }
 
 

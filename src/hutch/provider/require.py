@@ -15,6 +15,7 @@ from hutch.provider.optional import (
     ClaimsProvider,
     EventSource,
     NetworkProvider,
+    NodesProvider,
     OptionsProvider,
     PauseProvider,
     PoolProvider,
@@ -115,3 +116,9 @@ def usage_provider(provider: Provider) -> UsageProvider:
 
 def pool_provider(provider: Provider) -> PoolProvider:
     return _require(provider, "pool", PoolProvider, "keeps no warm pool", "use --provider local")
+
+
+def nodes_provider(provider: Provider) -> NodesProvider:
+    return _require(
+        provider, "nodes", NodesProvider, "has no cluster nodes", "start the gateway with hutch serve --cluster RAY_ADDRESS"
+    )

@@ -16,6 +16,7 @@ from hutch.errors import InvalidError
 from hutch.models import FileEntry, PolicyChange, SandboxRecord, SandboxSpec
 from hutch.server import e2b, errors, idempotency, openapi
 from hutch.server.changes import router as changes_router
+from hutch.server.cluster import router as cluster_router
 from hutch.server.credentials import CallerCredentials
 from hutch.server.credentials import router as credentials_router
 from hutch.server.edge import App, unless_gone
@@ -177,6 +178,7 @@ def create_app(service: Service) -> FastAPI:
     app.add_middleware(ui_guard.Guard)  # its headers and CSRF checks
     e2b.install(app, service)  # the E2B-compatible API (/e2b/api, /e2b/envd, /files)
     app.include_router(pool_router(service))
+    app.include_router(cluster_router(service))
     app.add_middleware(CallerCredentials, keyring=service.keyring)  # the caller's provider credentials
     openapi.install(app)
     app.front = lambda stack: FastExec(stack, service, MAX_JSON)  # the hot path: foreground exec

@@ -40,7 +40,7 @@ from hutch.service.ports import Exposed
 Scope = dict[str, Any]
 ASGIApp = Any
 TOKEN_HINT = "set HUTCH_TOKEN_FILE (or HUTCH_TOKEN) to the daemon's token file (hutch serve --token-file) or to an API key"
-ADMIN_PREFIXES = ("/v1/keys", "/v1/shutdown", "/v1/cleanup", "/v1/providers/", "/v1/credentials", "/v1/pool")
+ADMIN_PREFIXES = ("/v1/keys", "/v1/shutdown", "/v1/cleanup", "/v1/providers/", "/v1/credentials", "/v1/pool", "/v1/cluster")
 OPEN_PATHS = ("/v1/health", "/openapi.json")
 READ_METHODS = ("GET", "HEAD")
 

@@ -71,6 +71,7 @@ async def _serve(
         *(len(report[k]) for k in ("adopted", "lost", "cleaned", "incompatible")),
     )
     service.pool.start()  # the warm pool fills in the background
+    service.cluster.start()  # a cluster gateway follows its nodes from the start
     service.lifecycle.start_reaper()  # --ttl / --idle-timeout are enforced with or without a CLI
     service.keyring.start()  # callers' credentials are absorbed; the daemon's own are tried for waiting accounts
     app = create_app(service)

@@ -51,6 +51,7 @@ from hutch.service.approvals import Approvals
 from hutch.service.certs import Certificates
 from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
+from hutch.service.cluster import Cluster
 from hutch.service.events import Events
 from hutch.service.files import MAX_FILE, Files
 from hutch.service.hints import check_create, no_egress
@@ -104,6 +105,7 @@ class Service:
         self.files = Files(self)  # a live sandbox's files: read, write, list
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
         self.pool = Pool(self)  # started sandboxes handed out on create
+        self.cluster = Cluster(self)  # a cluster gateway's nodes (hutch serve --cluster)
 
     def loaded(self) -> builtins.list[str]:
         """The providers made so far (a provider is made at its first use, or at start for what it adopts)."""
@@ -116,6 +118,8 @@ class Service:
                 event_source(provider).bind_events(self._provider_event)
             if provider.capabilities.claims:
                 claims_provider(provider).bind_claims(functools.partial(self.keyring.token, name), self.on_step)
+            if provider.capabilities.nodes:
+                self.cluster.bind(provider)
             self._providers[name] = provider
         return self._providers[name]
 
@@ -160,6 +164,8 @@ class Service:
             return await self._create(spec, root_seed)
 
     async def _create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None) -> SandboxRecord:
+        if self.cluster.enabled and spec.provider == "local":  # a cluster gateway's "local" is its nodes'
+            spec = spec.model_copy(update={"provider": "cluster"})
         spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
         spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)

@@ -17,6 +17,7 @@ each in its own module::
     store.certificates CertificateTable certs.py     insert, get, all, find, revoke
     store.pool        PoolTable       pool.py        add, ready, remove, members, leave, set_size, sizes
     store.ports       PortTable       ports.py       put, delete, all
+    store.nodes       NodeTable       nodes.py       seen, drain, all, drained
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
 inside its table's method. Each event's ``actor`` and each new row's ``owner`` come from the
@@ -35,6 +36,7 @@ from hutch.store.events import EventTable
 from hutch.store.images import ImageTable
 from hutch.store.keys import KeyTable
 from hutch.store.migrations import MIGRATIONS
+from hutch.store.nodes import NodeTable
 from hutch.store.pool import PoolTable
 from hutch.store.ports import PortTable
 from hutch.store.runs import RunTable
@@ -60,3 +62,4 @@ class Store:
         self.certificates = CertificateTable(self.db)
         self.pool = PoolTable(self.db)
         self.ports = PortTable(self.db)
+        self.nodes = NodeTable(self.db)

@@ -272,6 +272,17 @@ CREATE TABLE ports (
 );
 """
 
+# a cluster gateway's nodes (store/nodes.py): the last state seen, and the operator's drain
+NODES_SQL = """
+CREATE TABLE nodes (
+    name TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    drained INTEGER NOT NULL DEFAULT 0,
+    info TEXT NOT NULL DEFAULT '{}',
+    updated_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -285,4 +296,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0011_pool", POOL_SQL),
     ("0012_names_per_owner", NAMES_PER_OWNER_SQL),
     ("0013_ports", PORTS_SQL),
+    ("0014_nodes", NODES_SQL),
 ]

@@ -15,6 +15,7 @@ daemon sends validate against them.
 - :mod:`hutch.wire.keys`: a gateway's API keys
 - :mod:`hutch.wire.images`: stored images, pull/import frames, rm, prune
 - :mod:`hutch.wire.changes`: what a sandbox changed
+- :mod:`hutch.wire.cluster`: a cluster gateway's nodes
 - :mod:`hutch.wire.routes`: every route with the bodies it carries
 - :mod:`hutch.wire.build`: the request bodies, built in one place for every edge
 - :mod:`hutch.wire.pydantic`: these TypedDicts as pydantic types, for the server side only
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitChanges, CommitLayer, CommitRequest, ImageCommitted
+    from hutch.wire.cluster import ClusterStatus, DrainRequest, NodeRecord, NodeRoom, NodeState
     from hutch.wire.gateway import (
         CertificateIssued,
         CertificateKey,
@@ -174,7 +176,7 @@ if TYPE_CHECKING:
         TenantDeleted,
     )
 
-MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images", "changes", "gateway")
+MODULES = ("sandboxes", "runs", "oneshot", "workspaces", "system", "keys", "images", "changes", "gateway", "cluster")
 
 __all__ = [
     "AccountCredential",
@@ -199,6 +201,7 @@ __all__ = [
     "CleanupAction",
     "CleanupReport",
     "CleanupRequest",
+    "ClusterStatus",
     "CommitChanges",
     "CommitLayer",
     "CommitRequest",
@@ -208,6 +211,7 @@ __all__ = [
     "DestroyResult",
     "Doctor",
     "DoneFrame",
+    "DrainRequest",
     "Error",
     "ErrorDetail",
     "ErrorFrame",
@@ -260,6 +264,9 @@ __all__ = [
     "Mount",
     "NetworkMode",
     "NetworkPolicy",
+    "NodeRecord",
+    "NodeRoom",
+    "NodeState",
     "OnExpire",
     "OutputFrame",
     "OutputPage",

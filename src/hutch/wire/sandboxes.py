@@ -134,6 +134,7 @@ class SandboxRecord(TypedDict):
     last_active_at: NotRequired[float | None]
     owner: NotRequired[str | None]  # the key that made it (key_...), owner (the local user) or token
     ssh: NotRequired[SshEndpoint | None]
+    node: NotRequired[str | None]  # the cluster node it lives on (a cluster gateway's sandboxes)
     credential: NotRequired[CredentialStatus | None]  # providers whose resources need one (unikraft)
 
 

@@ -1,0 +1,340 @@
+"""The cluster provider: sandboxes placed on the nodes of a Ray cluster, each node running its
+own hutch daemon with the local provider; this gateway is the only Ray driver.
+
+Create picks a node with room (:mod:`~hutch.providers.cluster.nodes`), makes the sandbox
+there through the node daemon's API and records the node in the sandbox's data (``hutch
+get`` shows it). Every later call goes to that node's daemon over HTTPS with the gateway's
+own credentials. Runs stream through the gateway and are spooled here (partial output of a
+lost node stays readable). Node loss is followed by :mod:`~hutch.providers.cluster.monitor`.
+
+Not built (declared absent, so the Service refuses them with ``invalid`` before anything is
+made): interactive runs, network policies other than ``none``, workspaces (push, pull,
+snapshots, fork, tenants), pause, exposed ports, images, mounts.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any
+
+from hutch.config import Settings
+from hutch.errors import HutchError, InvalidError, UnavailableError
+from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
+from hutch.provider.core import Capabilities, CheckResult, ExecSpec
+from hutch.provider.optional import OnGone
+from hutch.providers.cluster.driver import Driver
+from hutch.providers.cluster.http import NodeClient, run, sandbox
+from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, unavailable
+from hutch.providers.cluster.nodes import choose, find
+from hutch.providers.cluster.spool import Spool
+
+PLACEMENTS = ("spread", "pack")
+# the gateway's own parts of a spec (names, expiry, approvals ...) stay here; the node makes a plain local sandbox
+NOT_SENT = {"name", "provider_options", "ttl", "idle_timeout", "on_expire", "tenant", "reuse_key", "require_approval"}
+NOT_SENT |= {"parent", "workspace", "secret_names", "mounts", "image"}
+
+
+def _not_a_cluster() -> UnavailableError:
+    return UnavailableError("this gateway is not a cluster's front door", hint="start it with hutch serve --cluster RAY_ADDRESS")
+
+
+def _raw(done: Mapping[str, Any], stdout: bytes = b"", stderr: bytes = b"") -> RawOutput:
+    """A node's run outcome (its ``exit`` event or its run record) as this gateway's."""
+    status, error = str(done.get("status")), done.get("error")
+    timed_out = status == "timed_out"
+    spawn = status in ("failed",) and done.get("exit_code") in (126, 127) and bool(error)
+    reason = "idle_timeout" if timed_out and "idle" in str(error or "") else "timeout" if timed_out else None
+    reason = "killed" if status == "killed" else "spawn" if spawn else reason
+    return RawOutput(
+        exit_code=int(done.get("exit_code") or 0),
+        signal=int(done.get("signal") or 0),
+        stdout=stdout,
+        stderr=stderr,
+        stdout_bytes=int(done.get("stdout_bytes") or 0),
+        stderr_bytes=int(done.get("stderr_bytes") or 0),
+        truncated_on_disk=bool(done.get("stored_truncated") or (done.get("truncated") and "run" not in done)),
+        timed_out=timed_out,
+        reason=reason,
+        killed=status == "killed",
+        oom_killed=status == "oom_killed",
+        spawn_error=str(error) if spawn else None,
+    )
+
+
+def _chunk(event: Mapping[str, Any]) -> bytes:
+    data = str(event.get("data", ""))
+    return base64.b64decode(data) if event.get("base64") else data.encode()
+
+
+class ClusterProvider:
+    name = "cluster"
+    capabilities = Capabilities(
+        limits=frozenset({"memory", "pids", "cpus", "disk"}),
+        survives_daemon=True,
+        secrets=True,
+        users=True,
+        options=frozenset({"placement", "node"}),
+        watch=True,
+        events=True,
+        ranged_reads=True,
+        nodes=True,
+    )
+    option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.driver = Driver(settings.cluster) if settings.cluster else None
+        self.monitor = Monitor(self.driver, settings.cluster_detect, settings.cluster_node_sandboxes) if self.driver else None
+        self.spool = Spool(settings.home / "cluster" / "sandboxes", settings.output_cap)
+
+    # -- the cluster -------------------------------------------------------------------------
+
+    def _mon(self) -> Monitor:
+        if self.monitor is None:
+            raise _not_a_cluster()
+        return self.monitor
+
+    def bind_events(self, on_event: OnEvent) -> None:
+        if self.monitor is not None:
+            self.monitor.on_event = on_event
+
+    def bind_nodes(self, drained: set[str], on_node: OnNode) -> None:
+        if self.monitor is not None:
+            self.monitor.drained = set(drained)
+            self.monitor.on_node = on_node
+
+    async def cluster(self) -> dict[str, Any]:
+        mon = self._mon()
+        await mon.first_round()
+        nodes = [n.describe(mon.default_sandboxes) for n in mon.nodes.values()]
+        states = {s: sum(1 for n in nodes if n["state"] == s) for s in ("starting", "ready", "unreachable", "lost", "refused")}
+        return {
+            "cluster": True,
+            "address": self.settings.cluster,
+            "head": "down" if mon.head_error else "up",
+            "head_error": mon.head_error,
+            "placement": self.settings.cluster_placement,
+            "detect_seconds": mon.detect,
+            "nodes": states,
+            "sandboxes": sum(n["sandboxes"] for n in nodes),
+            "drained": sorted(n["name"] for n in nodes if n["drained"]),
+        }
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        mon = self._mon()
+        await mon.first_round()
+        return [n.describe(mon.default_sandboxes) for n in sorted(mon.nodes.values(), key=lambda n: n.name)]
+
+    async def drain(self, name: str, drained: bool) -> dict[str, Any]:
+        mon = self._mon()
+        await mon.first_round()
+        node = find(mon.nodes, name)
+        node.drained = drained
+        (mon.drained.add if drained else mon.drained.discard)(node.name)
+        return node.describe(mon.default_sandboxes)
+
+    # -- where a sandbox is ----------------------------------------------------------------
+
+    def validate_options(self, spec: SandboxSpec) -> None:
+        placement = spec.provider_options.get("placement")
+        if placement is not None and placement not in PLACEMENTS:
+            raise InvalidError(f"unknown placement {placement!r}", hint="use spread or pack")
+        if spec.parent is not None:
+            raise InvalidError("the cluster provider has no sub-agents", hint="create a sandbox of its own")
+
+    def _where(self, rec: SandboxRecord) -> tuple[NodeClient, str]:
+        mon = self._mon()
+        name = str(rec.data.get("node"))
+        node = mon.nodes.get(name)
+        if node is None or node.client is None or node.state in ("lost", "refused"):
+            raise unavailable(node, name)
+        return node.client, str(rec.data["node_sandbox"])
+
+    async def check(self) -> list[CheckResult]:
+        if self.monitor is None:
+            return [CheckResult("cluster", True, "not a cluster gateway (hutch serve --cluster RAY_ADDRESS makes one)")]
+        try:
+            doc = await self.cluster()
+        except HutchError as exc:
+            return [CheckResult("cluster", False, exc.message, exc.hint)]
+        ready = doc["nodes"]["ready"]
+        detail = f"Ray head {doc['address']} {doc['head']}; {ready} node(s) ready"
+        return [CheckResult("cluster", doc["head"] == "up" and ready > 0, detail, "hutch cluster nodes")]
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        mon = self._mon()
+        await mon.first_round()
+        mode = rec.spec.provider_options.get("placement") or self.settings.cluster_placement
+        memory, pids = rec.spec.limits.memory, rec.spec.limits.pids
+        node = choose(list(mon.nodes.values()), memory, pids, mode, mon.default_sandboxes, rec.spec.provider_options.get("node"))
+        node.placed[rec.id] = (memory, pids)  # reserved before the first await: two creates never take one slot
+        assert node.client is not None
+        spec = rec.spec.model_dump(mode="json", exclude=NOT_SENT)
+        spec |= {"provider": "local", "secrets": dict(rec.spec.secrets), "labels": {**rec.spec.labels, GATEWAY_LABEL: rec.id}}
+        try:
+            made = await node.client.json("POST", "/v1/sandboxes", json=spec)
+        except BaseException:
+            node.placed.pop(rec.id, None)
+            raise
+        data = {"node": node.name, "node_id": node.ray_id, "node_sandbox": made["id"]}
+        return data, {k: f"{v} (on {node.name})" for k, v in dict(made.get("enforcement") or {}).items()}
+
+    def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
+        mon = self._mon()
+        node = mon.nodes.get(str(rec.data.get("node")))
+        if node is None or node.state == "lost":
+            return False
+        node.placed.setdefault(rec.id, (rec.spec.limits.memory, rec.spec.limits.pids))
+        mon.follow(rec.id, on_gone)
+        return True
+
+    async def alive(self, rec: SandboxRecord) -> bool:
+        mon = self._mon()
+        name = str(rec.data.get("node"))
+        node = await mon.settled(name, mon.detect + 60)
+        if node is None or node.client is None or node.state in ("lost", "refused"):
+            return False
+        try:
+            made = await node.client.json("GET", sandbox(str(rec.data["node_sandbox"])))
+        except UnavailableError:
+            raise
+        except HutchError:
+            return False
+        if made.get("state") not in ("running", "paused"):
+            return False
+        node.placed.setdefault(rec.id, (rec.spec.limits.memory, rec.spec.limits.pids))
+        return True
+
+    async def destroy(self, rec: SandboxRecord) -> bool:
+        mon = self._mon()
+        mon.unfollow(rec.id)
+        node = mon.nodes.get(str(rec.data.get("node")))
+        existed = False
+        if node is not None and node.client is not None and node.state != "lost" and "node_sandbox" in rec.data:
+            done = await node.client.json("DELETE", sandbox(str(rec.data["node_sandbox"])))
+            existed = bool(done.get("existed", True))
+        if node is not None:
+            node.placed.pop(rec.id, None)
+        self.spool.remove(rec.id)
+        return existed
+
+    async def close(self) -> None:
+        if self.monitor is not None:
+            await self.monitor.close()
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
+        client, node_sandbox = self._where(rec)
+        env = dict(spec.env)
+        secrets = {k: env.pop(k) for k in list(env) if spec.redact and k in spec.redact}
+        body: dict[str, Any] = {"command": spec.argv, "env": env, "secrets": secrets, "redact": bool(spec.redact)}
+        body |= {"cwd": spec.cwd, "max_output": spec.max_output, "timeout": spec.timeout, "idle_timeout": spec.idle_timeout}
+        if spec.stdin is not None:
+            body |= {"stdin": base64.b64encode(spec.stdin).decode(), "stdin_base64": True}
+        kept = {"stdout": bytearray(), "stderr": bytearray()}
+        live = spec.stream and spec.on_output is not None
+        done: dict[str, Any] | None = None
+        async for event in client.stream("POST", sandbox(node_sandbox) + "/exec", params={"stream": "true"}, json=body):
+            kind = event.get("type")
+            if kind == "run":
+                self.spool.begin(rec.id, spec.run_id, str(event["run_id"]))
+                if spec.on_start is not None:
+                    spec.on_start()
+            elif kind in ("stdout", "stderr"):
+                chunk = _chunk(event)
+                self.spool.write(rec.id, spec.run_id, str(kind), chunk)
+                if live and spec.on_output is not None:
+                    await spec.on_output(str(kind), chunk)
+                else:
+                    room = spec.max_output - len(kept[str(kind)])
+                    kept[str(kind)] += chunk[: max(0, room)]
+            elif kind == "error":
+                raise HutchError.from_dict(event)
+            elif kind == "exit":
+                done = event
+        if done is None:
+            raise client.unreachable(ConnectionError("the run's stream ended without its result"))
+        return _raw(done, bytes(kept["stdout"]), bytes(kept["stderr"]))
+
+    def _node_run(self, rec: SandboxRecord, run_id: str) -> str | None:
+        return self.spool.node_run(rec.id, run_id)
+
+    async def run_status(self, rec: SandboxRecord, run_id: str) -> RawOutput | None:
+        node_run = self._node_run(rec, run_id)
+        if node_run is None:
+            return None
+        try:
+            client, _ = self._where(rec)
+            record = await client.json("GET", run(node_run))
+        except HutchError:
+            return None
+        return None if record.get("status") == "running" else _raw(record)
+
+    async def runs_alive(self, rec: SandboxRecord) -> set[str]:
+        client, node_sandbox = self._where(rec)
+        running = await client.json("GET", sandbox(node_sandbox) + "/runs", params={"status": "running"})
+        ours = self.spool.runs(rec.id)
+        return {ours[r["id"]] for r in running if r["id"] in ours}
+
+    async def kill_run(self, rec: SandboxRecord, run_id: str, sig: int) -> bool:
+        node_run = self._node_run(rec, run_id)
+        if node_run is None:
+            return False
+        client, _ = self._where(rec)
+        done = await client.json("POST", run(node_run) + "/kill", json={"signal": sig})
+        return bool(done.get("signalled"))
+
+    async def read_output(self, rec: SandboxRecord, run_id: str, stream: str, offset: int, limit: int) -> tuple[bytes, int]:
+        node_run = self._node_run(rec, run_id)
+        if node_run is not None:
+            try:
+                client, _ = self._where(rec)
+                params = {"stdout_offset": offset, "stderr_offset": offset, "limit": max(1, min(limit, 16 << 20))}
+                page = (await client.json("GET", run(node_run) + "/output", params=params))[stream]
+                return _chunk(page)[:limit], int(page["size"])
+            except UnavailableError:
+                pass  # the node is away: what streamed through this gateway
+        return self.spool.read(rec.id, run_id, stream, offset, limit)
+
+    async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
+        client, node_sandbox = self._where(rec)
+        params = {"offset": offset, "limit": max(1, min(limit, 16 << 20))}
+        page = await client.json("GET", sandbox(node_sandbox) + "/logs", params=params)
+        ours = self.spool.runs(rec.id)
+        records = [
+            {"offset": r["offset"], "run_id": ours.get(r["run_id"], r["run_id"]), "stream": r["stream"], "data": _chunk(r)}
+            for r in page["records"]
+        ]
+        return records, int(page["next_offset"]), int(page["size"])
+
+    async def ps(self, rec: SandboxRecord) -> list[dict[str, Any]]:
+        client, node_sandbox = self._where(rec)
+        procs: list[dict[str, Any]] = await client.json("GET", sandbox(node_sandbox) + "/ps")
+        return procs
+
+    # -- files -----------------------------------------------------------------------------------
+
+    async def read_range(self, rec: SandboxRecord, path: str, offset: int, limit: int) -> tuple[bytes, bool, int | None]:
+        client, node_sandbox = self._where(rec)
+        params = {"path": path, "offset": offset, "limit": max(1, limit)}
+        resp = await client.request("GET", sandbox(node_sandbox) + "/files", params=params)
+        size = resp.headers.get("x-hutch-size")
+        more = resp.headers.get("x-hutch-truncated") == "1"
+        return resp.content[:limit], more, int(size) if size else None
+
+    async def read_file(self, rec: SandboxRecord, path: str, limit: int) -> tuple[bytes, bool]:
+        data, more, _ = await self.read_range(rec, path, 0, limit)
+        return data, more
+
+    async def write_file(self, rec: SandboxRecord, path: str, data: bytes, mode: int) -> None:
+        client, node_sandbox = self._where(rec)
+        await client.json("PUT", sandbox(node_sandbox) + "/files", params={"path": path, "mode": f"{mode:o}"}, content=data)
+
+    async def list_files(self, rec: SandboxRecord, path: str) -> list[FileEntry]:
+        client, node_sandbox = self._where(rec)
+        entries = await client.json("GET", sandbox(node_sandbox) + "/ls", params={"path": path})
+        return [FileEntry(**e) for e in entries]

@@ -1,0 +1,33 @@
+"""HTTP routes of a cluster gateway: the cluster, its nodes, a drain (admin)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from hutch.service import Service
+
+
+class DrainRequest(BaseModel):
+    drained: bool = True
+
+
+def router(service: Service) -> APIRouter:
+    r = APIRouter()
+    cluster = service.cluster
+
+    @r.get("/v1/cluster")
+    async def status() -> dict[str, Any]:
+        return await cluster.status()
+
+    @r.get("/v1/cluster/nodes")
+    async def nodes() -> list[dict[str, Any]]:
+        return await cluster.nodes()
+
+    @r.post("/v1/cluster/nodes/{name}/drain")
+    async def drain(name: str, req: DrainRequest) -> dict[str, Any]:
+        return await cluster.drain(name, req.drained)
+
+    return r

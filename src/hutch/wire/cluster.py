@@ -1,0 +1,50 @@
+"""A cluster gateway's bodies (``hutch serve --cluster``): the cluster, its nodes, a drain."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+__all__ = ["ClusterStatus", "DrainRequest", "NodeRecord", "NodeRoom", "NodeState"]
+
+NodeState = Literal["starting", "ready", "unreachable", "lost", "refused"]
+
+
+class NodeRoom(TypedDict):
+    memory: int  # bytes
+    pids: int | None  # None: no bound
+    sandboxes: int
+
+
+class NodeRecord(TypedDict):
+    """``GET /v1/cluster/nodes``: one node of the cluster as the gateway follows it."""
+
+    name: str  # the node's address
+    ray_node_id: str
+    state: NodeState
+    drained: bool  # takes no new sandboxes (hutch cluster drain)
+    url: str | None  # its daemon
+    version: str | None  # its hutch
+    error: str | None  # why it is not ready
+    sandboxes: int  # placed on it by this gateway
+    capacity: NodeRoom
+    free: NodeRoom
+
+
+class ClusterStatus(TypedDict):
+    """``GET /v1/cluster``: the cluster as a whole."""
+
+    cluster: bool
+    address: str  # the Ray head
+    head: Literal["up", "down"]
+    head_error: str | None
+    placement: Literal["spread", "pack"]
+    detect_seconds: float  # a node silent this long is lost
+    nodes: dict[str, int]  # how many nodes in each state
+    sandboxes: int
+    drained: list[str]
+
+
+class DrainRequest(TypedDict, total=False):
+    """``POST /v1/cluster/nodes/{name}/drain``: take no new sandboxes there (``drained: false`` undoes it)."""
+
+    drained: bool

@@ -1,0 +1,235 @@
+"""A cluster gateway on a real Ray cluster: three nodes (head + 2 workers), each in a network
+namespace of its own, each running its own hutch daemon started by Ray (tests/raycluster.py).
+
+The gateway (``hutch serve --cluster``) runs in the head's namespace as the only Ray driver;
+the tests speak to it over its unix socket. Cases that perturb the cluster (a gateway
+restart, a node killed) come last, in that order.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import hutch_env
+
+from hutch.client import Client
+from hutch.config import Settings
+from hutch.errors import CapacityError, UnavailableError
+
+pytestmark = pytest.mark.integration
+DEADLINE = 240.0
+DETECT = 6.0  # the gateway's detection time for a silent node (HUTCH_CLUSTER_DETECT)
+
+
+def until(check: Callable[[], Any], what: str, deadline: float = DEADLINE) -> Any:
+    end = time.monotonic() + deadline
+    while not (value := check()):
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+class Front:
+    """The gateway process and a client of it."""
+
+    def __init__(self, cluster: Any, home: Path) -> None:
+        from tests import raycluster
+
+        self.cluster = cluster
+        self.home = home
+        self.gateway = raycluster.Gateway(cluster, home, HUTCH_CLUSTER_DETECT=str(DETECT))
+        self.settings = Settings.load(home=home)
+        self.client = Client(self.settings, autostart=False)
+
+    def start(self) -> Front:
+        self.gateway.start()
+        until(lambda: sum(n["state"] == "ready" for n in self.nodes()) == 3, "three ready nodes")
+        return self
+
+    def nodes(self) -> list[dict[str, Any]]:
+        try:
+            return list(self.client.cluster_nodes())
+        except UnavailableError:
+            return []
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = hutch_env(self.home)
+        return subprocess.run([sys.executable, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def front(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Front]:
+    home = Path(ray_cluster.root) / "gw"
+    home.mkdir()
+    f = Front(ray_cluster, home).start()
+    try:
+        yield f
+    finally:
+        try:
+            for rec in f.client.list():
+                f.client.destroy(rec["id"])
+        finally:
+            f.client.close()
+            f.gateway.stop()
+
+
+def out(result: Any, stream: str = "stdout") -> str:
+    text = result[stream]
+    return base64.b64decode(text).decode() if result.get(f"{stream}_base64") else str(text)
+
+
+def test_sandboxes_on_every_node_through_the_gateway(front: Front) -> None:
+    c = front.client
+    recs = [c.create({"limits": {"memory": 256 << 20}, "env": {"WHO": f"n{i}"}}) for i in range(3)]
+    try:
+        nodes = {r["node"] for r in recs}
+        assert nodes == {n.ip for n in front.cluster.nodes}, "spread placement puts one on each node"
+        for i, r in enumerate(recs):
+            assert r["provider"] == "cluster"
+            got = c.get(r["id"])
+            assert got["node"] == r["node"] and got["state"] == "running"
+            res = c.exec(r["id"], {"command": ["sh", "-c", "echo $WHO; echo err >&2; exit 3"]})
+            assert (res["exit_code"], out(res).strip(), out(res, "stderr").strip()) == (3, f"n{i}", "err")
+            c.write_file(r["id"], "/workspace/hello.txt", b"hello " + r["node"].encode(), 0o640)
+            data, cut = c.read_file(r["id"], "/workspace/hello.txt")
+            assert (data, cut) == (b"hello " + r["node"].encode(), False)
+            names = {e["name"]: e for e in c.list_files(r["id"], "/workspace")}
+            assert names["hello.txt"]["size"] == len(data) and names["hello.txt"]["mode"] & 0o777 == 0o640
+            frames = list(c.exec_stream(r["id"], {"command": ["sh", "-c", "for i in 1 2 3; do echo line$i; done"]}))
+            kinds = [f["type"] for f in frames]
+            assert kinds[0] == "run" and kinds[-1] == "exit" and frames[-1]["exit_code"] == 0
+            streamed = "".join(str(f["data"]) for f in frames if f["type"] == "stdout")
+            assert streamed == "line1\nline2\nline3\n"
+            run = c.start(r["id"], {"command": ["sh", "-c", "echo background; sleep 0.5; echo done"]})
+            final = c.wait(run["id"], 120)
+            assert final["status"] == "completed" and final["exit_code"] == 0
+            page = c.output(run["id"])
+            assert page["stdout"]["data"] == "background\ndone\n"
+        listed = front.cli("list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert {r["id"]: r["node"] for r in json.loads(listed.stdout)}.items() >= {r["id"]: r["node"] for r in recs}.items()
+        shown = front.cli("get", recs[0]["id"])
+        assert f"node:      {recs[0]['node']}" in shown.stdout
+    finally:
+        for r in recs:
+            c.destroy(r["id"])
+    for n in until(lambda: [n for n in front.nodes() if n["sandboxes"] == 0] if len(front.nodes()) == 3 else None, "free"):
+        assert n["sandboxes"] == 0
+
+
+def test_placement_respects_each_nodes_room(front: Front) -> None:
+    c = front.client
+    head, first, small = (n.ip for n in front.cluster.nodes)
+    made: list[str] = []
+    try:
+        for name in (head, first):  # only the small node (4 sandboxes at most) takes new ones
+            c.cluster_drain(name)
+        for _ in range(4):
+            rec = c.create({"limits": {"memory": 128 << 20}})
+            made.append(rec["id"])
+            assert rec["node"] == small
+        with pytest.raises(CapacityError) as full:
+            c.create({"limits": {"memory": 128 << 20}})
+        assert "largest free slot" in full.value.message and small in full.value.message and "0 sandboxes" in full.value.message
+        assert len(c.list()) == 4, "the refused create left no sandbox"
+    finally:
+        for sid in made:
+            c.destroy(sid)
+        for name in (head, first):
+            c.cluster_drain(name, False)
+    with pytest.raises(CapacityError) as big:
+        c.create({"limits": {"memory": 16 << 30}})
+    assert "largest free slot" in big.value.message and "(8G of memory" in big.value.message
+    assert big.value.hint
+
+
+def test_cluster_commands(front: Front) -> None:
+    status = front.cli("cluster", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    doc = json.loads(status.stdout)
+    assert doc["cluster"] is True and doc["head"] == "up" and doc["nodes"]["ready"] == 3 and doc["placement"] == "spread"
+    nodes = json.loads(front.cli("cluster", "nodes", "--json").stdout)
+    assert {n["name"] for n in nodes} == {n.ip for n in front.cluster.nodes}
+    assert all(n["version"] and n["url"].startswith("https://") for n in nodes)
+    target = front.cluster.nodes[1].ip
+    drained = front.cli("cluster", "drain", target, "--json")
+    assert drained.returncode == 0 and json.loads(drained.stdout)["drained"] is True
+    try:
+        recs = [front.client.create({}) for _ in range(2)]
+        assert target not in {r["node"] for r in recs}, "a drained node takes nothing new"
+        for r in recs:
+            front.client.destroy(r["id"])
+    finally:
+        undone = front.cli("cluster", "drain", target, "--undo", "--json")
+    assert undone.returncode == 0 and json.loads(undone.stdout)["drained"] is False
+    unknown = front.cli("cluster", "drain", "10.99.0.9", "--json")
+    assert unknown.returncode != 0 and json.loads(unknown.stdout)["error"]["kind"] == "not_found"
+
+
+def test_a_gateway_that_is_not_a_cluster_says_unavailable(daemon: Any) -> None:
+    env = hutch_env(daemon.home)
+    res = subprocess.run([sys.executable, "-m", "hutch", "cluster", "status", "--json"], env=env, capture_output=True, text=True)
+    assert res.returncode == 1
+    err = json.loads(res.stdout)["error"]
+    assert err["kind"] == "unavailable" and "not a cluster" in err["message"] and "--cluster" in err["hint"]
+
+
+def test_the_gateway_restarting_loses_nothing(front: Front) -> None:
+    c = front.client
+    rec = c.create({})
+    run = c.start(rec["id"], {"command": ["sh", "-c", "echo before; sleep 4; echo after"]})
+    front.gateway.kill9()
+    front.gateway.start()
+    c.close()
+    front.client = c = Client(front.settings, autostart=False)
+    until(lambda: sum(n["state"] == "ready" for n in front.nodes()) == 3, "the nodes again")
+    assert c.get(rec["id"])["state"] == "running" and c.get(rec["id"])["node"] == rec["node"]
+    final = c.wait(run["id"], 120)
+    assert final["status"] == "completed", final
+    assert c.output(run["id"])["stdout"]["data"] == "before\nafter\n"
+    assert out(c.exec(rec["id"], {"command": ["echo", "still here"]})).strip() == "still here"
+    c.destroy(rec["id"])
+
+
+def test_a_lost_node_loses_its_sandboxes_and_only_them(front: Front) -> None:
+    c = front.client
+    victim = front.cluster.nodes[2]
+    recs = {r["node"]: r for r in (c.create({}) for _ in range(3))}
+    assert set(recs) == {n.ip for n in front.cluster.nodes}
+    doomed = recs[victim.ip]
+    run = c.start(doomed["id"], {"command": ["sh", "-c", "echo partial; sleep 600"]})
+    until(lambda: c.output(run["id"])["stdout"]["data"] == "partial\n", "the run's first output")
+    front.cluster.kill_node(victim)  # raylet, workers and the node's daemon: SIGKILL
+    lost = until(lambda: c.get(doomed["id"])["state"] == "lost" and c.get(doomed["id"]), "the sandbox lost", DETECT + 120)
+    assert victim.ip in (lost["error"] or "")
+    events = c.events(doomed["id"], types=["sandbox_lost"])
+    assert events and victim.ip in events[0]["data"]["message"]
+    ended = c.run(run["id"])
+    assert ended["status"] == "lost"
+    assert c.output(run["id"])["stdout"]["data"] == "partial\n", "the partial output stays readable"
+    for name, r in recs.items():
+        if name != victim.ip:
+            assert out(c.exec(r["id"], {"command": ["echo", "fine"]})).strip() == "fine"
+    nodes = {n["name"]: n for n in front.nodes()}
+    assert nodes[victim.ip]["state"] == "lost"
+    placed = [c.create({}) for _ in range(3)]
+    assert victim.ip not in {r["node"] for r in placed}, "nothing is placed on a lost node"
+    for r in placed:
+        c.destroy(r["id"])
+    # the node comes back (its Ray node and a new daemon): its copy of the lost sandbox is removed, not adopted
+    front.cluster.start_ray(victim, {"hutch_memory": float(8 << 30), "hutch_sandboxes": 4.0})
+    until(lambda: {n["name"]: n["state"] for n in front.nodes()}.get(victim.ip) == "ready", "the node back")
+    cleaned = until(lambda: c.events(doomed["id"], types=["sandbox_cleaned"]), "the node's copy cleaned")
+    assert cleaned[0]["data"]["node"] == victim.ip
+    assert c.get(doomed["id"])["state"] == "lost"
+    fresh = c.create({"provider_options": {"node": victim.ip}})
+    assert fresh["node"] == victim.ip
+    c.destroy(fresh["id"])
