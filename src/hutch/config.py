@@ -20,6 +20,7 @@ from hutch.errors import InvalidError
 from hutch.units import parse_size
 
 ENV_PREFIX = "HUTCH_"
+CLUSTER_PROVIDER = "cluster"  # the provider of a cluster gateway (hutch serve --cluster)
 
 
 def default_home() -> Path:
@@ -90,6 +91,11 @@ class Settings:
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
     sources: dict[str, str] = field(default_factory=dict)
+
+    def placed_by(self, provider: str) -> str:
+        """The provider a create for ``provider`` goes to: on a cluster gateway, the ``local``
+        sandboxes every client asks for by default live on its nodes (the ``cluster`` provider)."""
+        return CLUSTER_PROVIDER if self.cluster and provider == "local" else provider
 
     def default_image(self, provider: str) -> str | None:
         """The image of a create without ``--image`` that the caller fills in (``local``); a

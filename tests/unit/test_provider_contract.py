@@ -43,6 +43,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "usage": contract.usage_provider,
     "ports": contract.ports_provider,
     "pool": contract.pool_provider,
+    "nodes": contract.nodes_provider,
 }
 
 

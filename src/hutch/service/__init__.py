@@ -164,8 +164,8 @@ class Service:
             return await self._create(spec, root_seed)
 
     async def _create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None) -> SandboxRecord:
-        if self.cluster.enabled and spec.provider == "local":  # a cluster gateway's "local" is its nodes'
-            spec = spec.model_copy(update={"provider": "cluster"})
+        if (placed := self.settings.placed_by(spec.provider)) != spec.provider:  # a cluster gateway's nodes
+            spec = spec.model_copy(update={"provider": placed})
         spec, parent = self.lifecycle.check_parent(spec)  # a sub-agent: its parent, depth, not wider
         spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)

@@ -12,13 +12,12 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from hutch.actors import acting
+from hutch.config import CLUSTER_PROVIDER
 from hutch.errors import UnavailableError
 from hutch.provider import NodesProvider, Provider, nodes_provider
 
 if TYPE_CHECKING:
     from hutch.service import Service
-
-PROVIDER = "cluster"
 
 
 def not_a_cluster() -> UnavailableError:
@@ -48,7 +47,7 @@ class Cluster:
     def provider(self) -> NodesProvider:
         if not self.enabled:
             raise not_a_cluster()
-        return nodes_provider(self.svc.provider(PROVIDER))
+        return nodes_provider(self.svc.provider(CLUSTER_PROVIDER))
 
     def start(self) -> None:
         """A cluster gateway follows its nodes from its start (not from its first request)."""
