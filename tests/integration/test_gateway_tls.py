@@ -9,6 +9,7 @@ import json
 import shutil
 import ssl
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -108,6 +109,38 @@ def test_mutual_tls_bootstrap_required_revoked_wrong_ca_and_names(hutch_home: Pa
         assert r.returncode == 1 and "revoked" in json.loads(r.stdout)["error"]["message"]
         states = {c["name"]: c["state"] for c in _json(cli(hutch_home, "gateway", "certs", "--json"))}
         assert states == {"alice": "revoked", "bob": "active"}
+
+
+def test_an_expired_certificate_is_refused_on_the_next_request(hutch_home: Path, tmp: Path) -> None:
+    """A client certificate of the shortest validity (1 minute), bound to a key that does not
+    expire: accepted, then refused once its time is over (by the handshake, which checks the
+    certificate's dates against the gateway's clock); the key itself still works."""
+    _json(cli(hutch_home, "gateway", "init", "--name", "127.0.0.1", "--json"))
+    for d in _gateway(hutch_home):
+        key = _json(cli(hutch_home, "key", "create", "--name", "carol", "--json"))
+        issued = _json(
+            cli(hutch_home, "gateway", "issue", "carol-laptop", "--key", "carol", "--ttl", "1m", "--url", d.url,
+                "--out", str(tmp / "carol.json"), "--json")
+        )  # fmt: skip
+        assert issued["key"]["id"] == key["id"]
+        client = tmp / "client"
+        _json(cli(client, "login", str(tmp / "carol.json"), "--json"))
+        assert _json(cli(client, "--profile", "carol-laptop", "list", "--json")) == []
+        expires = issued["certificate"]["expires_at"]
+        deadline = expires + 180  # a loaded machine: generous; the condition is what is waited for
+        while True:
+            r = cli(client, "--profile", "carol-laptop", "list", "--json")
+            if r.returncode != 0:
+                break
+            assert time.time() < deadline, "the certificate was still accepted long after it expired"
+            time.sleep(2)
+        assert time.time() >= expires  # refused only once it had expired
+        err = json.loads(r.stdout)["error"]
+        assert err["kind"] in ("unavailable", "unauthorized") and "expired" in f"{err['message']} {err.get('hint', '')}", err
+        states = {c["name"]: c["state"] for c in _json(cli(hutch_home, "gateway", "certs", "--json"))}
+        assert states["carol-laptop"] == "expired"
+        env = {"HUTCH_HOST": d.url, "HUTCH_CA_FILE": str(hutch_home / "gateway" / "ca.pem"), "HUTCH_TOKEN": key["key"]}
+        assert _json(cli(tmp / "bearer", "list", "--json", **env)) == []  # the key was not what expired
 
 
 def _get(url: str, ctx: ssl.SSLContext, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
