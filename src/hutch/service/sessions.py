@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from hutch.actors import Actor, current
 from hutch.errors import HutchError, UnauthorizedError
-from hutch.models import SandboxRecord, SandboxState
+from hutch.models import LIVE_STATES, SandboxRecord, SandboxState
 from hutch.provider import Usage, usage_provider
 from hutch.service.keys import actor_of, public
 
@@ -122,6 +122,13 @@ class Sessions:
         return actor_of(row)
 
     # -- what the dashboard shows ----------------------------------------------------------
+
+    def sandboxes_page(self, page: int, per_page: int) -> tuple[list[SandboxRecord], int]:
+        """The dashboard's overview: page ``page`` (from 1) of the live (and lost) sandboxes the
+        actor may see, newest first, and how many there are in all."""
+        states = (*LIVE_STATES, SandboxState.lost)
+        offset = (max(1, page) - 1) * per_page
+        return self.svc.store.sandboxes.page(states, self.svc.access.owner_filter(), offset, per_page)
 
     def usage(self, records: list[SandboxRecord]) -> dict[str, Usage]:
         """What each running sandbox of ``records`` uses now, by id (those whose provider measures it)."""

@@ -204,6 +204,21 @@ class SandboxTable:
         sql = "SELECT * FROM sandboxes" + (f" WHERE {' AND '.join(where)}" if where else "")
         return [_record(r) for r in self.db.conn().execute(sql + " ORDER BY created_at", args)]
 
+    def page(
+        self, states: tuple[SandboxState, ...], owner: str | None, offset: int, limit: int
+    ) -> tuple[list[SandboxRecord], int]:
+        """One page of the sandboxes in ``states`` (of ``owner``; None: everyone's), newest
+        first, and how many there are in all: only the page's records are read and parsed."""
+        where = f"state IN ({', '.join('?' for _ in states)})"
+        args: list[Any] = [s.value for s in states]
+        if owner is not None:
+            where += " AND owner = ?"
+            args.append(owner)
+        conn = self.db.conn()
+        total = int(conn.execute(f"SELECT COUNT(*) FROM sandboxes WHERE {where}", args).fetchone()[0])
+        sql = f"SELECT * FROM sandboxes WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        return [_record(r) for r in conn.execute(sql, (*args, limit, offset))], total
+
     def counts(self) -> list[tuple[str, str, int]]:
         """(state, provider, how many) for every pair that has sandboxes."""
         rows = self.db.conn().execute("SELECT state, provider, COUNT(*) AS n FROM sandboxes GROUP BY state, provider")

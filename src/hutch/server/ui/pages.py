@@ -6,10 +6,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from hutch.actors import Actor
+from hutch.actors import SCOPES, Actor
 from hutch.models import ApprovalRecord, SandboxRecord
 from hutch.server.ui.html import age, csrf_field, e, layout, part, row, size, table, url, when
 
+PER_PAGE = 100  # sandboxes on one page of the overview
 SANDBOX_HEAD = ("sandbox", "state", "provider", "image", "limits", "age", "owner", "memory", "cpu", "processes")
 APPROVAL_HEAD = ("request", "action", "detail", "sandbox", "reason", "age", "decision")
 
@@ -76,13 +77,25 @@ def approval_rows(items: list[ApprovalRecord], actor: Actor, csrf: str) -> str:
     return "".join(out)
 
 
-def overview(sandboxes: str, approvals: str, count: int, actor: Actor, csrf: str) -> str:
+def pager(page: int, count: int) -> str:
+    """Links to the newer and older pages of the overview (newest first), and where this one is."""
+    last = max(1, -(-count // PER_PAGE))
+    first_shown = min(count, (page - 1) * PER_PAGE + 1)
+    shown = f"{first_shown} to {min(count, page * PER_PAGE)} of {count}, page {page} of {last}"
+    newer = f'<a rel="prev" href="{url("/", page=page - 1)}">&lsaquo; newer</a>' if page > 1 else ""
+    older = f'<a rel="next" href="{url("/", page=page + 1)}">older &rsaquo;</a>' if page < last else ""
+    return f'<p class="pager" id="pager">{newer} <span>{e(shown)}</span> {older}</p>'
+
+
+def overview(sandboxes: str, approvals: str, count: int, actor: Actor, csrf: str, page: int = 1) -> str:
+    fragment = url("/ui/fragments/sandboxes", page=page if page > 1 else None)
     body = (
         f"<section><h2>Pending approvals</h2>{table(APPROVAL_HEAD, [approvals], id_='approvals', empty='none pending')}"
         f'<p class="live" data-fragment="/ui/fragments/approvals" data-target="approvals"></p></section>'
         f'<section><h2>Sandboxes <span class="count" id="sandbox-count">{count}</span></h2>'
+        f"{pager(page, count) if count > PER_PAGE or page > 1 else ''}"
         f"{table(SANDBOX_HEAD, [sandboxes], id_='sandboxes', empty='no sandboxes')}"
-        f'<p class="live" data-fragment="/ui/fragments/sandboxes" data-target="sandboxes" data-count="sandbox-count"></p>'
+        f'<p class="live" data-fragment="{fragment}" data-target="sandboxes" data-count="sandbox-count"></p>'
         "</section>"
     )
     return layout("Sandboxes", body, actor=actor, csrf=csrf)
@@ -116,8 +129,31 @@ def keys_page(keys: list[dict[str, Any]], actor: Actor, csrf: str) -> str:
             )
         )
     body = table(("key", "name", "state", "scopes", "quotas", "created", "expires", ""), rows, id_="keys", empty="no keys")
-    body += '<p class="hint">Make keys with <code>hutch key create</code>: a key is shown once, where it is made.</p>'
+    boxes = "".join(
+        f'<label><input type="checkbox" name="scope" value="{s}"{" checked" if s in ("read", "write") else ""}> {s}</label> '
+        for s in SCOPES
+    )
+    body += (
+        f'<section><h2>New key</h2><form method="post" action="/ui/keys" id="new-key-form">{csrf_field(csrf)}'
+        '<label>Name <input type="text" name="name" required maxlength="64" pattern="[A-Za-z0-9][A-Za-z0-9._-]*"></label> '
+        f'<label>Expires after <input type="text" name="ttl" placeholder="e.g. 30d (empty: never)" size="22"></label> {boxes}'
+        '<button type="submit">Create</button></form>'
+        '<p class="hint">The key is shown once, on the next page (as <code>hutch key create</code> prints it once). '
+        "Quotas and network limits: <code>hutch key create --help</code>.</p></section>"
+    )
     return layout("Keys", body, actor=actor, csrf=csrf)
+
+
+def key_created(made: dict[str, Any], actor: Actor, csrf: str) -> str:
+    """The one page that shows a new key's secret."""
+    body = (
+        f'<p>Key <strong>{e(made["name"])}</strong> ({e(made["id"])}), scopes {e(", ".join(made["scopes"]))}'
+        f"{', expires ' + e(when(made.get('expires_at'))) if made.get('expires_at') else ''}.</p>"
+        f'<p class="warning">Copy it now: it is shown this once and cannot be shown again '
+        f"(<code>hutch key rotate {e(made['name'])}</code> makes a new one).</p>"
+        f'<pre id="new-key">{e(made["key"])}</pre><p><a href="/ui/keys">Back to the keys</a></p>'
+    )
+    return layout("Key created", body, actor=actor, csrf=csrf)
 
 
 def login_page(csrf: str, *, token: str = "", next_: str = "/", message: str = "") -> str:

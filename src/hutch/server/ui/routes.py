@@ -19,6 +19,7 @@ from hutch.models import SandboxRecord
 from hutch.server.ui import gate, live, pages, sandbox
 from hutch.service import Service
 from hutch.service.sessions import SESSION_TTL
+from hutch.units import parse_duration
 
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 Handler = Callable[..., Awaitable[Response]]
@@ -75,24 +76,26 @@ def router(service: Service) -> APIRouter:
     r = APIRouter(include_in_schema=False)
     approvals = service.approvals
 
-    def sandbox_fragment() -> tuple[str, int]:
-        records = service.list()
-        return pages.sandbox_rows(records, owner_names(service), usage(service, records)), len(records)
+    def sandbox_fragment(page: int) -> tuple[str, int]:
+        """One page of the overview's rows (server-side: thousands of sandboxes are never all read)."""
+        records, total = service.sessions.sandboxes_page(page, pages.PER_PAGE)
+        return pages.sandbox_rows(records, owner_names(service), usage(service, records)), total
 
     def approval_fragment(actor: Actor, csrf: str) -> str:
         return pages.approval_rows(approvals.list(pending=True), actor, csrf)
 
     @r.get("/")
     @html_errors
-    async def overview(request: Request) -> Response:
+    async def overview(request: Request, page: int = 1) -> Response:
         actor, csrf = current(), _csrf(request)
-        rows, count = sandbox_fragment()
-        return _html(pages.overview(rows, approval_fragment(actor, csrf), count, actor, csrf))
+        page = max(1, page)
+        rows, count = sandbox_fragment(page)
+        return _html(pages.overview(rows, approval_fragment(actor, csrf), count, actor, csrf, page))
 
     @r.get("/ui/fragments/sandboxes")
     @html_errors
-    async def sandboxes_fragment(request: Request) -> Response:
-        rows, count = sandbox_fragment()
+    async def sandboxes_fragment(request: Request, page: int = 1) -> Response:
+        rows, count = sandbox_fragment(max(1, page))
         return HTMLResponse(rows, headers={"x-hutch-count": str(count)})
 
     @r.get("/ui/fragments/approvals")
@@ -120,6 +123,20 @@ def router(service: Service) -> APIRouter:
     @html_errors
     async def keys_page(request: Request) -> Response:
         return _html(pages.keys_page(service.keys.list(), current(), _csrf(request)))
+
+    @r.post("/ui/keys")
+    @html_errors
+    async def create_key(request: Request) -> Response:
+        """A new key from the keys page (admins; the guard checked the CSRF token): its secret is
+        shown on the answer to this POST only (never in a URL, never again; the page is no-store)."""
+        body = await request.body()  # at most gate.MAX_FORM: the guard read it first
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        name = (form.get("name") or [""])[0].strip()
+        ttl_text = (form.get("ttl") or [""])[0].strip()
+        ttl = parse_duration(ttl_text) if ttl_text else None
+        scopes = [s for s in form.get("scope", []) if s != "admin"]
+        made = service.keys.create(name, ttl=ttl, scopes=scopes or None, admin="admin" in form.get("scope", []))
+        return _html(pages.key_created(made, current(), _csrf(request)))
 
     @r.post("/ui/keys/{ref}/revoke")
     @html_errors
