@@ -147,7 +147,7 @@ def keys_page(keys: list[dict[str, Any]], actor: Actor, csrf: str) -> str:
 def key_created(made: dict[str, Any], actor: Actor, csrf: str) -> str:
     """The one page that shows a new key's secret."""
     body = (
-        f'<p>Key <strong>{e(made["name"])}</strong> ({e(made["id"])}), scopes {e(", ".join(made["scopes"]))}'
+        f"<p>Key <strong>{e(made['name'])}</strong> ({e(made['id'])}), scopes {e(', '.join(made['scopes']))}"
         f"{', expires ' + e(when(made.get('expires_at'))) if made.get('expires_at') else ''}.</p>"
         f'<p class="warning">Copy it now: it is shown this once and cannot be shown again '
         f"(<code>hutch key rotate {e(made['name'])}</code> makes a new one).</p>"
