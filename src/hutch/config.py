@@ -59,6 +59,8 @@ class Settings:
     max_connections: int = 1000  # the TCP listener answers 503 past this many open connections
     unikraft_image: str | None = None
     local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
+    runtime: str = "bwrap"  # how a local sandbox isolates unless --runtime says: bwrap or gvisor
+    gvisor_platform: str = "auto"  # runsc's platform: auto (kvm where it answers, else ptrace), ptrace, kvm, systrap
     insecure_registries: str = ""  # registries (host[:port], comma-separated) pulled from over plain http
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
@@ -101,6 +103,10 @@ class Settings:
         """The image of a create without ``--image`` that the caller fills in (``local``); a
         provider that boots images (unikraft) picks its own default in the daemon."""
         return self.local_image or None if provider == "local" else None
+
+    def default_runtime(self, provider: str) -> str | None:
+        """The runtime of a create without ``--runtime`` (local only; the default, bwrap, is left unsaid)."""
+        return self.runtime if provider == "local" and self.runtime != "bwrap" else None
 
     @property
     def socket_path(self) -> Path:
@@ -228,6 +234,16 @@ def _detect(value: Any) -> float:
     return seconds
 
 
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in allowed:
+            raise ValueError(value)
+        return text
+
+    return convert
+
+
 def _keepalive(value: Any) -> float:
     seconds = float(value)
     if not 0 < seconds <= 3600:
@@ -288,6 +304,8 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "uid_registry": (_text, "a directory path"),
     "image_host_ca": (_text, "system, or the path of a CA bundle"),
     "require_client_cert": (_bool, "true or false"),
+    "runtime": (_choice("bwrap", "gvisor"), "bwrap or gvisor"),
+    "gvisor_platform": (_choice("auto", "ptrace", "kvm", "systrap"), "auto, ptrace, kvm or systrap"),
 }
 
 

@@ -183,6 +183,7 @@ class SandboxSpec(secretpolicy.PlaceholderFields):
     image: str | None = None  # providers that boot images (unikraft): the OCI image
     user: str | None = None  # who runs inside: root, NAME, UID, NAME:GROUP, UID:GID (local: a range of uids)
     host_ca: bool = False  # local: the host's CA bundle trusted inside (SSL_CERT_FILE and friends)
+    runtime: Literal["bwrap", "gvisor"] | None = None  # local (None: the provider's default, bwrap)
     provider_options: dict[str, str] = Field(default_factory=dict)  # e.g. {"metro": "fra"} for unikraft
     # Secret values travel in the request only: never serialized, stored or returned.
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)

@@ -34,8 +34,9 @@ from hutch.service import Service
 from hutch.service.poolsizes import Shape
 
 T = TypeVar("T")
-# "local+pool": the local provider whose sandboxes are warm pool members handed out on create
-PROVIDERS = ["fake", "local", "local+pool", "unikraft"]
+# "local+pool": the local provider whose sandboxes are warm pool members handed out on create;
+# "local+gvisor": the local provider's gvisor runtime (runsc), held to the capabilities it declares
+PROVIDERS = ["fake", "local", "local+pool", "local+gvisor", "unikraft"]
 CALL_TIMEOUT = 240.0  # generous: the machine may be loaded
 POOL_SIZE = 2
 
@@ -43,8 +44,12 @@ POOL_SIZE = 2
 class Target:
     """One provider under contract, driven through its Service."""
 
-    def __init__(self, name: str, home: Path, env: dict[str, str], server: Any = None, pooled: bool = False) -> None:
+    def __init__(
+        self, name: str, home: Path, env: dict[str, str], server: Any = None, pooled: bool = False, runtime: str | None = None
+    ) -> None:
         self.name = name
+        self.runtime = runtime  # the local provider's runtime under contract (None: its default)
+        self.extra: dict[str, Any] = {"runtime": runtime} if runtime else {}  # what every spec of this target carries
         self.home = home
         self.env = env  # what a daemon for this provider needs in its environment
         self.server = server  # the Unikraft test server, for unikraft
@@ -66,7 +71,9 @@ class Target:
 
     @property
     def capabilities(self) -> Capabilities:
-        return self.svc.provider(self.name).capabilities
+        caps = self.svc.provider(self.name).capabilities.of_runtime(self.runtime)
+        assert caps is not None, f"the {self.name} provider has no runtime {self.runtime}"
+        return caps
 
     def image(self) -> str:
         """An image this provider can boot: the test server's own for unikraft, a tiny one imported once for local."""
@@ -97,7 +104,7 @@ class Target:
     # -- sandboxes ---------------------------------------------------------------------
 
     def create(self, **spec: Any) -> SandboxRecord:
-        full = SandboxSpec(provider=self.name, **spec)
+        full = SandboxSpec(provider=self.name, **(self.extra | spec))
         shape = self.svc.pool.default_shape()
         pooled = self.pooled and Shape.of(full) == shape  # another image is another shape, with no pool here
         if not pooled or self.svc.pool.refusal(full, self.svc.provider(self.name)) is not None:
@@ -112,7 +119,7 @@ class Target:
         return rec
 
     def subagent(self, parent: str, **spec: Any) -> SandboxRecord:
-        return self.call(self.svc.lifecycle.subagent(parent, SandboxSpec(provider=self.name, **spec)))
+        return self.call(self.svc.lifecycle.subagent(parent, SandboxSpec(provider=self.name, **(self.extra | spec))))
 
     def get(self, ref: str) -> SandboxRecord:
         return self.svc.get(ref)
@@ -310,7 +317,8 @@ class Attached:
 
 @pytest.fixture(scope="module", params=PROVIDERS)
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
-    name, _, pool = str(request.param).partition("+")
+    name, _, variant = str(request.param).partition("+")
+    pool, runtime = variant == "pool", variant if variant == "gvisor" else None
     # Not under pytest's tmp_path: that is 0700 under root, and sandbox users pass through it.
     home = Path(tempfile.mkdtemp(prefix=f"hutch-contract-{name}-"))
     with pytest.MonkeyPatch.context() as mp, contextlib.ExitStack() as stack:
@@ -336,7 +344,9 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
                 mp.setenv(key, value)
         if pool:
             env = {"HUTCH_POOL_SIZE": str(POOL_SIZE)}  # the restart case's daemon keeps one too
-        t = Target(name, home, env, server, pooled=bool(pool))
+        if runtime:
+            env = {"HUTCH_RUNTIME": runtime}  # the restart case's creates too
+        t = Target(name, home, env, server, pooled=pool, runtime=runtime)
         stack.callback(t.close)
         yield t
 

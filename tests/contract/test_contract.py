@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from tests.conftest import Daemon, destroy_all, sweep
 
-from hutch.errors import ConflictError, InvalidError, NotFoundError
+from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError
 from hutch.models import ExecResult, RunStatus, SandboxRecord, SandboxState
 
 if TYPE_CHECKING:
@@ -234,7 +234,7 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
         with d.client() as c:
             if target.pooled:  # the daemon's own pool: its run survives the restart as a cold one's does
                 until(lambda: c.pool_status()["pools"][0]["ready"], "a pool member")
-            sbx = c.create({"provider": target.name})
+            sbx = c.create({"provider": target.name, **target.extra})
             if target.pooled:
                 assert [e["data"].get("pool") for e in c.events(sbx["id"]) if e["type"] == "sandbox_created"] == [True]
             script = "echo before; while [ ! -e go ]; do sleep 0.1; done; echo after" if survives else "sleep 600"
@@ -335,6 +335,16 @@ def test_declared_limits_are_applied(target: Target, new: New, limit: str) -> No
         within, beyond = HOGS[limit]
         ok = target.exec(rec.id, ["sh", "-c", within], timeout=120)
         assert (ok.exit_code, ok.status) == (0, RunStatus.completed), ok
+        if limit == "memory" and target.capabilities.oom_ends_sandbox:  # declared: the OOM kill takes the sandbox
+            with pytest.raises(HutchError):
+                target.exec(rec.id, ["sh", "-c", beyond], timeout=120)
+            deadline = time.monotonic() + 120
+            while target.get(rec.id).state == "running":
+                assert time.monotonic() < deadline, "the sandbox outlived its OOM kill"
+                time.sleep(0.2)
+            dead = target.get(rec.id)
+            assert "memory" in (dead.error or ""), dead.error
+            return
         over = target.exec(rec.id, ["sh", "-c", beyond], timeout=120)
         assert over.exit_code != 0 and over.status != RunStatus.completed, over
         assert target.exec(rec.id, ["echo", "alive"]).stdout == "alive\n"  # the sandbox outlives it

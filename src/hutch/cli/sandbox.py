@@ -72,6 +72,12 @@ def create_options(f: Any) -> Any:
             help="Local: trust this machine's CA bundle inside (for TLS intercepted by a proxy; sets SSL_CERT_FILE ...).",
         ),
         click.option(
+            "--runtime",
+            type=click.Choice(["bwrap", "gvisor"]),
+            help="Local: how the sandbox is isolated: bwrap (namespaces + seccomp on the host kernel, the default) or "
+            "gvisor (a user-space kernel, runsc; stronger, slower). Default: the runtime setting.",
+        ),
+        click.option(
             "--unikraft-metro",
             "metro",
             metavar="METRO|URL",
@@ -137,6 +143,7 @@ def build_spec(
     image: str | None = None,
     user: str | None = None,
     host_ca: bool = False,
+    runtime: str | None = None,
     metro: str | None = None,
     *,
     ttl: float | None = None,
@@ -173,6 +180,7 @@ def build_spec(
         image=image,
         user=user,
         host_ca=host_ca,
+        runtime=runtime,
         metro=metro,
         ssh=ssh,
         ttl=ttl,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
@@ -92,6 +92,10 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         ] = None,
         secrets: SecretNames = None,
         secret_hosts: SecretHosts = None,
+        runtime: Annotated[
+            Literal["bwrap", "gvisor"] | None,
+            Field(description="How it is isolated: bwrap (default) or gvisor (a user-space kernel: stronger, slower)."),
+        ] = None,
     ) -> CallToolResult:
         """Create a sandbox (capped memory and processes, its own /workspace) and return its record.
 
@@ -117,6 +121,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
                 image=image,
                 secrets=env_secrets(secrets),
                 secret_hosts=secret_hosts or {},
+                runtime=runtime,
             )
             return await client.create(spec)
 

@@ -72,6 +72,7 @@ class Capabilities:
     # behaviours of the core methods
     mounts: bool = False  # the spec's --mount binds
     limits: frozenset[str] = field(default_factory=frozenset)  # which of memory, pids, cpus it enforces
+    oom_ends_sandbox: bool = False  # a memory limit's OOM kill takes the whole sandbox, not one run (gvisor)
     survives_daemon: bool = False  # its sandboxes and runs outlive the daemon and are adopted again
     secrets: bool = False  # sandbox-level secrets held outside the store
     placeholders: bool = False  # secrets as placeholders its egress proxy replaces for bound hosts (--secret-host)
@@ -96,6 +97,19 @@ class Capabilities:
     usage: bool = False  # measures a live sandbox's memory, CPU time and processes (UsageProvider)
     pool: bool = False  # started sandboxes take a request's settings after start: a warm pool (PoolProvider)
     nodes: bool = False  # places sandboxes on the nodes of a cluster: hutch cluster (NodesProvider)
+    # runtimes (local: bwrap, gvisor): the one a spec without --runtime gets, and the others, each with
+    # what a sandbox of it can do (never more than the provider declares above)
+    default_runtime: str = ""
+    runtimes: tuple[tuple[str, Capabilities], ...] = ()
+
+    def of_runtime(self, name: str | None) -> Capabilities | None:
+        """What a sandbox of runtime ``name`` can do (None or the default: these); None when there is no such runtime."""
+        if name is None or name == self.default_runtime:
+            return self
+        return dict(self.runtimes).get(name)
+
+    def runtime_names(self) -> list[str]:
+        return [n for n in (self.default_runtime, *(name for name, _ in self.runtimes)) if n]
 
     @functools.cached_property
     def _set(self) -> frozenset[str]:

@@ -40,6 +40,7 @@ class CreateOptions(TypedDict, total=False):
     on_expire: Literal["destroy", "pause"] | None
     require_approval: list[str] | None
     image: str | None
+    runtime: Literal["bwrap", "gvisor"] | None
     disk: int | str | None
     unikraft_metro: str | None
     tenant: str | None
@@ -79,6 +80,7 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         on_expire=c.get("on_expire"),
         require_approval=c.get("require_approval") or (),
         image=c.get("image"),
+        runtime=c.get("runtime"),
         metro=c.get("unikraft_metro"),
         tenant=c.get("tenant"),
     )

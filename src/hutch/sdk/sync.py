@@ -60,7 +60,7 @@ class Sandbox:
         """A new sandbox. ``options``: name, memory, pids, cpus, env, mounts, labels, workdir,
         provider, network, allow_hosts, allow_ports, allow_cidrs, secrets, secret_hosts, secret_body,
         no_intercept, ttl, idle_timeout,
-        on_expire, require_approval, image, unikraft_metro, tenant (:class:`hutch.sdk.oneshot.CreateOptions`).
+        on_expire, require_approval, image, runtime, unikraft_metro, tenant (:class:`hutch.sdk.oneshot.CreateOptions`).
         With ``tenant`` the sandbox is one of a persistent line: its /workspace outlives destroy and is
         the next ``create(tenant=...)``'s (until ``hutch tenant delete``)."""
         client = Client(settings)

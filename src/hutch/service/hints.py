@@ -5,7 +5,7 @@ from __future__ import annotations
 from hutch.errors import InvalidError
 from hutch.models import SandboxRecord, SandboxSpec
 from hutch.netpolicy import NetworkPolicy
-from hutch.provider import Provider, option_owners, options_provider, ssh_provider
+from hutch.provider import Capabilities, Provider, option_owners, options_provider, ssh_provider
 from hutch.secretpolicy import check_bindings
 
 
@@ -59,28 +59,40 @@ def check_options(provider: Provider, spec: SandboxSpec) -> None:
         options_provider(provider).validate_options(spec)
 
 
+def runtime_capabilities(provider: Provider, spec: SandboxSpec) -> Capabilities:
+    """What a sandbox of ``spec``'s runtime can do; ``invalid`` for a runtime the provider lacks."""
+    caps = provider.capabilities.of_runtime(spec.runtime)
+    if caps is None:
+        names = provider.capabilities.runtime_names()
+        raise InvalidError(
+            f"the {provider.name} provider has no runtime {spec.runtime!r}",
+            hint=f"use --runtime {' or '.join(names)}" if names else "drop --runtime",
+        )
+    return caps
+
+
 def check_create(provider: Provider, spec: SandboxSpec) -> None:
-    """Refuse (``invalid``, with a hint) what ``spec`` asks that ``provider`` does not do."""
-    caps = provider.capabilities
+    """Refuse (``invalid``, with a hint) what ``spec`` asks that ``provider`` does not do (with the
+    runtime ``spec`` names: what that runtime does)."""
+    caps = runtime_capabilities(provider, spec)
+    who = f"the {provider.name} provider" if caps is provider.capabilities else f"the {spec.runtime} runtime"
     if spec.mounts and not caps.mounts:
-        raise InvalidError(f"the {provider.name} provider does not support --mount", hint="drop --mount")
+        raise InvalidError(f"{who} does not support --mount", hint="drop --mount")
     if spec.limits.cpus is not None and "cpus" not in caps.limits:
-        raise InvalidError(f"the {provider.name} provider cannot limit cpus", hint="drop --cpus")
+        raise InvalidError(f"{who} cannot limit cpus", hint="drop --cpus")
     if spec.limits.disk is not None and "disk" not in caps.limits:
-        raise InvalidError(f"the {provider.name} provider cannot cap what a sandbox writes", hint="drop --disk")
+        raise InvalidError(f"{who} cannot cap what a sandbox writes", hint="drop --disk")
     if spec.network.mode != "none" and not caps.network:
         raise no_egress(provider, spec.network)
     if spec.secrets and not caps.secrets:
-        raise InvalidError(f"the {provider.name} provider cannot hold sandbox secrets", hint="pass --secret on exec")
+        raise InvalidError(f"{who} cannot hold sandbox secrets", hint="pass --secret on exec")
     if (spec.secret_hosts or spec.no_intercept) and not caps.placeholders:
-        raise InvalidError(
-            f"the {provider.name} provider cannot hold placeholder secrets", hint="drop --secret-host and --no-intercept"
-        )
+        raise InvalidError(f"{who} cannot hold placeholder secrets", hint="drop --secret-host and --no-intercept")
     check_bindings(spec.secret_hosts, spec.secrets, spec.network)
     if spec.on_expire == "pause" and not caps.pause:
-        raise InvalidError(f"the {provider.name} provider cannot pause sandboxes", hint="use --on-expire destroy")
+        raise InvalidError(f"{who} cannot pause sandboxes", hint="use --on-expire destroy")
     check_options(provider, spec)
     if spec.image and not caps.images:
-        raise InvalidError(f"the {provider.name} provider does not boot images", hint="drop --image")
+        raise InvalidError(f"{who} does not boot images", hint="drop --image")
     if spec.user and not caps.users:
-        raise InvalidError(f"the {provider.name} provider cannot choose the user inside", hint="drop --user")
+        raise InvalidError(f"{who} cannot choose the user inside", hint="drop --user")

@@ -401,7 +401,13 @@ class Lifecycle:
                 hint="create it from a shallower sandbox, or raise the subagent_depth setting (HUTCH_SUBAGENT_DEPTH)",
             )
         mode = spec.workspace or ("ro" if parent.spec.workspace == "ro" else "rw")
-        spec = spec.model_copy(update={"parent": parent.id, "workspace": mode})
+        runtime = spec.runtime or parent.spec.runtime  # its parent's: the workspace's owners are the runtime's
+        if (runtime or "bwrap") != (parent.spec.runtime or "bwrap"):
+            raise InvalidError(
+                f"a sub-agent runs in its parent's runtime ({parent.spec.runtime or 'bwrap'}), not {runtime}",
+                hint="drop --runtime, or give the worker its own sandbox (hutch create --runtime ...)",
+            )
+        spec = spec.model_copy(update={"parent": parent.id, "workspace": mode, "runtime": runtime})
         return check_not_wider(parent, spec), parent
 
     def check_policy_change(self, rec: SandboxRecord, after: NetworkPolicy) -> None:

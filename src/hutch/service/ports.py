@@ -110,7 +110,14 @@ class Ports:
         if not 0 < port < 65536:
             raise InvalidError(f"no such port {port}", hint="a port from 1 to 65535")
         rec = self.svc.live(ref)
-        ports_provider(self.svc.provider(rec.provider))  # refused before anything is made
+        provider = self.svc.provider(rec.provider)
+        ports_provider(provider)  # refused before anything is made
+        caps = provider.capabilities.of_runtime(rec.spec.runtime)
+        if caps is not None and not caps.ports:
+            raise InvalidError(
+                f"the {rec.spec.runtime} runtime cannot expose a port of its sandbox",
+                hint="create the sandbox with --runtime bwrap to expose ports",
+            )
         found = self.exposed.get((rec.id, port))
         if found is not None and found.public == public:
             return self.describe(found)  # idempotent: the same URL

@@ -68,6 +68,7 @@ class SpecDefaults(Protocol):
     @property
     def cpus(self) -> float | None: ...
     def default_image(self, provider: str) -> str | None: ...
+    def default_runtime(self, provider: str) -> str | None: ...
 
 
 def limits(
@@ -162,6 +163,7 @@ def sandbox_spec(
     image: str | None = None,
     user: str | None = None,
     host_ca: bool = False,
+    runtime: str | None = None,
     metro: str | None = None,
     ssh: bool = False,
     ttl: float | str | None = None,
@@ -200,6 +202,9 @@ def sandbox_spec(
         spec["user"] = user
     if host_ca:
         spec["host_ca"] = True
+    runtime = runtime or defaults.default_runtime(spec["provider"])
+    if runtime:
+        spec["runtime"] = runtime
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
     if options:
         spec["provider_options"] = options

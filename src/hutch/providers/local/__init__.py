@@ -32,6 +32,8 @@ from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.changeops import ChangesMixin
 from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
+from hutch.providers.local.gvisorops import CAPABILITIES as GVISOR
+from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, start_time, wait_start
 from hutch.providers.local.images import kept, rootfs
@@ -52,7 +54,7 @@ AGENT_FILES = {p.name: p.read_bytes() for p in sorted((Path(__file__).parent / "
 KILL_GRACE = 5.0
 
 
-class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
+class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, GvisorMixin):
     name = "local"
     capabilities = Capabilities(
         mounts=True,
@@ -75,6 +77,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
         image_store=True,
         usage=True,
         pool=True,
+        default_runtime="bwrap",
+        runtimes=(("gvisor", GVISOR),),
     )
 
     def __init__(self, settings: Settings, images: ImageSource | None = None) -> None:
@@ -156,6 +160,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
             out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
         out.append(await asyncio.to_thread(self.uids.check))
         out.append(await asyncio.to_thread(hostpython.check))
+        out.append(CheckResult("gvisor", *await asyncio.to_thread(self.gvisor_check)))
         return out
 
     # -- lifecycle -------------------------------------------------------------------
@@ -180,6 +185,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
 
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         try:
+            if rec.spec.runtime == "gvisor":
+                return await self._start_gvisor(rec, AGENT_FILES)
             return await self._start(rec)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -247,7 +254,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin):
                 data["defaults"] = rootfs.defaults(root.image)
                 if data.get("root_seed"):  # a fork's or a restored snapshot's writable root, before it is mounted
                     await self.seed_root(rec.id, root.upper, uid, data.pop("root_seed"))
-            enforcement: dict[str, str] = {}
+            enforcement: dict[str, str] = {"runtime": "bwrap: namespaces and seccomp on the host's kernel"}
             rlimits: dict[int, int] = {}
             limits = rec.spec.limits
             if self.layout.mode != "none":

@@ -55,6 +55,7 @@ ROOT_CAPS = (
 # Runs in the new namespace: says it is there, waits for its maps, then runs again (now root in it,
 # with every capability of it) to turn nested user namespaces off.
 SCRIPT = 'echo unshared; read go || exit 1; exec /bin/sh -c "echo 0 > /proc/sys/user/max_user_namespaces && echo done"'
+NESTED = "echo unshared; read go || exit 1; echo done"
 SUBID_HINT = "add a range for the user, e.g. usermod --add-subuids 100000-165535 --add-subgids 100000-165535 USER"
 
 
@@ -188,8 +189,9 @@ def _write_maps(pid: int, mapping: Mapping) -> None:
     Path(f"/proc/{pid}/gid_map").write_text(_lines(mapping.gids))
 
 
-def create(mapping: Mapping, owner: int | None) -> int:
-    """A new user namespace with ``mapping`` and nested user namespaces off; returns an fd of it.
+def create(mapping: Mapping, owner: int | None, nested: bool = False) -> int:
+    """A new user namespace with ``mapping`` and nested user namespaces off (``nested``: left on,
+    for runsc, which makes its Sentry's and gofer's own); returns an fd of it.
 
     ``owner`` is the host uid that creates (and so owns) it: the uid bwrap then runs as (root
     only; None: this process's uid). The caller closes the fd once bwrap holds the namespace.
@@ -204,7 +206,7 @@ def create(mapping: Mapping, owner: int | None) -> int:
     if unshare is None:
         raise UnavailableError("unshare is missing", hint="install util-linux")
     proc = subprocess.Popen(
-        [*prefix, unshare, "--user", "--", "/bin/sh", "-c", SCRIPT],
+        [*prefix, unshare, "--user", "--", "/bin/sh", "-c", NESTED if nested else SCRIPT],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

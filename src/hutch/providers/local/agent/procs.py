@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -71,6 +72,32 @@ def reap(block: bool) -> None:
         if pid == 0:
             return
         REAPED[pid] = status
+
+
+def watch_child(pid: int) -> tuple[int, bool]:
+    """A descriptor readable when child ``pid`` ends: its pidfd, or where the kernel has none
+    (gVisor's of 2022), a pipe every SIGCHLD wakes (True: ask :func:`ended` then, and each turn)."""
+    try:
+        return os.pidfd_open(pid), False
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(w)
+    return r, True
+
+
+def ended(pid: int, fd: int) -> bool:
+    """Whether child ``pid`` has ended (not reaped: :func:`wait_for` does that); drains ``fd``."""
+    with contextlib.suppress(BlockingIOError):
+        os.read(fd, 512)
+    if pid in REAPED:
+        return True
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def wait_for(pid: int) -> int:

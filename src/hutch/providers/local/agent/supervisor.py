@@ -73,6 +73,7 @@ class Supervisor:
         self.reason: str | None = None  # why it ended, when asked: killed, timeout, idle_timeout
         self.proc: subprocess.Popen[bytes] | None = None
         self.pidfd = -1
+        self.pidfd_is_pipe = False  # no pidfd here (gVisor): SIGCHLD's wakeup pipe, then waitid
         self.wait_status = 0
         self.exited_at = 0.0  # monotonic, once DRAINING
 
@@ -99,7 +100,7 @@ class Supervisor:
         self.state = RUNNING
         self.host.queue({"type": "started", "pid": self.proc.pid})
         self.host.send_some()  # now: the daemon acknowledges a background run on it
-        self.pidfd = os.pidfd_open(self.proc.pid)
+        self.pidfd, self.pidfd_is_pipe = procs.watch_child(self.proc.pid)
         try:  # a kill that came before the command existed
             with open(os.path.join(self.rdir, "killed")) as f:
                 self._kill(int(f.read().strip() or signal.SIGKILL), "killed")
@@ -194,7 +195,8 @@ class Supervisor:
                 self._on_output(fd)
             elif fd == self.host.fd:
                 self._on_host()
-        if self.state == RUNNING and (self.pidfd in ready or self._pid in procs.REAPED):
+        gone = procs.ended(self._pid, self.pidfd) if self.pidfd_is_pipe else self.pidfd in ready
+        if self.state == RUNNING and (gone or self._pid in procs.REAPED):
             self._exited()
         self._check_clocks()
         if self.state == DRAINING and (not self.open or time.monotonic() >= self.exited_at + GRACE):
