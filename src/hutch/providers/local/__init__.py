@@ -43,7 +43,7 @@ from hutch.providers.local.images.source import default_images
 from hutch.providers.local.images.types import ImageSource
 from hutch.providers.local.pooling import PoolMixin
 from hutch.providers.local.runs import raw_output
-from hutch.providers.local.sandboxdir import make_dirs
+from hutch.providers.local.sandboxdir import make_dirs, shared_workspace
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, tenant_dir
@@ -282,7 +282,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
                     enforcement[key] = "not enforced (no cgroup cpu controller)"
             if limits.disk is not None:
                 enforcement["disk"] = f"ext4 of {format_size(limits.disk)} on a loop device (writable root and /workspace)"
-            shared = self._shared_workspace(rec)
+            shared = shared_workspace(rec)
             data["workspace_path"] = shared or str(ws)  # a sub-agent's is its parent's
             ws_fd = os.open(shared or ws, os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
             ctl_fd = os.open(ctl, os.O_PATH | os.O_CLOEXEC)
@@ -360,14 +360,6 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             # whatever got made, found by the sandbox's id (a cgroup half-created included)
             await self._teardown(self._planned(rec.model_copy(update={"data": data})), rec.id)
             raise
-
-    @staticmethod
-    def _shared_workspace(rec: SandboxRecord) -> str | None:
-        """A sub-agent's /workspace: its parent's (which, for a sub-agent, is its own parent's)."""
-        parent = rec.data.get("parent_data")
-        if not parent:
-            return None
-        return str(parent.get("workspace_path") or Path(parent["dir"]) / "workspace")
 
     async def alive(self, rec: SandboxRecord) -> bool:
         pid, start = rec.data.get("init_pid"), rec.data.get("init_start")

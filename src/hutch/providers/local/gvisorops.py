@@ -33,7 +33,7 @@ from hutch.providers.local.images import idmap, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.types import ImageSource
-from hutch.providers.local.sandboxdir import make_dirs
+from hutch.providers.local.sandboxdir import make_dirs, shared_workspace
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.workspace import tenant_dir
 
@@ -262,7 +262,7 @@ class GvisorMixin:
             pkg = await asyncio.to_thread(_agent_dir, gv / "agent", agent_files | agent.compiled)
             mounts += [gvisor.bind(pkg, hostpython.SANDBOX_DIR, True), gvisor.bind(runtime.dir, agent_runtime.SANDBOX_RT, True)]
             mounts.append(gvisor.bind(runtime.stdlib, runtime.stdlib_target, True))
-            shared = self._shared_workspace(rec)  # type: ignore[attr-defined]
+            shared = shared_workspace(rec)
             data["workspace_path"] = shared or str(ws)
             mounts.append(gvisor.bind(shared or ws, "/workspace", bool(shared and rec.data.get("workspace_readonly"))))
             mounts += [gvisor.bind(ctl, "/.hutch/ctl", False), gvisor.bind(rdir, "/.hutch/runs", False)]

@@ -11,6 +11,15 @@ from hutch.providers.local.workspace import make_tenant_workspace
 
 if TYPE_CHECKING:
     from hutch.config import Settings
+    from hutch.models import SandboxRecord
+
+
+def shared_workspace(rec: SandboxRecord) -> str | None:
+    """A sub-agent's /workspace: its parent's (which, for a sub-agent, is its own parent's)."""
+    parent = rec.data.get("parent_data")
+    if not parent:
+        return None
+    return str(parent.get("workspace_path") or Path(parent["dir"]) / "workspace")
 
 
 def make_dirs(
