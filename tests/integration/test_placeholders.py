@@ -9,6 +9,7 @@ certificate of another CA: the proxy must refuse it. Every server writes what it
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import json
@@ -331,6 +332,21 @@ def test_the_placeholder_to_another_allowed_host_is_blocked(secd: Daemon, box: S
     # the CA's key is on the host only: nothing of it inside
     code, out, _ = sh(box, "ls -A /.hutch; find / -xdev -name 'sandbox-ca.key' 2>/dev/null | head -1")
     assert "key" not in out and "sandbox-ca.crt" in out
+
+
+def test_basic_credentials_carry_the_placeholder_as_git_sends_it(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
+    before = len(upstream.received("tls"))
+    token = placeholder_of(box)
+    code, out, err = sh(box, 'curl -sS -m 30 -u "x-access-token:$TOKEN" https://api.secret.test:8443/repo.git/info/refs')
+    assert code == 0, err
+    # the server echoes the header it got: the encoded value comes back as the encoded placeholder
+    assert base64.b64decode(json.loads(out)["auth"][6:]).decode() == f"x-access-token:{token}"
+    (got,) = upstream.received("tls")[before:]
+    auth = got["headers"]["Authorization"]
+    assert auth.startswith("Basic ") and base64.b64decode(auth[6:]).decode() == f"x-access-token:{VALUE}"
+    _, out, _ = sh(box, 'curl -sS -m 30 -i -u "x-access-token:$TOKEN" https://other.secret.test:8443/repo.git/info/refs')
+    assert "403 Forbidden" in out
+    assert len(upstream.received("tls")) == before + 1
 
 
 def test_one_kept_alive_connection_carries_several_requests(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:

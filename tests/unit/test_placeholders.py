@@ -11,7 +11,7 @@ import pytest
 
 from hutch.errors import InvalidError
 from hutch.models import NetworkPolicy, SandboxSpec
-from hutch.providers.local.placeholders import Vault, placeholder
+from hutch.providers.local.placeholders import Vault, placeholder, scrub
 from hutch.providers.local.sandboxca import SandboxCA
 from hutch.secretpolicy import check_bindings, host_allowed
 from hutch.wire.build import secret_binding
@@ -104,7 +104,8 @@ def test_the_vault_replaces_for_bound_hosts_and_blocks_elsewhere() -> None:
     assert opted.rewrite(b"k=" + token2, "api.example.com", body=True).data == b"k=" + VALUE.encode()
     assert opted.replaces_body("api.example.com") and not opted.replaces_body("other.example.com")
     # what a bound host echoes back becomes the placeholder again
-    assert v.scrub(b'{"auth": "Bearer ' + VALUE.encode() + b'"}') == b'{"auth": "Bearer ' + token + b'"}'
+    echo = v.rewrite(header, "api.example.com").echo
+    assert scrub(b'{"auth": "Bearer ' + VALUE.encode() + b'"}', echo) == b'{"auth": "Bearer ' + token + b'"}'
     assert v.exempt("raw.example") and not v.exempt("api.example.com")
 
 
@@ -161,3 +162,17 @@ def test_mcp_reads_secret_values_from_its_own_environment(monkeypatch: pytest.Mo
     assert env_secrets(None) == {}
     with pytest.raises(InvalidError, match="not set where the MCP server runs"):
         env_secrets(["HUTCH_TEST_MISSING"])
+
+
+def test_basic_credentials_are_opened_for_the_placeholder() -> None:
+    import base64
+
+    v, token = vault()
+    basic = b"Basic " + base64.b64encode(b"x-access-token:" + token)
+    out = v.rewrite_header(basic, "api.example.com")
+    assert out.replaced == ["TOKEN"] and base64.b64decode(out.data[6:]) == b"x-access-token:" + VALUE.encode()
+    assert scrub(b"you sent " + out.data, out.echo) == b"you sent " + basic  # echoed encoded: undone too
+    assert v.rewrite_header(basic, "other.example.com").blocked == ["TOKEN"]
+    plain = b"Basic " + base64.b64encode(b"user:password")
+    assert v.rewrite_header(plain, "other.example.com").data == plain
+    assert v.rewrite_header(b"Basic not-base64!", "other.example.com").blocked == []

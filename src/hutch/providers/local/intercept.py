@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import h11
 
-from hutch.providers.local.placeholders import Outcome, Vault
+from hutch.providers.local.placeholders import Echo, Outcome, Vault, scrub
 
 CHUNK = 256 << 10
 MAX_HEAD = 64 << 10
@@ -207,8 +207,8 @@ async def relay(
         if not isinstance(event, h11.Request):
             return
         try:
-            scrub = await _request(vault, host, event, sandbox, server, client, upstream, base, report)
-            if not await _response(vault, event, sandbox, server, client, upstream, scrub, reused):
+            echo = await _request(vault, host, event, sandbox, server, client, upstream, base, report)
+            if not await _response(event, sandbox, server, client, upstream, echo, reused):
                 return
         except _RefusedError as refused:
             _error(client, refused.status, refused.text, refused.reason)
@@ -227,7 +227,7 @@ async def relay(
         reused = True
 
 
-def _checked(outcome: Outcome, where: str, base: dict[str, Any], report: Report) -> bytes:
+def _checked(outcome: Outcome, where: str, base: dict[str, Any], report: Report, echo: Echo | None = None) -> bytes:
     for name in outcome.blocked:
         report("secret_exfiltration_blocked", base | {"secret": name, "where": where})
     if outcome.blocked:
@@ -241,6 +241,8 @@ def _checked(outcome: Outcome, where: str, base: dict[str, Any], report: Report)
         )
     for name in outcome.replaced:
         report("secret_substituted", base | {"secret": name, "where": where})
+    if echo is not None:
+        echo += outcome.echo
     return outcome.data
 
 
@@ -254,16 +256,15 @@ async def _request(
     upstream: Stream,
     base: dict[str, Any],
     report: Report,
-) -> bool:
-    """Send the request on, rewritten; True when the response is to be scrubbed of values."""
-    target = _checked(vault.rewrite(req.target, host), "target", base, report)
+) -> Echo:
+    """Send the request on, rewritten; what its response is to be scrubbed of (what was put in)."""
+    echo: Echo = []
+    target = _checked(vault.rewrite(req.target, host), "target", base, report, echo)
     headers: list[tuple[bytes, bytes]] = []
-    replaced = target != req.target
     for name, value in req.headers.raw_items():  # as the sandbox spelled them
         if name.lower() == b"expect":  # answered here: the body is read before the server sees the request
             continue
-        new = _checked(vault.rewrite(value, host), "header", base, report)
-        replaced |= new != value
+        new = _checked(vault.rewrite_header(value, host), "header", base, report, echo)
         headers.append((name, new))
     if sandbox.they_are_waiting_for_100_continue:
         client.write(sandbox.send(h11.InformationalResponse(status_code=100, headers=[])) or b"")
@@ -274,14 +275,13 @@ async def _request(
             body += _data(event)
             if len(body) > MAX_BODY:
                 raise _RefusedError(413, f"hutch: a body replaced in (--secret-body) is at most {MAX_BODY >> 20} MiB", "body_cap")
-        new_body = _checked(vault.rewrite(bytes(body), host, body=True), "body", base, report)
-        replaced |= new_body != body
+        new_body = _checked(vault.rewrite(bytes(body), host, body=True), "body", base, report, echo)
         headers = [(n, v) for n, v in headers if n.lower() not in (b"content-length", b"transfer-encoding")]
         headers.append((b"Content-Length", str(len(new_body)).encode()))
         upstream.write(server.send(_onward(req, target, headers)) or b"")
         upstream.write((server.send(h11.Data(data=new_body)) or b"") + (server.send(h11.EndOfMessage()) or b""))
         await upstream.drain()
-        return replaced
+        return echo
     # the first MiB of a body is checked before anything is sent: a refused request never arrives;
     # past it the body streams, each piece checked, and a placeholder there cuts the request short
     first, ended = bytearray(), False
@@ -304,7 +304,7 @@ async def _request(
     upstream.write((server.send(h11.Data(data=held)) if held else b"") or b"")
     upstream.write(server.send(h11.EndOfMessage()) or b"")
     await upstream.drain()
-    return replaced
+    return echo
 
 
 def _onward(req: h11.Request, target: bytes, headers: list[tuple[bytes, bytes]]) -> h11.Request:
@@ -323,18 +323,17 @@ def _has_body(req: h11.Request) -> bool:
 
 
 async def _response(
-    vault: Vault,
     req: h11.Request,
     sandbox: h11.Connection,
     server: h11.Connection,
     client: Stream,
     upstream: Stream,
-    scrub: bool,
+    echo: Echo,
     reused: bool,
 ) -> bool:
-    """Relay one response (values the server echoes back become placeholders when ``scrub``);
-    False when the connection ends with it."""
-    keep = max((len(s.value or b"") for s in vault.items), default=1) - 1
+    """Relay one response (what was put in the request, echoed back, becomes what the sandbox
+    had: ``echo``); False when the connection ends with it."""
+    keep = max((len(sent) for sent, _ in echo), default=1) - 1
     held = b""
     while True:
         try:
@@ -359,15 +358,16 @@ async def _response(
                 return False
             client.write(sandbox.send(event) or b"")
         elif isinstance(event, h11.Response):
-            headers = [(n, vault.scrub(v) if scrub else v) for n, v in event.headers.raw_items()]
-            if scrub and req.method != b"HEAD" and event.status_code not in (204, 304):
+            headers = [(n, scrub(v, echo)) for n, v in event.headers.raw_items()]
+            if echo and req.method != b"HEAD" and event.status_code not in (204, 304):
                 headers = [(n, v) for n, v in headers if n.lower() != b"content-length"]  # the length may change: chunked
             client.write(sandbox.send(h11.Response(status_code=event.status_code, headers=headers, reason=event.reason)) or b"")
         elif isinstance(event, h11.Data):
             data = held + bytes(event.data)
-            if scrub:
-                data = vault.scrub(data)
-                held, data = (data[len(data) - keep :], data[: len(data) - keep]) if keep and len(data) > keep else (data, b"")
+            if echo:  # what may still be the start of an echo waits for the next piece
+                data = scrub(data, echo)
+                cut = len(data) - keep if len(data) > keep else 0
+                held, data = data[cut:], data[:cut]
             if data:
                 client.write(sandbox.send(h11.Data(data=data)) or b"")
                 await client.drain()

@@ -11,6 +11,7 @@ placeholder going anywhere else blocks the request.
 
 from __future__ import annotations
 
+import base64
 import secrets as random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from hutch.policy import host_matches
 from hutch.providers.local import sandboxca
 from hutch.providers.local.sandboxca import SandboxCA
 
+Echo = list[tuple[bytes, bytes]]
 MARK = b"hutch-secret-"  # every placeholder starts with it: the fast test of a piece of a request
 
 
@@ -45,6 +47,7 @@ class Outcome:
     replaced: list[str] = field(default_factory=list)  # secret names put in
     blocked: list[str] = field(default_factory=list)  # secret names sent where they are not bound
     missing: list[str] = field(default_factory=list)  # bound, but the value is not held any more
+    echo: Echo = field(default_factory=list)  # (what was sent, what the sandbox had): undone in the response
 
 
 class Vault:
@@ -101,14 +104,32 @@ class Vault:
             else:
                 out.data = out.data.replace(secret.placeholder, secret.value)
                 out.replaced.append(secret.name)
+                out.echo.append((secret.value, secret.placeholder))
         return out
 
-    def scrub(self, data: bytes) -> bytes:
-        """A response: values echoed back become their placeholders again."""
-        for secret in self.items:
-            if secret.value is not None and secret.value in data:
-                data = data.replace(secret.value, secret.placeholder)
-        return data
+    def rewrite_header(self, value: bytes, host: str) -> Outcome:
+        """A header value; in ``Basic`` credentials (git, package indexes: ``user:token`` in
+        base64) the placeholder is found and replaced inside the encoding too."""
+        if value[:6].lower() != b"basic ":
+            return self.rewrite(value, host)
+        try:
+            raw = base64.b64decode(value[6:].strip(), validate=True)
+        except ValueError:
+            return self.rewrite(value, host)
+        inner = self.rewrite(raw, host)
+        if not (inner.replaced or inner.blocked or inner.missing):
+            return self.rewrite(value, host)
+        sent = base64.b64encode(inner.data)
+        echo = [(sent, value[6:].strip()), *inner.echo]
+        return Outcome(value[:6] + sent, inner.replaced, inner.blocked, inner.missing, echo)
+
+
+def scrub(data: bytes, echo: Echo) -> bytes:
+    """A response: what was sent in place of placeholders, echoed back, becomes what the sandbox had."""
+    for sent, had in echo:
+        if sent in data:
+            data = data.replace(sent, had)
+    return data
 
 
 @dataclass
