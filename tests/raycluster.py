@@ -24,6 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SUBNET = "10.77.0"
 DEADLINE = 240.0
@@ -222,6 +223,12 @@ class Gateway:
         assert self.proc is not None
         self.proc.kill()
         self.proc.wait(30)
+
+    def client(self) -> Any:
+        from hutch.client import Client
+        from hutch.config import Settings
+
+        return Client(Settings.load(home=self.home), autostart=False)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from tests.conftest import sweep
+from tests.conftest import Daemon, sweep
 
 from hutch.client import transfer
 from hutch.config import Settings
@@ -36,7 +36,9 @@ from hutch.service.poolsizes import Shape
 T = TypeVar("T")
 # "local+pool": the local provider whose sandboxes are warm pool members handed out on create;
 # "local+gvisor": the local provider's gvisor runtime (runsc), held to the capabilities it declares
-PROVIDERS = ["fake", "local", "local+pool", "local+gvisor", "unikraft"]
+# "cluster": a cluster gateway's Service on a real 3-node Ray cluster (tests/raycluster.py), its
+# loop thread in the head's network namespace (the only Ray driver runs there, never on the host's)
+PROVIDERS = ["fake", "local", "local+pool", "local+gvisor", "unikraft", "cluster"]
 CALL_TIMEOUT = 240.0  # generous: the machine may be loaded
 POOL_SIZE = 2
 
@@ -45,7 +47,14 @@ class Target:
     """One provider under contract, driven through its Service."""
 
     def __init__(
-        self, name: str, home: Path, env: dict[str, str], server: Any = None, pooled: bool = False, runtime: str | None = None
+        self,
+        name: str,
+        home: Path,
+        env: dict[str, str],
+        server: Any = None,
+        pooled: bool = False,
+        runtime: str | None = None,
+        cluster: Any = None,
     ) -> None:
         self.name = name
         self.runtime = runtime  # the local provider's runtime under contract (None: its default)
@@ -54,11 +63,24 @@ class Target:
         self.env = env  # what a daemon for this provider needs in its environment
         self.server = server  # the Unikraft test server, for unikraft
         self.pooled = pooled  # creates that a pool member can take are handed one (and must be)
+        self.cluster = cluster  # the Ray cluster (tests/raycluster.py), for cluster
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=f"contract-{name}", daemon=True)
         self.thread.start()
-        self.settings = Settings.load(home=home, provider=name, pool_size=POOL_SIZE if pooled else 0)
+        flags: dict[str, Any] = {}
+        if cluster is not None:  # the loop's thread (and every thread it makes) in the head's namespace
+            self.call(_enter_netns(cluster.head.ns))
+            flags = {"cluster": cluster.address, "cluster_detect": "6"}
+        self.settings = Settings.load(home=home, provider=name, pool_size=POOL_SIZE if pooled else 0, **flags)
         self.svc = self.call(self._service())
+
+    def daemon(self, home: Path) -> Any:
+        """A real daemon for this provider (the restart case): ``start``, ``client``, ``kill9``, ``stop``."""
+        if self.cluster is not None:
+            from tests.raycluster import Gateway
+
+            return Gateway(self.cluster, home, HUTCH_CLUSTER_DETECT="6")
+        return Daemon(home, **self.env)
 
     async def _service(self) -> Service:
         svc = Service(self.settings)
@@ -245,6 +267,10 @@ class Target:
             layout = cgroups.detect()
             parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
             found += [f"cgroup {p / rec.id}" for p in parents if (p / rec.id).exists()]
+        elif self.name == "cluster":
+            node = next(n for n in self.cluster.nodes if n.ip == rec.data.get("node"))
+            if (node.home / "sandboxes" / str(rec.data.get("node_sandbox"))).exists():
+                found.append(f"sandbox {rec.data.get('node_sandbox')} on node {node.ip}")
         elif self.name == "unikraft":
             names = {i["name"] for i in self.server.state()["instances"]}
             if rec.data.get("instance") in names:
@@ -263,6 +289,9 @@ class Target:
             made = sorted(p.name for p in d.iterdir()) if d.is_dir() else []
             members = {m.id for m in self.svc.store.pool.members()}  # recorded before they exist
             return [i for i in made if i not in members]
+        if self.name == "cluster":
+            dirs = [n.home / "sandboxes" for n in self.cluster.nodes]
+            return sorted(f"{d.parent.name}/{p.name}" for d in dirs if d.is_dir() for p in d.iterdir())
         return sorted(i["name"] for i in self.server.state()["instances"])
 
     def close(self) -> None:
@@ -315,6 +344,18 @@ class Attached:
                 return out, event
 
 
+async def _enter_netns(ns: str) -> None:
+    """This thread into the network namespace ``ns`` (threads it starts later inherit it)."""
+    import ctypes
+
+    fd = os.open(f"/var/run/netns/{ns}", os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), f"setns into {ns}")
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture(scope="module", params=PROVIDERS)
 def target(request: pytest.FixtureRequest) -> Iterator[Target]:
     name, _, variant = str(request.param).partition("+")
@@ -346,7 +387,8 @@ def target(request: pytest.FixtureRequest) -> Iterator[Target]:
             env = {"HUTCH_POOL_SIZE": str(POOL_SIZE)}  # the restart case's daemon keeps one too
         if runtime:
             env = {"HUTCH_RUNTIME": runtime}  # the restart case's creates too
-        t = Target(name, home, env, server, pooled=pool, runtime=runtime)
+        cluster = request.getfixturevalue("ray_cluster") if name == "cluster" else None
+        t = Target(name, home, env, server, pooled=pool, runtime=runtime, cluster=cluster)
         stack.callback(t.close)
         yield t
 

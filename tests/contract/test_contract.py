@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from tests.conftest import Daemon, destroy_all, sweep
+from tests.conftest import destroy_all, sweep
 
 from hutch.errors import ConflictError, HutchError, InvalidError, NotFoundError
 from hutch.models import ExecResult, RunStatus, SandboxRecord, SandboxState
@@ -229,7 +229,7 @@ def test_run_survives_a_daemon_restart(target: Target, hutch_home: Path) -> None
     finishes with all its output. Elsewhere: the sandbox and its run are reported ``lost``."""
     survives = target.capabilities.survives_daemon
     before = target.resources()
-    d = Daemon(hutch_home, **target.env).start()
+    d = target.daemon(hutch_home).start()
     try:
         with d.client() as c:
             if target.pooled:  # the daemon's own pool: its run survives the restart as a cold one's does

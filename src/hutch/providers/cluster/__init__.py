@@ -14,12 +14,14 @@ snapshots, fork, tenants), pause, exposed ports, images, mounts.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError, UnavailableError
+from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
 from hutch.provider.core import Capabilities, CheckResult, ExecSpec
 from hutch.provider.optional import OnGone
@@ -30,6 +32,7 @@ from hutch.providers.cluster.nodes import choose, find
 from hutch.providers.cluster.spool import Spool
 
 PLACEMENTS = ("spread", "pack")
+STARTING_WAIT = 120.0  # a create waits this long for nodes still starting before it is refused (capacity)
 # the gateway's own parts of a spec (names, expiry, approvals ...) stay here; the node makes a plain local sandbox
 NOT_SENT = {"name", "provider_options", "ttl", "idle_timeout", "on_expire", "tenant", "reuse_key", "require_approval"}
 NOT_SENT |= {"parent", "workspace", "secret_names", "mounts", "image"}
@@ -169,7 +172,17 @@ class ClusterProvider:
         await mon.first_round()
         mode = rec.spec.provider_options.get("placement") or self.settings.cluster_placement
         memory, pids = rec.spec.limits.memory, rec.spec.limits.pids
-        node = choose(list(mon.nodes.values()), memory, pids, mode, mon.default_sandboxes, rec.spec.provider_options.get("node"))
+        deadline = time.monotonic() + STARTING_WAIT
+        while True:
+            try:
+                node = choose(
+                    list(mon.nodes.values()), memory, pids, mode, mon.default_sandboxes, rec.spec.provider_options.get("node")
+                )
+                break
+            except CapacityError:  # nodes still starting (a gateway just started): wait for them, a while
+                if time.monotonic() > deadline or not any(n.state in ("starting", "unreachable") for n in mon.nodes.values()):
+                    raise
+                await asyncio.sleep(mon.interval)
         node.placed[rec.id] = (memory, pids)  # reserved before the first await: two creates never take one slot
         assert node.client is not None
         spec = rec.spec.model_dump(mode="json", exclude=NOT_SENT)
@@ -224,6 +237,8 @@ class ClusterProvider:
     async def close(self) -> None:
         if self.monitor is not None:
             await self.monitor.close()
+        if self.driver is not None:
+            await asyncio.to_thread(self.driver.close)
 
     # -- runs ------------------------------------------------------------------------------------
 
@@ -231,7 +246,8 @@ class ClusterProvider:
         client, node_sandbox = self._where(rec)
         env = dict(spec.env)
         secrets = {k: env.pop(k) for k in list(env) if spec.redact and k in spec.redact}
-        body: dict[str, Any] = {"command": spec.argv, "env": env, "secrets": secrets, "redact": bool(spec.redact)}
+        # redact: the node redacts its sandbox's secrets and these (None: this run asked for no redaction)
+        body: dict[str, Any] = {"command": spec.argv, "env": env, "secrets": secrets, "redact": spec.redact is not None}
         body |= {"cwd": spec.cwd, "max_output": spec.max_output, "timeout": spec.timeout, "idle_timeout": spec.idle_timeout}
         if spec.stdin is not None:
             body |= {"stdin": base64.b64encode(spec.stdin).decode(), "stdin_base64": True}
