@@ -1,10 +1,11 @@
 """Image sandboxes against host-/usr sandboxes: create -> first result, alternating, in one
 run; and the snapshot and fork of an image sandbox that wrote 100 MB to its writable root.
 
-    python bench/image_sandboxes.py [--rounds 15] [--written 100] [--out bench/results/image-sandboxes-....json]
+    python bench/image_sandboxes.py [--rounds 15] [--cpu-rounds 8] [--written 100] [--out bench/results/image-sandboxes-....json]
 
 Goals (issue 13): create -> first result from an image sandbox <= 1.3x the host-/usr
-sandbox (medians of the same run); snapshot and fork of an image sandbox with 100 MB
+sandbox (medians of the same run, wall time and CPU time: the client's plus the daemon's
+whole process tree, sandboxes included; see bench/cpu.py); snapshot and fork of an image sandbox with 100 MB
 written: report the time. The image is a busybox root filesystem imported into the real
 daemon's store (``rootfs:DIR``). Uses its own HUTCH_HOME and daemon; removes everything.
 """
@@ -37,7 +38,8 @@ def stats(samples: list[float]) -> dict[str, float]:
     }
 
 
-def create_first(settings: Any, image: str | None) -> float:
+def create_first(settings: Any, image: str | None, keep: list[Any] | None = None) -> float:
+    """Wall time of create + first exec; the sandbox is destroyed, or kept in ``keep`` (destroyed later)."""
     from hutch import Sandbox
 
     started = time.perf_counter()
@@ -45,13 +47,36 @@ def create_first(settings: Any, image: str | None) -> float:
     r = sbx.exec(["true"])
     took = time.perf_counter() - started
     assert r.exit_code == 0, r.stderr
-    sbx.destroy()
+    if keep is None:
+        sbx.destroy()
+    else:
+        keep.append(sbx)
     return took
+
+
+def cpu_create_first(daemon_pid: int, settings: Any, image: str | None, rounds: int, per_block: int = 3) -> list[float]:
+    """CPU (ms) per create + first exec: client + daemon's whole process tree (bench/cpu.py), destroys unmeasured."""
+    from bench.cpu import daemon_block
+
+    out: list[float] = []
+    for _ in range(rounds):
+        made: list[Any] = []
+
+        def block(made: list[Any] = made) -> None:
+            for _ in range(per_block):
+                create_first(settings, image, made)
+
+        ms = daemon_block(daemon_pid, block)
+        out.append(ms / per_block)
+        for sbx in made:
+            sbx.destroy()
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--cpu-rounds", type=int, default=8, help="blocks of 3 creates per kind, CPU time (0: none)")
     ap.add_argument("--written", type=int, default=100, help="MB the sandbox writes before its snapshot and fork")
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -78,6 +103,22 @@ def main() -> None:
         host, image = stats(samples["host"]), stats(samples["image"])
         result["create_first"] = {"host_usr": host, "image": image, "ratio": round(image["median_ms"] / host["median_ms"], 2)}
         result["load_after_create"] = os.getloadavg()
+        if args.cpu_rounds:  # CPU time: what a loaded machine does not inflate
+            assert daemon.proc is not None
+            cpu: dict[str, list[float]] = {"host": [], "image": []}
+            for i in range(args.cpu_rounds):
+                for kind in ("host", "image") if i % 2 == 0 else ("image", "host"):
+                    img = "bench-busybox:1" if kind == "image" else None
+                    cpu[kind] += cpu_create_first(daemon.proc.pid, daemon.settings, img, 1)
+            ch, ci = statistics.median(cpu["host"]), statistics.median(cpu["image"])
+            result["create_first_cpu"] = {
+                "host_usr_ms": [round(x, 1) for x in cpu["host"]],
+                "image_ms": [round(x, 1) for x in cpu["image"]],
+                "host_usr_median_ms": round(ch, 1),
+                "image_median_ms": round(ci, 1),
+                "ratio": round(ci / ch, 2),
+            }
+            result["load_after_cpu"] = os.getloadavg()
 
         sbx = Sandbox.create(settings=daemon.settings, image="bench-busybox:1")
         mb = args.written

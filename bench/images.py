@@ -4,6 +4,10 @@ the disk 20 sandboxes of one image add.
 
     python bench/images.py [--rounds 3] [--sandboxes 20] [--out bench/results/images-....json]
 
+Each round: a fresh daemon pulls the image (its first pull: wall time, and the CPU time of the
+daemon's process tree, which the machine's load does not inflate), pulls it again, then pulls
+another image of the same size (a warm daemon's pull).
+
 Goals (issue 13): pull >= 100 MB/s; a second pull transfers 0 bytes; 20 sandboxes of one image
 add no copy of its layers. Uses its own HUTCH_HOME, registry and daemon; removes everything.
 """
@@ -51,6 +55,7 @@ def main() -> None:
     ap.add_argument("--sandboxes", type=int, default=20)
     ap.add_argument("--out")
     args = ap.parse_args()
+    from bench.cpu import settle
     from tests.conftest import Daemon
     from tests.imagekit import Registry, image_parts, layer_tar, oci_layout
 
@@ -64,26 +69,50 @@ def main() -> None:
     daemons: list[Daemon] = []
     try:
         layout = work / "layout"
-        layers = [layer_tar({"etc/hello.txt": b"hi\n"})] + [
-            layer_tar({f"data/blob{i}.bin": os.urandom(12 * MB)}, busybox=False) for i in range(4)
-        ]  # busybox + 48 MiB of incompressible data in 4 layers
-        oci_layout(layout, {"big": [(*image_parts(layout, layers), None)]})
-        reg.push(layout, "big", "bench/big:1")
-        ref = f"{reg.host}/bench/big:1"
-        pulls, seconds, second_bytes = [], [], []
+        def image(name: str) -> None:  # busybox + 48 MiB of incompressible data in 4 layers
+            layers = [layer_tar({"etc/hello.txt": b"hi\n"})] + [
+                layer_tar({f"data/blob{i}.bin": os.urandom(12 * MB)}, busybox=False) for i in range(4)
+            ]
+            oci_layout(layout, {name: [(*image_parts(layout, layers), None)]})
+            reg.push(layout, name, f"bench/{name}:1")
+
+        for name in ("big", "other"):
+            image(name)
+        ref, other = f"{reg.host}/bench/big:1", f"{reg.host}/bench/other:1"
+        pulls, seconds, second_bytes, warm, cpu_ms, warm_cpu_ms = [], [], [], [], [], []
         for _ in range(args.rounds):
             home = work / f"home-{len(daemons)}"
             home.mkdir()
             d = Daemon(home).start()
             daemons.append(d)
+            assert d.proc is not None
             c = d.client()
+            d0 = settle(d.proc.pid)
             t = time.perf_counter()
-            first = follow(c.image_pull(ref))
+            first = follow(c.image_pull(ref))  # the daemon's first pull: its image code is imported now
             elapsed = time.perf_counter() - t
+            cpu_ms.append(settle(d.proc.pid) - d0)
             size = first["image"]["size"]
             seconds.append(elapsed)
             pulls.append(size / MB / elapsed)
             second_bytes.append(follow(c.image_pull(ref))["transferred"])
+            d0 = settle(d.proc.pid)
+            t = time.perf_counter()
+            follow(c.image_pull(other))  # the same size, other layers, a daemon that has pulled before
+            warm.append(size / MB / (time.perf_counter() - t))
+            warm_cpu_ms.append(settle(d.proc.pid) - d0)
+        result["image_bytes"] = size
+        result["pull_seconds"] = seconds
+        result["pull_mb_per_s_median"] = statistics.median(pulls)
+        result["pull_mb_per_s"] = pulls
+        result["warm_pull_mb_per_s"] = warm
+        result["warm_pull_mb_per_s_median"] = statistics.median(warm)
+        result["pull_daemon_cpu_ms"] = cpu_ms  # the daemon's process tree, the first pull of each daemon
+        result["pull_mb_per_daemon_cpu_s_median"] = statistics.median(size / MB / (ms / 1000) for ms in cpu_ms)
+        result["warm_pull_daemon_cpu_ms"] = warm_cpu_ms
+        result["warm_pull_mb_per_daemon_cpu_s_median"] = statistics.median(size / MB / (ms / 1000) for ms in warm_cpu_ms)
+        result["load"] = os.getloadavg()
+        result["second_pull_transferred_bytes"] = second_bytes
         result["image_bytes"] = size
         result["pull_seconds"] = seconds
         result["pull_mb_per_s_median"] = statistics.median(pulls)

@@ -6,6 +6,11 @@ whole and verified; a mismatch or a full disk keeps nothing. A transfer cut by t
 its partial file so that the next attempt asks the registry for the rest only (HTTP Range);
 ``hutch image prune`` removes partial files no transfer holds. One writer per blob at a time
 (an exclusive ``flock`` on the partial file, across processes too).
+
+A layer is unpacked while it downloads: :meth:`BlobWriter.follow` reads the partial file as
+it grows and ends only once the blob is verified and stored; a transfer that fails, is
+refused or starts over raises :class:`AbandonedError` in the reader instead, so an unpack that
+follows a download can never finish on bytes that were not verified.
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import io
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hutch.errors import CapacityError, InvalidError
 from hutch.imageref import check_digest
@@ -37,6 +45,10 @@ class BusyError(Exception):
     """Another writer holds this blob's partial file."""
 
 
+class AbandonedError(Exception):
+    """The blob a :class:`Following` reader followed was not stored (its transfer failed or started over)."""
+
+
 class BlobWriter:
     """One blob streaming in: ``write`` chunks, then ``commit`` (verify + move into place) or ``discard``."""
 
@@ -54,6 +66,9 @@ class BlobWriter:
             raise BusyError(digest) from None
         self.hash = hashlib.sha256()
         self.offset = 0
+        self._cond = threading.Condition()  # wakes the readers that follow the download
+        self._end = ""  # "stored" | "lost" once the transfer is over
+        self._restarts = 0
         self._resume()
 
     def _resume(self) -> None:
@@ -74,10 +89,13 @@ class BlobWriter:
         """Start again from nothing (the server sent the whole blob instead of the rest)."""
         os.ftruncate(self.fd, 0)
         os.lseek(self.fd, 0, os.SEEK_SET)
-        self.hash = hashlib.sha256()
-        self.offset = 0
+        with self._cond:
+            self.hash = hashlib.sha256()
+            self.offset = 0
+            self._restarts += 1  # what a follower read is gone
+            self._cond.notify_all()
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes | memoryview) -> None:
         if self.size is not None and self.offset + len(chunk) > self.size:
             self.discard()
             raise InvalidError(
@@ -92,7 +110,18 @@ class BlobWriter:
             self.discard()
             raise disk_full(exc, f"blob {self.digest}") or exc from None
         self.hash.update(chunk)
-        self.offset += len(chunk)
+        with self._cond:
+            self.offset += len(chunk)
+            self._cond.notify_all()
+
+    def follow(self) -> Following:
+        """A reader of this blob as it downloads (see :class:`Following`)."""
+        return Following(self)
+
+    def _finish(self, end: str) -> None:
+        with self._cond:
+            self._end = self._end or end
+            self._cond.notify_all()
 
     def commit(self) -> Path:
         """Verify the size and the sha256, then move the blob into place; a mismatch keeps nothing."""
@@ -113,6 +142,7 @@ class BlobWriter:
         except OSError as exc:
             self.discard()
             raise disk_full(exc, f"blob {self.digest}") or exc from None
+        self._finish("stored")
         self.close()
         return dest
 
@@ -122,9 +152,62 @@ class BlobWriter:
         self.close()
 
     def close(self) -> None:
+        self._finish("lost")
         if self.fd >= 0:
             os.close(self.fd)  # releases the lock
             self.fd = -1
+
+
+class Following(io.RawIOBase):
+    """The blob a :class:`BlobWriter` is writing, read as it grows (from another thread than the
+    writer's): a read waits for bytes, ends (returns 0) only once the blob is verified and stored,
+    and raises :class:`AbandonedError` when the transfer fails or starts over."""
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self.writer = writer
+        self.fd = os.open(writer.partial, os.O_RDONLY | os.O_CLOEXEC)
+        self.pos = 0
+        self.restarts = writer._restarts
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        if whence not in (os.SEEK_SET, os.SEEK_CUR):
+            raise OSError(errno.ESPIPE, "a followed blob seeks from its start or its position only")
+        self.pos = max(0, offset + (self.pos if whence == os.SEEK_CUR else 0))
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        w = self.writer
+        with w._cond:
+            while True:
+                if w._restarts != self.restarts:
+                    raise AbandonedError(f"the download of {w.digest} started over")
+                have = w.offset - self.pos
+                if have > 0:
+                    break
+                if w._end == "stored":
+                    return 0
+                if w._end:
+                    raise AbandonedError(f"the download of {w.digest} was not stored")
+                w._cond.wait(5.0)
+        view = memoryview(buffer).cast("B")
+        n = os.preadv(self.fd, [view[: min(len(view), have)]], self.pos)
+        self.pos += n
+        return n
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        super().close()
 
 
 class BlobStore:

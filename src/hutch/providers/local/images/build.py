@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hutch.errors import HutchError, InvalidError
 from hutch.providers.local.images.blobs import disk_full
@@ -45,9 +45,12 @@ def _scratch(store: ImageStore, kind: str) -> Path:
     return store.tmp / f"{kind}-{secrets.token_hex(8)}"
 
 
-def ensure_layer(store: ImageStore, layer: Layer, diff_id: str | None, keep_owners: bool) -> tuple[str, bool]:
+def ensure_layer(
+    store: ImageStore, layer: Layer, diff_id: str | None, keep_owners: bool, source: IO[bytes] | None = None
+) -> tuple[str, bool]:
     """Unpack one layer unless it already is (``diff_id`` None: not known beforehand, as for an
-    imported root filesystem); its diff_id, and whether it was unpacked now."""
+    imported root filesystem); its diff_id, and whether it was unpacked now. ``source``: read the
+    blob from there (a download being followed, ``BlobWriter.follow``) rather than from the store."""
     if diff_id is not None and store.layer_path(diff_id).is_dir():
         return diff_id, False
     with contextlib.ExitStack() as held:
@@ -59,7 +62,8 @@ def ensure_layer(store: ImageStore, layer: Layer, diff_id: str | None, keep_owne
 
         work = _scratch(store, "layer")
         try:
-            stats = unpack_layer(store.blobs.path(layer.digest), work, media_type=layer.media_type, keep_owners=keep_owners)
+            blob = store.blobs.path(layer.digest)
+            stats = unpack_layer(blob, work, media_type=layer.media_type, keep_owners=keep_owners, source=source)
             got = stats.diff_id  # the sha256 of the whole uncompressed stream, computed while unpacking
             if diff_id is not None and got != diff_id:
                 raise InvalidError(

@@ -2,7 +2,10 @@
 
 The manifest (an index resolved to the host's platform), then the config, then the layers the
 store does not have, at most ``parallel`` at a time, each verified as it streams and resumed
-with ``Range`` when its connection is cut; then :func:`~hutch.providers.local.images.build.build`
+with ``Range`` when its connection is cut, and unpacked while it downloads (a worker thread
+follows the partial blob, ``BlobWriter.follow``: the layer is kept only once the blob is
+verified and its tar hashes to the config's diff_id; a transfer that starts over is unpacked
+again from the stored blob); then :func:`~hutch.providers.local.images.build.build`
 (in a worker thread). Progress goes to ``emit`` as events (``wire.ImagePullFrame``).
 A second pull of an image whose blobs are stored transfers no blob (only its manifest is asked
 for again: a tag may have moved).
@@ -11,9 +14,11 @@ for again: a tag may have moved).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +26,7 @@ from hutch.credentials import RegistryLogin
 from hutch.errors import InvalidError
 from hutch.imageref import RegistryRef
 from hutch.providers.local.images import manifests as m
-from hutch.providers.local.images.blobs import BlobStore, BlobWriter, BusyError
+from hutch.providers.local.images.blobs import AbandonedError, BlobStore, BlobWriter, BusyError
 from hutch.providers.local.images.build import Emit, Parts, build, ensure_layer
 from hutch.providers.local.images.registry import Registry
 from hutch.providers.local.images.store import ImageStore
@@ -96,10 +101,17 @@ async def pull(
             if layer not in missing:
                 emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "exists"})
         gate = asyncio.Semaphore(max(1, opts.parallel))
-
         diff_of = dict(zip((layer.digest for layer in man.layers), diff_ids, strict=False))
+        # the unpacks that follow downloads wait on them: their own threads, not the loop's shared pool
+        unpackers = ThreadPoolExecutor(max(1, opts.parallel), thread_name_prefix="hutch-unpack")
+        loop = asyncio.get_running_loop()
+
+        def unpack(layer: m.Layer, diff_id: str, follow: Any = None) -> asyncio.Future[tuple[str, bool]]:
+            return loop.run_in_executor(unpackers, _unpack, store, layer, diff_id, opts.keep_owners, follow)
 
         async def one(layer: m.Layer) -> None:
+            diff_id = diff_of.get(layer.digest)
+            unpacking: asyncio.Future[tuple[str, bool]] | None = None
             async with gate:
                 done, last = 0, 0.0
 
@@ -112,12 +124,33 @@ async def pull(
                         emit({"type": "progress", "digest": layer.digest, "bytes": done, "size": layer.size})
 
                 emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "downloading"})
-                fetched = await _fetch(reg, store.blobs, layer.digest, layer.size, on_bytes)
+                writer = await _writer(store.blobs, layer.digest, layer.size)
+                stored = writer is None
+                try:
+                    if writer is not None:
+                        if diff_id is not None and writer.offset == 0:  # unpacked as it arrives
+                            unpacking = unpack(layer, diff_id, writer.follow())
+                        await reg.blob(writer, on_bytes)
+                        stored = True
+                finally:
+                    if writer is not None:
+                        writer.close()  # a follower still waiting gives up (AbandonedError)
+                    if unpacking is not None and not stored:  # no unpack outlives a failed download
+                        await asyncio.wait([unpacking])
+                        if not unpacking.cancelled():
+                            unpacking.exception()  # AbandonedError, or what it met first: the download's error wins
                 emit({"type": "layer", "digest": layer.digest, "size": layer.size,
-                      "status": "downloaded" if fetched else "exists"})  # fmt: skip
-                if layer.digest in diff_of:  # unpacked while the other layers still download
-                    await asyncio.to_thread(ensure_layer, store, layer, diff_of[layer.digest], opts.keep_owners)
-                    emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked"})
+                      "status": "downloaded" if writer is not None else "exists"})  # fmt: skip
+            if diff_id is None:
+                return
+            if unpacking is not None:
+                try:
+                    await unpacking
+                except AbandonedError:  # the transfer started over: from the stored blob
+                    unpacking = None
+            if unpacking is None:
+                await unpack(layer, diff_id)
+            emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked"})
 
         tasks = [asyncio.create_task(one(layer)) for layer in missing]
         try:
@@ -126,12 +159,18 @@ async def pull(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            unpackers.shutdown(wait=False, cancel_futures=True)  # each task awaited its unpack
         transferred = reg.transferred
     parts = Parts(doc, digest, config, man.config_digest, man.layers, diff_ids, platform, f"pull {ref}")
     names = [ref.name] if not ref.digest else []
     names += [f"{ref.repository}@{d}" for d in digests]
     row = await asyncio.to_thread(build, store, parts, names, emit, keep_owners=opts.keep_owners)
     return row, transferred
+
+
+def _unpack(store: ImageStore, layer: m.Layer, diff_id: str, keep: bool, follow: Any) -> tuple[str, bool]:
+    with contextlib.closing(follow) if follow is not None else contextlib.nullcontext():
+        return ensure_layer(store, layer, diff_id, keep, follow)
 
 
 def keep_owners() -> bool:

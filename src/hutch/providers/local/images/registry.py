@@ -1,4 +1,5 @@
-"""A small client of the registry HTTP API v2 (the OCI distribution spec), over httpx.
+"""A small client of the registry HTTP API v2 (the OCI distribution spec), over httpx (blob
+bodies over http.client in threads, :mod:`.blobget`, unless a proxy applies).
 
 Only what pulling needs: manifests (by tag or digest, verified when asked by digest) and blobs
 (streamed into a :class:`~hutch.providers.local.images.blobs.BlobWriter`, resumed with
@@ -18,10 +19,12 @@ import asyncio
 import base64
 import functools
 import hashlib
+import http.client
 import os
 import re
 import ssl
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -29,6 +32,7 @@ import httpx
 from hutch.credentials import RegistryLogin
 from hutch.errors import HutchError, InvalidError, NotFoundError, UnauthorizedError, UnavailableError
 from hutch.imageref import RegistryRef
+from hutch.providers.local.images import blobget
 from hutch.providers.local.images.blobs import BlobWriter
 from hutch.providers.local.images.manifests import ACCEPT, MAX_MANIFEST
 
@@ -75,18 +79,24 @@ class Registry:
         )
         self._authz: str | None = None
         self.transferred = 0  # blob bytes received
+        self.timeout = timeout
+        self._bodies: ThreadPoolExecutor | None = None  # blob bodies are read in threads of their own (blobget)
 
     async def __aenter__(self) -> Registry:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.http.aclose()
+        if self._bodies is not None:
+            self._bodies.shutdown(wait=False)  # each transfer ended (or was aborted) before its blob() returned
 
     # -- errors ------------------------------------------------------------------------
 
     def _unreachable(self, exc: Exception) -> UnavailableError:
         host = self.ref.api_host
-        if isinstance(exc, httpx.ConnectError) and isinstance(exc.__cause__ or exc.__context__, ssl.SSLError):
+        if isinstance(exc, ssl.SSLError) or (
+            isinstance(exc, httpx.ConnectError) and isinstance(exc.__cause__ or exc.__context__, ssl.SSLError)
+        ):
             return UnavailableError(
                 f"TLS to registry {host} failed: {exc}",
                 hint="a registry on this machine is reached over plain http; another one over http needs --insecure",
@@ -96,8 +106,8 @@ class Registry:
             hint="check the registry's name and that it is up (and the network); then pull again",
         )
 
-    def _status(self, resp: httpx.Response, what: str) -> HutchError:
-        host, code = self.ref.api_host, resp.status_code
+    def _status(self, resp: httpx.Response | int, what: str) -> HutchError:
+        host, code = self.ref.api_host, resp if isinstance(resp, int) else resp.status_code
         if code in (401, 403):
             if self.auth is None:
                 return UnauthorizedError(f"registry {host} needs credentials for {self.ref.repository} ({code})", AUTH_HINT)
@@ -195,36 +205,79 @@ class Registry:
 
     async def blob(self, writer: BlobWriter, on_bytes: Callable[[int], None] | None = None) -> None:
         """Stream a blob into ``writer`` (resuming what it already has) and commit it (verified)."""
-        digest = writer.digest
+        url = f"{self.base}/blobs/{writer.digest}"
+        direct = not blobget.proxied(url)  # the body read by http.client in a thread (blobget), else by httpx
         last: HutchError | None = None
         for _ in range(RETRIES):
-            headers = {"range": f"bytes={writer.offset}-"} if writer.offset else {}
             if writer.size is not None and writer.offset == writer.size:
                 break
-            resp = await self._send("GET", f"{self.base}/blobs/{digest}", headers, stream=True)
+            headers = {"range": f"bytes={writer.offset}-"} if writer.offset else {}
             try:
-                if resp.status_code == 416:  # what we hold is not a start of this blob
-                    writer.reset()
-                    continue
-                if resp.status_code >= 400:
-                    writer.discard()
-                    raise self._status(resp, f"blob {digest} of {self.ref.repository}")
-                if resp.status_code == 200 and writer.offset:
-                    writer.reset()  # the registry ignored the range: the whole blob again
-                try:
-                    async for chunk in resp.aiter_bytes(1 << 20):
-                        writer.write(chunk)
-                        self.transferred += len(chunk)
-                        if on_bytes is not None:
-                            on_bytes(len(chunk))
-                except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout) as exc:
-                    last = self._unreachable(exc)  # cut: the partial file stays, the next attempt asks for the rest
-                    continue
-            finally:
-                await resp.aclose()
+                code = await (
+                    self._direct(url, headers, writer, on_bytes) if direct else self._streamed(url, headers, writer, on_bytes)
+                )
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, OSError, http.client.HTTPException) as exc:
+                last = self._unreachable(exc)  # cut: the partial file stays, the next attempt asks for the rest
+                continue
+            if code == 416:  # what we hold is not a start of this blob
+                writer.reset()
+                continue
+            if code >= 400:
+                writer.discard()
+                raise self._status(code, f"blob {writer.digest} of {self.ref.repository}")
             break
         else:
             writer.close()
             assert last is not None
             raise last
         await asyncio.to_thread(writer.commit)  # its fsync must not stall the other downloads
+
+    async def _streamed(
+        self, url: str, headers: dict[str, str], writer: BlobWriter, on_bytes: Callable[[int], None] | None
+    ) -> int:
+        """One GET of a blob through httpx (where a proxy applies); its status."""
+        resp = await self._send("GET", url, headers, stream=True)
+        try:
+            if resp.status_code >= 400:
+                return resp.status_code
+            if resp.status_code == 200 and writer.offset:
+                writer.reset()  # the registry ignored the range: the whole blob again
+            async for chunk in resp.aiter_bytes(blobget.CHUNK):
+                writer.write(chunk)
+                self.transferred += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+        finally:
+            await resp.aclose()
+        return resp.status_code
+
+    async def _direct(self, url: str, headers: dict[str, str], writer: BlobWriter, on_bytes: Callable[[int], None] | None) -> int:
+        """One GET of a blob by :mod:`.blobget` in a thread (logging in once if asked); its status."""
+        loop = asyncio.get_running_loop()
+        if self._bodies is None:
+            self._bodies = ThreadPoolExecutor(4, thread_name_prefix="hutch-blob")
+
+        def arrived(n: int) -> None:  # on the loop
+            self.transferred += n
+            if on_bytes is not None:
+                on_bytes(n)
+
+        def got(n: int) -> None:  # in the thread
+            loop.call_soon_threadsafe(arrived, n)
+
+        for attempt in (0, 1):
+            h = headers | ({"authorization": self._authz} if self._authz else {})
+            transfer = blobget.Transfer(_tls(), self.timeout)
+            fut = loop.run_in_executor(self._bodies, transfer.get, url, h, writer, got)
+            try:
+                answer = await asyncio.shield(fut)
+            except BaseException:  # a cancelled pull: the thread's read fails at once, and it is
+                transfer.abort()  # done with the writer before anyone closes it
+                await asyncio.wait([fut])
+                if not fut.cancelled():
+                    fut.exception()
+                raise
+            if answer.status != 401 or attempt == 1:
+                return answer.status
+            await self._login(answer.challenge)
+        raise AssertionError("unreachable")

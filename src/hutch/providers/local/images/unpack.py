@@ -39,12 +39,14 @@ behind (the layer is built in a temporary directory beside ``dest`` and renamed 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import IO
 
 from hutch import errors
 
@@ -66,6 +68,7 @@ def unpack_layer(
     dest: Path,
     *,
     media_type: str,
+    source: IO[bytes] | None = None,
     limits: UnpackLimits = DEFAULT_LIMITS,
     keep_owners: bool,
     label: str | None = None,
@@ -73,6 +76,7 @@ def unpack_layer(
     """Extract the layer ``blob`` into the new directory ``dest`` (see the module's policy).
 
     ``label`` names the layer in errors (default: the blob's file name, its digest in the store).
+    ``source``: the blob's bytes from there instead of the file ``blob`` (a download being followed).
     Raises InvalidError (hostile or corrupt layer), TimeoutError_ (``max_seconds``),
     UnavailableError (disk full, I/O), ConflictError (``dest`` exists and is not empty).
     """
@@ -83,7 +87,7 @@ def unpack_layer(
         raise errors.ConflictError(f"layer directory {dest} already exists")
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}{TEMP_MARKER}", dir=dest.parent))
     try:
-        with open(blob, "rb") as raw:
+        with open(blob, "rb") if source is None else contextlib.nullcontext(source) as raw:
             stats = _Unpacker(raw, tmp, media_type=media_type, limits=limits, keep_owners=keep_owners, label=label).run()
         try:
             os.rename(tmp, dest)
