@@ -345,9 +345,12 @@ def test_a_run_whose_sandbox_is_destroyed_is_lost_and_says_why(service: Service)
     assert "destroyed" in record["error"], record
 
 
-def test_a_disk_cap_or_an_image_is_refused_by_a_provider_without_it(service: Service) -> None:
+def test_a_disk_cap_an_image_or_the_host_ca_is_refused_by_a_provider_without_it(service: Service) -> None:
     with pytest.raises(InvalidError, match="cannot cap what a sandbox writes"):
         create(service, limits={"disk": "1G"})
     with pytest.raises(InvalidError, match="does not boot images"):
         create(service, image="busybox:latest")
+    with pytest.raises(InvalidError, match="cannot add this machine's CA bundle") as info:
+        create(service, host_ca=True)
+    assert "drop --host-ca" in info.value.hint
     assert service.list() == []  # refused before anything was made

@@ -79,6 +79,7 @@ class Capabilities:
     shared_workspace: bool = False  # sub-agents: a child binds its parent's /workspace
     images: bool = False  # boots an OCI image (--image)
     users: bool = False  # runs the workload as the user a spec names (--user), root included
+    host_ca: bool = False  # trusts this machine's CA bundle inside a sandbox (--host-ca)
     interactive: bool = False  # live stdin and a terminal while a run runs (exec -i/-t, shell)
     options: frozenset[str] = field(default_factory=frozenset)  # provider_options keys it takes (protocol: OptionsProvider)
     # optional protocols

@@ -170,8 +170,9 @@ class Service:
         spec = self.access.admit(spec)  # the key's default network and ceiling; host files for admins only
         provider = self.provider(spec.provider)
         check_create(provider, spec)  # what the provider cannot do is refused before anything is made
+        pin = None
         if spec.image and provider.capabilities.image_store:
-            self.images.admit(spec.image)  # a key starts only from its own images
+            pin = self.images.admit(spec.image)  # a key starts only from its own images: that one, by id
         if parent is None and root_seed is None and (pooled := await self.pool.take(spec, provider)) is not None:
             return pooled
         rec = self.new_record(new_id("sbx"), spec)
@@ -179,6 +180,8 @@ class Service:
             rec.data |= {"parent": parent.id, "parent_data": parent.data, "workspace_readonly": spec.workspace == "ro"}
         if root_seed is not None:
             rec.data["root_seed"] = root_seed
+        if pin is not None:
+            rec.data["image_pin"] = pin
         await self.record(rec)
         try:
             if self.claimed(provider):

@@ -96,3 +96,8 @@ def check_create(provider: Provider, spec: SandboxSpec) -> None:
         raise InvalidError(f"{who} does not boot images", hint="drop --image")
     if spec.user and not caps.users:
         raise InvalidError(f"{who} cannot choose the user inside", hint="drop --user")
+    if spec.host_ca and not caps.host_ca:
+        raise InvalidError(
+            f"{who} cannot add this machine's CA bundle to a sandbox's trust store",
+            hint="drop --host-ca (it is the local provider's)",
+        )

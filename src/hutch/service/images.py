@@ -80,12 +80,23 @@ class Images:
         """Whose images the request sees: its actor's (a key's own), or everyone's for an admin."""
         return self.svc.access.owner_filter()
 
-    def admit(self, ref: str) -> None:
+    def describe(self, row: dict[str, Any], sandboxes: list[str] | None = None, owner: str | None = None) -> dict[str, Any]:
+        """An image as the request's actor is shown it: a key never sees the daemon's host paths
+        (``rootfs`` is empty for it), an admin does."""
+        shown = self.store.describe(row, sandboxes, owner)
+        if self._owner() is not None:
+            shown["rootfs"] = ""
+        return shown
+
+    def admit(self, ref: str) -> str | None:
         """Before a sandbox is made from ``ref``: a key may start only from its own images (what
-        another key holds does not exist for it); an admin from any."""
+        another key holds does not exist for it); an admin from any. The id of the key's image,
+        which the provider then starts from (``image_pin``): were the name removed meanwhile, the
+        provider must not find another owner's image of that name (None: an admin's, any)."""
         owner = self._owner()
         if owner is not None:
-            self.store.lookup(ref, owner)
+            return str(self.store.lookup(ref, owner)["id"])
+        return None
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -106,12 +117,12 @@ class Images:
     def list(self) -> list[dict[str, Any]]:
         owner = self._owner()
         used = self.in_use(owner)
-        return [self.store.describe(row, used.get(row["id"])) for row in self.store.rows.all(owner)]
+        return [self.describe(row, used.get(row["id"])) for row in self.store.rows.all(owner)]
 
     def inspect(self, ref: str) -> dict[str, Any]:
         owner = self._owner()
         row = self.store.lookup(ref, owner, self.svc.access.owner())
-        return self.store.describe(row, self.in_use(owner).get(row["id"]), owner)
+        return self.describe(row, self.in_use(owner).get(row["id"]), owner)
 
     # -- pull and import -------------------------------------------------------------------
 
@@ -127,7 +138,7 @@ class Images:
 
         async def work(emit: Emit) -> dict[str, Any]:
             row, transferred = await pull(self.store, parsed, auth, opts, emit)
-            return {"image": self.store.describe(row, owner=self.svc.access.owner()), "transferred": transferred}
+            return {"image": self.describe(row, owner=self.svc.access.owner()), "transferred": transferred}
 
         return self._events(work)
 
@@ -180,7 +191,7 @@ class Images:
                     parts, carried = archive.docker_parts(self.store, got, want)
         names = [target.name] if target else _carried_names(carried)
         row = build(self.store, parts, names, emit, keep_owners=keep_owners())
-        return {"image": self.store.describe(row, owner=self.svc.access.owner()), "transferred": 0}
+        return {"image": self.describe(row, owner=self.svc.access.owner()), "transferred": 0}
 
     async def _events(self, work: Work) -> AsyncIterator[dict[str, Any]]:
         """Run ``work`` (which emits events, from any thread), yield its events, then ``done`` or ``error``."""

@@ -68,4 +68,4 @@ class Templates:
             tar.unlink(missing_ok=True)
         svc.store.events.append("image_committed", rec.id, image=row["id"], name=target.name, layer=layer["diff_id"])
         summary = {k: layer[k] for k in ("diff_id", "size", "entries")}
-        return {"image": store.describe(row), "layer": summary, "notes": list(layer.get("notes", []))}
+        return {"image": svc.images.describe(row), "layer": summary, "notes": list(layer.get("notes", []))}

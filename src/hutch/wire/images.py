@@ -54,7 +54,7 @@ class ImageRecord(TypedDict):
     source: str  # "pull REF", "import oci", "import docker-archive", "import rootfs"
     layers: list[ImageLayer]
     config: ImageConfigBody
-    rootfs: str  # its flattened root filesystem on the daemon's machine
+    rootfs: str  # its flattened root filesystem on the daemon's machine (empty for an API key: admins only)
     sandboxes: list[str]  # live sandboxes made from it
 
 

@@ -39,7 +39,7 @@ from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, 
 from hutch.providers.local.images import kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
-from hutch.providers.local.images.source import default_images
+from hutch.providers.local.images.source import default_images, resolve_image
 from hutch.providers.local.images.types import ImageSource
 from hutch.providers.local.pooling import PoolMixin
 from hutch.providers.local.runs import raw_output
@@ -65,6 +65,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         shared_workspace=True,
         interactive=True,
         users=True,
+        host_ca=True,
         network=True,
         ports=True,
         workspace=True,
@@ -198,7 +199,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
     async def _start(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         if rec.spec.limits.disk is not None:
             disk.check(self.root, rec.spec.tenant)
-        image = await asyncio.to_thread(self.images.resolve, rec.spec.image, rec.owner) if rec.spec.image else None
+        image = await asyncio.to_thread(resolve_image, self.images, rec) if rec.spec.image else None
         # its own users (a range of uids): asked for, or an image's (its USER, else root); else uid 1000 sandbox
         want = rec.spec.user or (rootfs.user_of(image) if image is not None else None)
         rec = await asyncio.to_thread(self.uids.allocate, rec, userns.RANGE if want and self.root else 1)

@@ -56,6 +56,7 @@ CAPABILITIES = Capabilities(
     shared_workspace=True,
     interactive=True,
     users=True,
+    host_ca=True,
     network=False,
     workspace=True,
     pause=True,

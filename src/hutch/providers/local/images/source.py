@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from hutch.errors import NotFoundError
@@ -9,6 +10,7 @@ from hutch.providers.local.images.types import ResolvedImage
 
 if TYPE_CHECKING:
     from hutch.config import Settings
+    from hutch.models import SandboxRecord
     from hutch.providers.local.images.types import ImageSource
 
 
@@ -39,3 +41,13 @@ class StoreSource:
 def default_images(settings: Settings) -> ImageSource:
     """The image store of ``settings.home`` (``hutch image pull`` and ``import`` fill it)."""
     return StoreSource(settings)
+
+
+def resolve_image(images: ImageSource, rec: SandboxRecord) -> ResolvedImage:
+    """The image a sandbox starts from: the one the Service admitted for its key, by id
+    (``image_pin``: never another owner's image that has the same name, were the key's name
+    removed meanwhile), else its reference, as the sandbox's owner sees it."""
+    assert rec.spec.image
+    pin = rec.data.get("image_pin")
+    found = images.resolve(pin if isinstance(pin, str) else rec.spec.image, rec.owner)
+    return dataclasses.replace(found, ref=rec.spec.image)
