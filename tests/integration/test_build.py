@@ -120,3 +120,25 @@ def test_ctrl_c_destroys_the_build_sandbox(daemon: Daemon, bb: str) -> None:
     assert live(daemon) == []
     names = [n for img in json.loads(cli(daemon, "image", "list", "--json").stdout) for n in img["names"]]
     assert names == ["bb:1"]
+
+
+def test_an_import_sets_the_config_a_root_filesystem_lacks(daemon: Daemon, busybox_dir: Path) -> None:
+    r = cli(
+        daemon,
+        "image", "import", f"rootfs:{busybox_dir}", "svc:1",
+        "--entrypoint", "/bin/sh -c", "--cmd", json.dumps(['echo "$GREETING from $(pwd) as $(id -u)"']),
+        "--workdir", "/etc", "--env", "GREETING=hello there", "--user", "1000:1000", "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    image = json.loads(r.stdout.splitlines()[-1])["image"]
+    config = image["config"]
+    assert config["entrypoint"] == ["/bin/sh", "-c"] and config["cmd"] == ['echo "$GREETING from $(pwd) as $(id -u)"']
+    assert config["workdir"] == "/etc" and "GREETING=hello there" in config["env"] and config["user"] == "1000:1000"
+    ran = cli(daemon, "run", "--image", "svc:1")  # no command: the image's entrypoint and cmd, as its user, in its workdir
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "hello there from /etc as 1000"
+
+    for bad, why in ((("--cmd", "[1, 2]"), "array of strings"), (("--workdir", "etc"), "relative"), (("--env", "NOPE"), "--env")):
+        r = cli(daemon, "image", "import", f"rootfs:{busybox_dir}", "bad:1", *bad, "--json")
+        assert r.returncode == 2 and why in json.loads(r.stdout)["error"]["message"], r.stdout
+    assert "bad:1" not in cli(daemon, "image", "list").stdout

@@ -49,7 +49,7 @@ class Served(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         name = self.path.rsplit("/", 1)[1]
         self.state.setdefault("auth", []).append((self.path, self.headers.get("authorization")))
         if self.path.endswith("/manifests/1"):
@@ -177,7 +177,7 @@ def test_a_follower_ends_only_once_the_blob_is_stored(tmp_path: Path) -> None:
         try:
             got.append(f.read(1000))
             got.append(f.read(1000))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test
+        except BaseException as exc:
             got.append(exc)
 
     t = threading.Thread(target=rest)

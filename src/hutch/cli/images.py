@@ -16,6 +16,7 @@ import click
 
 from hutch.cli.build import build
 from hutch.cli.common import Ctx, emit, human_bytes, json_option, table
+from hutch.cli.imageconfig import changes, config_options
 from hutch.cli.templates import commit
 
 if TYPE_CHECKING:
@@ -86,10 +87,26 @@ def pull(obj: Ctx, ref: str, insecure: bool, platform: str | None) -> None:
 @image.command("import")
 @click.argument("source")
 @click.argument("name", required=False)
+@click.option("--env", "-e", multiple=True, metavar="K=V", help="Set a variable in the image's config (repeatable).")
+@click.option("--workdir", metavar="DIR", help="The image's working directory (absolute).")
+@config_options
 @json_option
 @click.pass_obj
-def import_(obj: Ctx, source: str, name: str | None) -> None:
+def import_(
+    obj: Ctx,
+    source: str,
+    name: str | None,
+    env: tuple[str, ...],
+    workdir: str | None,
+    cmd: str | None,
+    entrypoint: str | None,
+    user: str | None,
+) -> None:
     """Import SOURCE as an image named NAME[:TAG] (default: the names the archive carries).
+
+    --env, --workdir, --user, --cmd and --entrypoint set the image's config (what a root
+    filesystem has none of; for an archive they replace its own): sandboxes of the image
+    start with them as their defaults.
 
     \b
     SOURCE is read here and uploaded to the daemon:
@@ -100,8 +117,9 @@ def import_(obj: Ctx, source: str, name: str | None) -> None:
       -                        a root filesystem tar on standard input:
                                mmdebstrap --variant=minbase bookworm - | hutch image import - debian:bookworm
     """
+    edit = changes(cmd, entrypoint, user, env, workdir)
     started = time.monotonic()
-    done = _follow(obj, obj.client.image_import(source, name), f"import {source}")
+    done = _follow(obj, obj.client.image_import(source, name, edit or None), f"import {source}")
     if not obj.json:
         _said(done["image"], "imported", started)
 

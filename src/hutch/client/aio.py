@@ -274,11 +274,13 @@ class AsyncClient:
         body = {"ref": ref, "insecure": insecure} | ({"platform": platform} if platform else {})
         return self.transport.stream("POST", "/v1/images/pull", json=body, headers=headers)
 
-    def image_import(self, source: str, name: str | None = None) -> AsyncIterator[wire.ImagePullFrame]:
+    def image_import(
+        self, source: str, name: str | None = None, changes: wire.CommitChanges | None = None
+    ) -> AsyncIterator[wire.ImagePullFrame]:
         from hutch.client import images
 
         up = images.upload(source, name)
-        params = {"format": up.format, **up.params}
+        params = {"format": up.format, **up.params, **images.changes_param(changes)}
         return self.transport.stream(
             "POST", "/v1/images/import", params=params, content=images.aiter_chunks(up.chunks), content_type="application/x-tar"
         )

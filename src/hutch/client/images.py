@@ -9,11 +9,12 @@ sent (a sandbox has its own ``/dev``).
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tarfile
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -90,6 +91,11 @@ def _tar_chunks(root: Path) -> Iterator[bytes]:
         if isinstance(exc, OSError):
             raise InvalidError(f"cannot read {root}: {exc}", hint="the directory must be readable by you") from None
         raise exc
+
+
+def changes_param(changes: Mapping[str, Any] | None) -> dict[str, str]:
+    """The import's ``changes`` query parameter (JSON), when there are any."""
+    return {"changes": json.dumps(dict(changes), separators=(",", ":"))} if changes else {}
 
 
 def upload(source: str, name: str | None) -> Upload:

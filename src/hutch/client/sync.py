@@ -337,12 +337,15 @@ class Client:
         body = {"ref": ref, "insecure": insecure} | ({"platform": platform} if platform else {})
         return self.transport.stream("POST", "/v1/images/pull", json=body, headers=headers)
 
-    def image_import(self, source: str, name: str | None = None) -> Iterator[wire.ImagePullFrame]:
-        """Upload ``source`` (``oci-archive:``, ``oci:``, ``docker-archive:``, ``rootfs:`` or ``-``) as an image."""
+    def image_import(
+        self, source: str, name: str | None = None, changes: wire.CommitChanges | None = None
+    ) -> Iterator[wire.ImagePullFrame]:
+        """Upload ``source`` (``oci-archive:``, ``oci:``, ``docker-archive:``, ``rootfs:`` or ``-``) as an image;
+        ``changes`` edit its config (env, workdir, user, cmd, entrypoint)."""
         from hutch.client import images
 
         up = images.upload(source, name)
-        params = {"format": up.format, **up.params}
+        params = {"format": up.format, **up.params, **images.changes_param(changes)}
         headers = {"content-type": "application/x-tar"}
         return self.transport.stream("POST", "/v1/images/import", params=params, upload=up.chunks, headers=headers)
 

@@ -71,11 +71,17 @@ class Images:
         return cast("wire.ImageDoneFrame", follow(cast(Iterator[dict[str, Any]], frames), _progress(on_progress)))
 
     def import_(
-        self, source: str | os.PathLike[str], name: str | None = None, *, on_progress: OnProgress | None = None
+        self,
+        source: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        changes: wire.CommitChanges | None = None,
+        on_progress: OnProgress | None = None,
     ) -> wire.ImageDoneFrame:
         """Import ``source`` (``oci-archive:PATH[:REF]``, ``oci:DIR[:REF]``, ``docker-archive:PATH``,
-        ``rootfs:PATH``; a path is a root filesystem directory or tarball) as ``name``."""
-        frames = self.client.image_import(source_ref(source), name)
+        ``rootfs:PATH``; a path is a root filesystem directory or tarball) as ``name``; ``changes``
+        (``env`` K=V entries, ``workdir``, ``user``, ``cmd``, ``entrypoint``) edit its config."""
+        frames = self.client.image_import(source_ref(source), name, changes)
         return cast("wire.ImageDoneFrame", follow(cast(Iterator[dict[str, Any]], frames), _progress(on_progress)))
 
     def list(self) -> builtins.list[wire.ImageRecord]:
@@ -117,9 +123,14 @@ class AsyncImages:
         return cast("wire.ImageDoneFrame", await afollow(cast(AsyncIterator[dict[str, Any]], frames), _progress(on_progress)))
 
     async def import_(
-        self, source: str | os.PathLike[str], name: str | None = None, *, on_progress: OnProgress | None = None
+        self,
+        source: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        changes: wire.CommitChanges | None = None,
+        on_progress: OnProgress | None = None,
     ) -> wire.ImageDoneFrame:
-        frames = self.client.image_import(source_ref(source), name)
+        frames = self.client.image_import(source_ref(source), name, changes)
         return cast("wire.ImageDoneFrame", await afollow(cast(AsyncIterator[dict[str, Any]], frames), _progress(on_progress)))
 
     async def list(self) -> builtins.list[wire.ImageRecord]:

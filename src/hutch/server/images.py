@@ -12,9 +12,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from hutch.credentials import REGISTRY_HEADER, RegistryLogin, decode_login
 from hutch.errors import InvalidError
@@ -77,16 +77,19 @@ def router(service: Service) -> APIRouter:
         format: str,  # noqa: A002 - the query's name
         name: str | None = None,
         ref: str | None = None,
+        changes: str | None = Query(None, max_length=1 << 20),
     ) -> FrameStream:
         """Import an uploaded image: ``format`` ``oci`` (an OCI image layout as a tar: what
         ``oci-archive:`` files are, and how the client sends ``oci:DIR``), ``docker`` (what
         ``docker save`` writes) or ``rootfs`` (a root filesystem tar, plain, gzip or zstd).
         ``name`` names the result (else the names the archive carries); ``ref`` picks an image
         of an OCI layout by its ref name. The body streams in (at most 64 GiB, refused as it is
-        read); the answer is NDJSON like a pull's."""
+        read); the answer is NDJSON like a pull's. ``changes``: a JSON object (``CommitChanges``: env,
+        workdir, user, cmd, entrypoint) applied to the image's config."""
         if name is not None and not name:
             raise InvalidError("name is empty", hint="drop it, or give NAME[:TAG]")
-        return await _streamed(images.import_(format, request.stream(), name=name, ref=ref))
+        edit = _changes(changes)
+        return await _streamed(images.import_(format, request.stream(), name=name, ref=ref, changes=edit))
 
     @r.get("/v1/images")
     async def list_() -> list[dict[str, Any]]:
@@ -108,3 +111,24 @@ def router(service: Service) -> APIRouter:
         return await images.prune()
 
     return r
+
+
+def _changes(text: str | None) -> dict[str, Any] | None:
+    """The import's ``changes`` query (JSON), checked as a commit's changes are."""
+    if text is None:
+        return None
+    from hutch.server.changes import CommitChanges
+
+    try:
+        got = CommitChanges.model_validate_json(text).model_dump(exclude_none=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ())) or "changes"
+        raise InvalidError(
+            f"invalid changes ({where}: {first.get('msg')})",
+            hint='a JSON object of env (["K=V"]), workdir, user, cmd and entrypoint (lists of strings)',
+        ) from None
+    for item in got.get("env", []):
+        if not item.partition("=")[0] or "=" not in item:
+            raise InvalidError(f"invalid changes (env entry {item[:100]!r})", hint="each env entry is NAME=VALUE")
+    return got

@@ -147,9 +147,17 @@ class Images:
         return ref.domain in allowed
 
     def import_(
-        self, fmt: str, chunks: AsyncIterator[bytes], *, name: str | None, ref: str | None, platform: str | None = None
+        self,
+        fmt: str,
+        chunks: AsyncIterator[bytes],
+        *,
+        name: str | None,
+        ref: str | None,
+        platform: str | None = None,
+        changes: dict[str, Any] | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Import an upload (``oci``: an OCI layout tar, ``docker``: docker save, ``rootfs``: a root filesystem tar)."""
+        """Import an upload (``oci``: an OCI layout tar, ``docker``: docker save, ``rootfs``: a root filesystem tar);
+        ``changes`` (env, workdir, user, cmd, entrypoint) edit its config as a commit's do."""
         if fmt not in FORMATS:
             raise InvalidError(f"unknown import format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
         target = refs.parse_registry(name) if name else None
@@ -170,14 +178,21 @@ class Images:
                 finally:
                     os.close(fd)
                 emit({"type": "received", "bytes": size})
-                return await asyncio.to_thread(self._import_sync, fmt, spool, target, ref, want, emit)
+                return await asyncio.to_thread(self._import_sync, fmt, spool, target, ref, want, emit, changes)
             finally:
                 spool.unlink(missing_ok=True)
 
         return self._events(work)
 
     def _import_sync(
-        self, fmt: str, spool: Path, target: refs.RegistryRef | None, ref: str | None, want: str, emit: Emit
+        self,
+        fmt: str,
+        spool: Path,
+        target: refs.RegistryRef | None,
+        ref: str | None,
+        want: str,
+        emit: Emit,
+        changes: dict[str, Any] | None,
     ) -> dict[str, Any]:
         carried: list[str] = []
         with spool.open("rb") as stream:
@@ -190,6 +205,7 @@ class Images:
                 else:
                     parts, carried = archive.docker_parts(self.store, got, want)
         names = [target.name] if target else _carried_names(carried)
+        parts = archive.with_changes(self.store, parts, changes)
         row = build(self.store, parts, names, emit, keep_owners=keep_owners())
         return {"image": self.describe(row, owner=self.svc.access.owner()), "transferred": 0}
 

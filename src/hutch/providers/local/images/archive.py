@@ -12,6 +12,7 @@ Blocking: run in a worker thread.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -24,6 +25,7 @@ from hutch.imageref import check_digest
 from hutch.providers.local.images import manifests as m
 from hutch.providers.local.images.blobs import CHUNK, put_stream
 from hutch.providers.local.images.build import Emit, Parts, ensure_layer
+from hutch.providers.local.images.commit import apply_changes
 from hutch.providers.local.images.store import ImageStore
 
 Format = Literal["oci", "docker", "rootfs"]
@@ -202,6 +204,20 @@ def synth_manifest(config_digest: str, config_size: int, layers: list[m.Layer]) 
     return doc, "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def with_changes(store: ImageStore, parts: Parts, changes: dict[str, Any] | None) -> Parts:
+    """``parts`` with its config changed (``hutch image import --env/--workdir/--user/--cmd/--entrypoint``):
+    a new config blob and manifest; the layers are the same."""
+    if not changes:
+        return parts
+    config = apply_changes(parts.config, changes)
+    config_bytes = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
+    config_digest = store.blobs.put_bytes(config_bytes)
+    manifest, manifest_digest = synth_manifest(config_digest, len(config_bytes), list(parts.layers))
+    return dataclasses.replace(
+        parts, manifest=manifest, manifest_digest=manifest_digest, config=config, config_digest=config_digest
+    )
+
+
 def rootfs_parts(store: ImageStore, stream: IO[bytes], limit: int, platform: str, emit: Emit, *, keep_owners: bool) -> Parts:
     """A root filesystem tar (plain, gzip or zstd) as a one-layer image."""
     digest, size = put_stream(store.blobs, stream.read, limit, "the root filesystem")
@@ -225,4 +241,4 @@ def rootfs_parts(store: ImageStore, stream: IO[bytes], limit: int, platform: str
     return Parts(manifest, manifest_digest, config, config_digest, layers, [diff_id], platform, "import rootfs")
 
 
-__all__ = ["CHUNK", "Format", "docker_parts", "oci_parts", "receive", "rootfs_parts"]
+__all__ = ["CHUNK", "Format", "docker_parts", "oci_parts", "receive", "rootfs_parts", "with_changes"]

@@ -25,11 +25,10 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 CONFIG_KEYS = {"env": "Env", "workdir": "WorkingDir", "user": "User", "cmd": "Cmd", "entrypoint": "Entrypoint"}
 
 
-def new_config(parent: dict[str, Any], diff_id: str, comment: str, changes: dict[str, Any]) -> dict[str, Any]:
-    """The parent's config with the layer on top: ``changes`` ``env`` (``K=V`` entries, replacing
-    the parent's of the same key), ``workdir``, ``user``, ``cmd``, ``entrypoint``."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    cfg: dict[str, Any] = json.loads(json.dumps(parent))  # a deep copy of plain JSON
+def apply_changes(config: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an image config with ``changes`` applied: ``env`` (``K=V`` entries, replacing the
+    config's of the same key), ``workdir``, ``user``, ``cmd``, ``entrypoint`` (None: unchanged)."""
+    cfg: dict[str, Any] = json.loads(json.dumps(config))  # a deep copy of plain JSON
     inner = cfg.setdefault("config", {}) or {}
     cfg["config"] = inner
     for key, value in changes.items():
@@ -38,6 +37,14 @@ def new_config(parent: dict[str, Any], diff_id: str, comment: str, changes: dict
             inner["Env"] = [e for e in inner.get("Env") or [] if e.partition("=")[0] not in names] + list(value)
         elif key in CONFIG_KEYS and value is not None:
             inner[CONFIG_KEYS[key]] = value
+    return cfg
+
+
+def new_config(parent: dict[str, Any], diff_id: str, comment: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """The parent's config with the layer on top: ``changes`` ``env`` (``K=V`` entries, replacing
+    the parent's of the same key), ``workdir``, ``user``, ``cmd``, ``entrypoint``."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    cfg = apply_changes(parent, changes)
     cfg["rootfs"] = {"type": "layers", "diff_ids": [*(cfg.get("rootfs") or {}).get("diff_ids", []), diff_id]}
     cfg["history"] = [*(cfg.get("history") or []), {"created": now, "created_by": comment}]
     cfg["created"] = now
