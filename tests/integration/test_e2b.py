@@ -114,6 +114,22 @@ def test_create_and_commands(e2b: E2B) -> None:
         s = sbx.commands.run("read line; echo got:$line", background=True, stdin=True)
         sbx.commands.send_stdin(s.pid, "hello\\n")
         out["stdin"] = s.wait().stdout
+        busy = sbx.commands.run("while :; do :; done", background=True)
+        m = sbx.get_metrics()
+        out["metrics"] = [len(m), m[-1].cpu_used_pct > 0, m[-1].mem_used > 0, m[-1].mem_total, m[-1].cpu_count]
+        sbx.commands.kill(busy.pid)
+        # user=: the sandbox's own user runs; another is refused, never ignored
+        out["own_user"] = sbx.commands.run("id -un", user="sandbox").stdout
+        for name, call in (
+            ("as_root", lambda: sbx.commands.run("id -un", user="root")),
+            ("file_as_root", lambda: sbx.files.write("/workspace/r.txt", "x", user="root")),
+        ):
+            try:
+                call()
+                out[name] = "no error"
+            except Exception as exc:
+                out[name] = [type(exc).__name__, str(exc)]
+        out["file_as_own"] = sbx.files.read("/workspace/r.txt", user="sandbox") if sbx.files.exists("/workspace/r.txt") else None
     """)
     assert out["streams"] == [0, "out\n", "err\n"]
     assert out["env_cwd"] == ["bar\n/tmp\n", "bar\n/tmp\n"]
@@ -131,6 +147,13 @@ def test_create_and_commands(e2b: E2B) -> None:
     assert {r["status"] for r in runs} >= {"completed", "timed_out"}
     types = e2b.events(out["id"])
     assert "sandbox_created" in types and "run_started" in types and "run_finished" in types and "run_signalled" in types
+    assert out["own_user"] == "sandbox\n"
+    assert "runs its commands as sandbox" in out["as_root"][1] and "'root'" in out["as_root"][1], out["as_root"]
+    assert "as its user sandbox" in out["file_as_root"][1], out["file_as_root"]
+    assert out["file_as_own"] is None  # the refused write wrote nothing
+    # get_metrics: one sample from the usage capability (a busy loop was running)
+    limits = rec["spec"]["limits"]
+    assert out["metrics"] == [1, True, True, limits["memory"], max(1, int(limits.get("cpus") or 1))]
 
 
 def test_files_and_watch(e2b: E2B) -> None:

@@ -89,6 +89,7 @@ def test_run_code_keeps_state_streams_results_and_errors(e2b: E2B) -> None:
         out["kept"] = [sbx.run_code("x").text, sbx.run_code("y", context=ctx).text]
         out["contexts"] = sorted(c.id for c in sbx.list_code_contexts())
         out["ctx"] = ctx.id
+        out["users"] = [sbx.commands.run("id -un").stdout, sbx.commands.run("id -un", user="nobody").stdout]
         sbx.remove_code_context(ctx)
         out["after_remove"] = [c.id for c in sbx.list_code_contexts()]
         from e2b import NotFoundException
@@ -109,6 +110,7 @@ def test_run_code_keeps_state_streams_results_and_errors(e2b: E2B) -> None:
     assert out["ctx"] in out["contexts"] and len(out["contexts"]) == 2
     assert out["after_remove"] == [c for c in out["contexts"] if c != out["ctx"]]
     assert out["gone"] == "NotFoundException"
+    assert out["users"] == ["root\n", "nobody\n"]  # a root sandbox runs user= through runuser
     # the hutch side: alice's sandbox from her image, the server one tagged run of it
     owner = e2b.owner()
     rec = owner.get(hutch_id(out["id"]))

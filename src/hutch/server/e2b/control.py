@@ -8,7 +8,10 @@ its own exceptions (404: ``SandboxNotFoundException``/``NotFoundException``, 401
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import datetime
+import time
 import urllib.parse
 from typing import Any
 
@@ -25,6 +28,7 @@ ENVD_VERSION = "0.5.7"  # the envd features the adapter serves (the SDK gates fe
 DEFAULT_TIMEOUT = 300  # E2B's: seconds a sandbox lives unless told
 MAX_TIMEOUT = 86400
 MAX_LIST = 1000
+CPU_WINDOW = 0.5  # seconds between the two CPU readings of get_metrics
 UNSUPPORTED = ("mcp", "volumeMounts", "iam", "network", "autoResume")
 
 
@@ -168,6 +172,34 @@ class Control:
         rec = self.mine(sandbox_id)
         return bool((await self.svc.lifecycle.pause(rec.id))["changed"])
 
+    async def metrics(self, sandbox_id: str) -> builtins.list[dict[str, Any]]:
+        """One sample, now, from the provider's ``usage`` capability (none when it does not
+        measure): memory in use, and CPU as the share of the sandbox's cores used over
+        CPU_WINDOW seconds (two readings of its CPU time)."""
+        rec = self.mine(sandbox_id)
+        first = self.svc.sessions.usage([rec]).get(rec.id, {})
+        start = time.monotonic()
+        await asyncio.sleep(CPU_WINDOW)
+        second = self.svc.sessions.usage([rec]).get(rec.id, {})
+        if not second:
+            return []
+        cpus = max(1, int(rec.spec.limits.cpus or 1))
+        used = second.get("cpu_seconds", 0.0) - first.get("cpu_seconds", 0.0)
+        now = time.time()
+        return [
+            {
+                "timestamp": rfc3339(now),
+                "timestampUnix": int(now),
+                "cpuCount": cpus,
+                "cpuUsedPct": round(max(0.0, used) / (time.monotonic() - start) / cpus * 100, 2),
+                "memUsed": int(second.get("memory", 0)),
+                "memTotal": rec.spec.limits.memory,
+                "memCache": 0,
+                "diskUsed": 0,  # not measured by hutch
+                "diskTotal": rec.spec.limits.disk or 0,
+            }
+        ]
+
     async def connect(self, sandbox_id: str, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
         rec = self.mine(sandbox_id)
         resumed = False
@@ -243,9 +275,11 @@ async def route(c: Control, method: str, parts: list[str], request: Request) -> 
     if action == "refreshes" and method == "POST":
         c.mine(sandbox_id)
         return Response(status_code=204)
-    if action in ("metrics", "logs") and method == "GET":
+    if action == "metrics" and method == "GET":
+        return JSONResponse(await c.metrics(sandbox_id))
+    if action == "logs" and method == "GET":
         c.mine(sandbox_id)
-        return JSONResponse([] if action == "metrics" else {"logs": [], "logEntries": []})
+        return JSONResponse({"logs": [], "logEntries": []})
     if action in ("fork", "snapshots", "network"):
         c.mine(sandbox_id)
         return e2b_error(400, f"{action} is not supported by hutch's E2B API (see docs/e2b.md)")

@@ -20,6 +20,7 @@ from hutch.server.e2b.auth import Tokens, hutch_id, signed_sandbox
 from hutch.server.e2b.connect import ConnectError
 from hutch.server.e2b.filesystem import Files
 from hutch.server.e2b.process import Processes
+from hutch.server.e2b.users import from_basic
 from hutch.service import Service
 from hutch.service.files import MAX_FILE
 
@@ -91,13 +92,15 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
             body = await read_body(request, connect.MAX_MESSAGE + 5)
             msg = connect.unenvelope(body) if streaming else connect.decode(body)
             service.live(sandbox_id)  # a paused or gone sandbox answers before anything runs
+            user = from_basic(request.headers.get("authorization"))
             if streaming:
                 if method == "Start":
-                    messages = await procs.start(sandbox_id, msg, deadline)
+                    messages = await procs.start(sandbox_id, msg, deadline, user)
                 else:
                     messages = procs.connect(sandbox_id, msg)
                 return StreamingResponse(connect.streamed(messages), media_type=connect.STREAM)
             if service_name == "filesystem.Filesystem":
+                await procs.users.check_files(sandbox_id, user)
                 answer = await files.call(method, sandbox_id, msg)
             elif method == "List":
                 answer = procs.list(sandbox_id)
@@ -122,6 +125,7 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
         try:
             sandbox_id, path = authorize(request, "read")
             assert path is not None  # authorize refuses a read without one
+            await procs.users.check_files(sandbox_id, request.query_params.get("username") or None)
             data, truncated = await service.read_file(sandbox_id, path, MAX_FILE)
         except ConnectError as exc:
             return file_error(connect.HTTP_STATUS.get(exc.code, 400), exc.message)
@@ -134,10 +138,12 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
     async def post_file(request: Request) -> Response:
         try:
             sandbox_id, path = authorize(request, "write")
+            user = request.query_params.get("username") or None
             written = []
             ctype = request.headers.get("content-type", "")
             if ctype.startswith("multipart/form-data"):
                 form = await request.form(max_files=100, max_fields=100, max_part_size=MAX_FILE)
+                await procs.users.check_files(sandbox_id, user)  # once the body is read: the client hears the answer
                 for _field, item in form.multi_items():
                     if isinstance(item, str):
                         continue
@@ -148,6 +154,7 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
                 if path is None:
                     raise connect.invalid("an octet-stream upload names its file in ?path=")
                 data = await read_body(request, MAX_FILE)
+                await procs.users.check_files(sandbox_id, user)
                 if request.headers.get("content-encoding", "").lower() == "gzip":
                     data = inflate(data)
                 target = files.full(sandbox_id, path)

@@ -23,6 +23,7 @@ from hutch.errors import HutchError
 from hutch.models import ExecRequest
 from hutch.provider import Interactive
 from hutch.server.e2b.connect import ConnectError, invalid
+from hutch.server.e2b.users import Users
 from hutch.service import Service
 
 INBOX = 64
@@ -83,6 +84,7 @@ def selector(msg: dict[str, Any]) -> tuple[int | None, str | None]:
 class Processes:
     def __init__(self, service: Service) -> None:
         self.svc = service
+        self.users = Users(service)
         self.procs: dict[str, dict[int, Proc]] = {}
         self.pids = itertools.count(1000)
 
@@ -99,7 +101,9 @@ class Processes:
         for pid in ended[:-KEEP_ENDED]:
             table.pop(pid, None)
 
-    async def start(self, sandbox_id: str, msg: dict[str, Any], deadline: float | None) -> AsyncIterator[dict[str, Any]]:
+    async def start(
+        self, sandbox_id: str, msg: dict[str, Any], deadline: float | None, user: str | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
         config = msg.get("process")
         if not isinstance(config, dict) or not isinstance(config.get("cmd"), str) or not config["cmd"]:
             raise invalid("process.cmd must be a non-empty string")
@@ -122,8 +126,9 @@ class Processes:
         self._forget_ended(sandbox_id)
         if sum(1 for p in table.values() if p.end is None and p.error is None) >= MAX_PROCS:
             raise ConnectError("resource_exhausted", f"sandbox {sandbox_id} already runs {MAX_PROCS} processes")
+        prefix = await self.users.command_prefix(sandbox_id, user)  # user=: honoured where hutch can, refused otherwise
         try:
-            req = ExecRequest(command=[config["cmd"], *args], env=envs, cwd=cwd, timeout=deadline)
+            req = ExecRequest(command=[*prefix, config["cmd"], *args], env=envs, cwd=cwd, timeout=deadline)
         except (HutchError, ValueError) as exc:
             raise invalid(f"invalid process: {exc}") from None
         inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(INBOX)
