@@ -143,13 +143,14 @@ def test_a_wrong_traffic_token_opens_no_port(e2b: E2B) -> None:
         from e2b_code_interpreter import Sandbox
         sbx = Sandbox.create()
         url = sbx._jupyter_url + "/contexts"
+        status = lambda headers: httpx.get(url, headers=headers, timeout=300).status_code  # the first starts the server
         base = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"}
-        out["none"] = httpx.get(url, headers=base).status_code
-        out["wrong"] = httpx.get(url, headers=base | {"E2B-Traffic-Access-Token": "et_" + "0" * 48}).status_code
-        out["right"] = httpx.get(url, headers=base | {"E2B-Traffic-Access-Token": sbx.traffic_access_token}).status_code
+        out["none"] = status(base)
+        out["wrong"] = status(base | {"E2B-Traffic-Access-Token": "et_" + "0" * 48})
+        out["right"] = status(base | {"E2B-Traffic-Access-Token": sbx.traffic_access_token})
         own = base | {"X-Access-Token": sbx._envd_access_token}
-        out["bad_port"] = httpx.get(url, headers=own | {"E2b-Sandbox-Port": "0"}).status_code
-        out["closed"] = httpx.get(url, headers=own | {"E2b-Sandbox-Port": "8123"}).status_code
+        out["bad_port"] = status(own | {"E2b-Sandbox-Port": "0"})
+        out["closed"] = status(own | {"E2b-Sandbox-Port": "8123"})
         sbx.kill()
     """)
     assert out == {"none": 401, "wrong": 401, "right": 200, "bad_port": 400, "closed": 503}

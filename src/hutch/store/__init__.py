@@ -18,6 +18,7 @@ each in its own module::
     store.pool        PoolTable       pool.py        add, ready, remove, members, leave, set_size, sizes
     store.ports       PortTable       ports.py       put, delete, all
     store.nodes       NodeTable       nodes.py       seen, drain, all, drained
+    store.e2b_processes E2bProcessTable e2b.py       add, find, live_of, next_pid
 
 A write that must land with its event (a run and ``run_started`` ...) is one transaction
 inside its table's method. Each event's ``actor`` and each new row's ``owner`` come from the
@@ -32,6 +33,7 @@ from hutch.store.approvals import ApprovalTable
 from hutch.store.certs import CertificateTable
 from hutch.store.claims import ClaimTable
 from hutch.store.db import Database
+from hutch.store.e2b import E2bProcessTable
 from hutch.store.events import EventTable
 from hutch.store.images import ImageTable
 from hutch.store.keys import KeyTable
@@ -63,3 +65,4 @@ class Store:
         self.pool = PoolTable(self.db)
         self.ports = PortTable(self.db)
         self.nodes = NodeTable(self.db)
+        self.e2b_processes = E2bProcessTable(self.db)

@@ -283,6 +283,20 @@ CREATE TABLE nodes (
 );
 """
 
+# the E2B API's processes: the pid it handed out for each command and the run behind it, so that
+# commands.connect(pid) finds a command again after a daemon restart
+E2B_PROCESSES_SQL = """
+CREATE TABLE e2b_processes (
+    sandbox_id TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    tag TEXT,
+    pty INTEGER NOT NULL DEFAULT 0,
+    config TEXT NOT NULL DEFAULT '{}',
+    PRIMARY KEY (sandbox_id, pid)
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -297,4 +311,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0012_names_per_owner", NAMES_PER_OWNER_SQL),
     ("0013_ports", PORTS_SQL),
     ("0014_nodes", NODES_SQL),
+    ("0015_e2b_processes", E2B_PROCESSES_SQL),
 ]

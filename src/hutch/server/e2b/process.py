@@ -5,7 +5,10 @@ Each E2B process is one interactive hutch run (``Runs.stream`` with an
 its own so that it outlives the stream that started it (``background`` commands, a client
 that disconnects): its output goes to whoever is connected at the time (``Start``,
 ``Connect``), as envd does. A process is known by a pid the adapter hands out (not the pid
-inside the sandbox) and by its tag; the table lives in the daemon's memory.
+inside the sandbox) and by its tag; the table lives in the daemon's memory and in the store
+(``e2b_processes``): after a daemon restart a process is found again by its pid or tag and
+followed through its hutch run (its output from then on and its end; its input and
+terminal were the previous daemon's and are gone).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import base64
 import contextlib
 import itertools
 import signal as signals
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,11 +28,13 @@ from hutch.provider import Interactive
 from hutch.server.e2b.connect import ConnectError, invalid
 from hutch.server.e2b.users import Users
 from hutch.service import Service
+from hutch.store.e2b import ProcessRow
 
 INBOX = 64
 MAX_PROCS = 64  # running processes per sandbox through this API
 KEEP_ENDED = 32  # ended processes per sandbox still answered by Connect
 SUBSCRIBER_QUEUE = 256
+REVIVED_POLL = 0.25  # seconds between reads of a previous daemon's process's output
 SIGNALS = {"SIGNAL_SIGKILL": signals.SIGKILL, "SIGNAL_SIGTERM": signals.SIGTERM, 9: signals.SIGKILL, 15: signals.SIGTERM}
 
 
@@ -46,6 +51,7 @@ class Proc:
     end: dict[str, Any] | None = None
     error: ConnectError | None = None
     task: asyncio.Task[None] | None = None
+    revived: bool = False  # a previous daemon's: output and end followed, no input
 
     def publish(self, message: dict[str, Any] | None) -> None:
         for q in list(self.subscribers):
@@ -86,14 +92,59 @@ class Processes:
         self.svc = service
         self.users = Users(service)
         self.procs: dict[str, dict[int, Proc]] = {}
-        self.pids = itertools.count(1000)
+        self._pids: Iterator[int] | None = None
+
+    def next_pid(self) -> int:
+        if self._pids is None:  # after the pids a previous daemon handed out (the store keeps them)
+            self._pids = itertools.count(self.svc.store.e2b_processes.next_pid())
+        return next(self._pids)
 
     def find(self, sandbox_id: str, msg: dict[str, Any]) -> Proc:
         pid, tag = selector(msg)
         for proc in self.procs.get(sandbox_id, {}).values():
             if (pid is not None and proc.pid == pid) or (tag is not None and proc.tag == tag):
                 return proc
+        row = self.svc.store.e2b_processes.find(sandbox_id, pid, tag)
+        if row is not None:  # started before a daemon restart: followed again through its run
+            return self._revive(row)
         raise ConnectError("not_found", f"process with {'pid ' + str(pid) if pid else 'tag ' + repr(tag)} not found")
+
+    def _revive(self, row: ProcessRow) -> Proc:
+        proc = Proc(row.pid, row.sandbox_id, row.config, row.tag, row.pty, asyncio.Queue(1), row.run_id, revived=True)
+        self.procs.setdefault(row.sandbox_id, {})[row.pid] = proc
+        proc.task = asyncio.get_running_loop().create_task(self._follow_run(proc))
+        return proc
+
+    async def _follow_run(self, proc: Proc) -> None:
+        """A process of a previous daemon: its new output (from now on, as envd's Connect
+        gives) and its end, read from hutch's own record of the run."""
+        runs = self.svc.runs
+        try:
+            offsets = {n: int(v["size"]) for n, v in (await runs.poll(proc.run_id, {}, 0)).items() if n in ("stdout", "stderr")}
+            while True:
+                got = await runs.poll(proc.run_id, offsets, 1 << 20)
+                for name in ("stdout", "stderr"):
+                    part = got[name]
+                    data = base64.b64decode(part["data"]) if part["base64"] else str(part["data"]).encode()
+                    if data:
+                        proc.publish({"event": {"data": {"pty" if proc.pty else name: _b64(data)}}})
+                    offsets[name] = int(part["next_offset"])
+                if got["done"]:
+                    run = got["run"]
+                    code = int(run.get("exit_code") if run.get("exit_code") is not None else -1)
+                    end = {"exitCode": code, "exited": run["status"] == "completed", "status": f"exit status {code}"}
+                    if run["status"] != "completed":
+                        end["error"] = f"the run {run['status']}" + (f": {run['error']}" if run.get("error") else "")
+                    proc.end = {"event": {"end": end}}
+                    break
+                await asyncio.sleep(REVIVED_POLL)
+        except HutchError as exc:
+            proc.error = ConnectError.of(exc)
+        finally:
+            if proc.end is None and proc.error is None:
+                proc.error = ConnectError("unavailable", "the process's run could not be followed")
+            proc.publish(proc.end)
+            proc.publish(None)
 
     def _forget_ended(self, sandbox_id: str) -> None:
         table = self.procs.get(sandbox_id, {})
@@ -139,9 +190,10 @@ class Processes:
         first = await anext(events)  # refusals (policy, capacity, a sandbox gone) answer here
         tag = msg.get("tag") if isinstance(msg.get("tag"), str) else None
         shown = {"cmd": config["cmd"], "args": args, "envs": envs, "cwd": cwd}
-        proc = Proc(next(self.pids), sandbox_id, shown, tag, pty is not None, inbox)
+        proc = Proc(self.next_pid(), sandbox_id, shown, tag, pty is not None, inbox)
         proc.run_id = first.get("run_id", "")
         table[proc.pid] = proc
+        self.svc.store.e2b_processes.add(ProcessRow(sandbox_id, proc.pid, proc.run_id, tag, proc.pty, shown))
         q = self._subscribe(proc)
         proc.task = asyncio.get_running_loop().create_task(self._drive(proc, events, deadline))
         return self._follow(proc, q)
@@ -209,6 +261,10 @@ class Processes:
         return self._follow(proc, q)
 
     def list(self, sandbox_id: str) -> dict[str, Any]:
+        known = self.procs.get(sandbox_id, {})
+        for row in self.svc.store.e2b_processes.live_of(sandbox_id):
+            if row.pid not in known:  # a previous daemon's, still running
+                self._revive(row)
         live = [p for p in self.procs.get(sandbox_id, {}).values() if p.task is not None and not p.task.done()]
         return {"processes": [{"config": p.config, "pid": p.pid} | ({"tag": p.tag} if p.tag else {}) for p in live]}
 
@@ -228,6 +284,8 @@ class Processes:
     async def _put(self, proc: Proc, item: dict[str, Any]) -> None:
         if proc.task is None or proc.task.done():
             raise ConnectError("not_found", f"process {proc.pid} has ended")
+        if proc.revived:
+            raise ConnectError("failed_precondition", f"process {proc.pid} lost its input and terminal in a gateway restart")
         try:
             await asyncio.wait_for(proc.inbox.put(item), 30)
         except TimeoutError:

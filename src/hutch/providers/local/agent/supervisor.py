@@ -262,7 +262,10 @@ class Supervisor:
                     return
 
     def _on_host_gone(self) -> None:
-        if self.io.interactive and self.state == RUNNING:
+        # a terminal, or input still open, hangs up with the daemon that fed it; an interactive
+        # run whose input was closed needs nothing from it and goes on, like a background run
+        # (a daemon restart adopts it: the E2B API's commands without stdin)
+        if self.io.interactive and self.state == RUNNING and (self.io.tty or not self.input.eof_asked):
             self._kill(signal.SIGHUP, None)  # like a terminal hanging up
 
     def _on_message(self, msg: Any) -> None:
