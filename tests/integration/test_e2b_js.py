@@ -1,6 +1,6 @@
 """E2B's official JS SDK (npm ``e2b``, run by the machine's node), unchanged, against a real
 gateway: create, commands (streams, callbacks, env, cwd, exit codes, background), files,
-list, kill; and the hutch side of it."""
+a directory watch (the WatchDir stream), list, kill; and the hutch side of it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def test_the_js_sdk_core_flow(e2b: E2B) -> None:  # noqa: F811
     assert out["callbacks"] == ["bar\n/tmp\n", "bar\n/tmp\n"]
     assert out["exit"] == [True, 3, "partial\n"]
     assert out["background"] == "later\n"
+    assert ["j.txt", "create"] in out["watched"] and ["j.txt", "write"] in out["watched"]  # WatchDir, a stream
     assert out["text"] == "from js" and out["bytes"] == list(b"from js")
     assert ["j.txt", "file", 7] in out["list"]
     assert out["exists"] == [True, False] and out["listed"] is True

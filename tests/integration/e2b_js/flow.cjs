@@ -20,7 +20,14 @@ async function main() {
   }
   const bg = await sbx.commands.run("sleep 1; echo later", { background: true });
   out.background = (await bg.wait()).stdout;
+  const seenEvents = [];
+  const watch = await sbx.files.watchDir("/workspace", (ev) => seenEvents.push([ev.name, ev.type]));
   await sbx.files.write("/workspace/j.txt", "from js");
+  for (let i = 0; i < 600 && !seenEvents.some((e) => e[0] === "j.txt" && e[1] === "write"); i++) {
+    await new Promise((r) => setTimeout(r, 100)); // until the stream brings it (a minute at most)
+  }
+  await watch.stop();
+  out.watched = seenEvents;
   out.text = await sbx.files.read("/workspace/j.txt");
   out.bytes = Array.from(await sbx.files.read("/workspace/j.txt", { format: "bytes" }));
   out.list = (await sbx.files.list("/workspace")).map((e) => [e.name, e.type, e.size]);

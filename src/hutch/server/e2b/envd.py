@@ -21,10 +21,11 @@ from hutch.server.e2b.connect import ConnectError
 from hutch.server.e2b.filesystem import Files
 from hutch.server.e2b.process import Processes
 from hutch.server.e2b.users import from_basic
+from hutch.server.e2b.watch import Watches
 from hutch.service import Service
 from hutch.service.files import MAX_FILE
 
-STREAMS = {"process.Process/Start", "process.Process/Connect"}
+STREAMS = {"process.Process/Start", "process.Process/Connect", "filesystem.Filesystem/WatchDir"}
 UNARY = {
     "process.Process/List",
     "process.Process/SendInput",
@@ -63,6 +64,7 @@ async def read_body(request: Request, limit: int) -> bytes:
 def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
     r = APIRouter()
     files = Files(service)
+    watches = Watches(service, files)
 
     @r.get("/e2b/envd/health", include_in_schema=False)
     async def health(request: Request) -> Response:
@@ -94,7 +96,10 @@ def router(service: Service, tokens: Tokens, procs: Processes) -> APIRouter:
             service.live(sandbox_id)  # a paused or gone sandbox answers before anything runs
             user = from_basic(request.headers.get("authorization"))
             if streaming:
-                if method == "Start":
+                if method == "WatchDir":
+                    await procs.users.check_files(sandbox_id, user)
+                    messages = await watches.start(sandbox_id, msg, deadline)
+                elif method == "Start":
                     messages = await procs.start(sandbox_id, msg, deadline, user)
                 else:
                     messages = procs.connect(sandbox_id, msg)

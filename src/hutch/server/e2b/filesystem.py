@@ -4,7 +4,8 @@ Contents go through the Service's file reads and writes (``file_read``/``file_wr
 events). Stat, listings, directories, moves and removals run a small POSIX command in the
 sandbox as a run of its own (``stat``, ``find``, ``mkdir``, ``mv``, ``rm``: coreutils and
 busybox both have them), so they act with the sandbox's own user and view. Watching is polling:
-each ``GetWatcherEvents`` lists the tree again and reports what changed since the last call.
+each ``GetWatcherEvents`` lists the tree again and reports what changed since the last call
+(the ``WatchDir`` stream is :mod:`.watch`).
 """
 
 from __future__ import annotations
@@ -151,15 +152,28 @@ class Files:
         except HutchError:
             raise
         self.watchers[key] = (sandbox_id, path, recursive, after)
-        out: list[dict[str, Any]] = []
-        for p in sorted(set(before) | set(after)):
-            name = posixpath.relpath(p, path)
-            if p not in before:
-                out.append({"name": name, "type": "EVENT_TYPE_CREATE"})
-                if after[p][1] == "FILE_TYPE_FILE":
-                    out.append({"name": name, "type": "EVENT_TYPE_WRITE"})
-            elif p not in after:
-                out.append({"name": name, "type": "EVENT_TYPE_REMOVE"})
-            elif before[p] != after[p]:
+        return changes(before, after, path)
+
+
+Snapshot = dict[str, tuple[str, str]]
+
+
+def snapshot_of(listing: str) -> Snapshot:
+    entries = [e for e in (entry(line) for line in listing.splitlines()[:MAX_ENTRIES]) if e is not None]
+    return {e["path"]: (e["modifiedTime"] + e["size"], e["type"]) for e in entries}
+
+
+def changes(before: Snapshot, after: Snapshot, path: str) -> list[dict[str, Any]]:
+    """envd's filesystem events between two listings of ``path``."""
+    out: list[dict[str, Any]] = []
+    for p in sorted(set(before) | set(after)):
+        name = posixpath.relpath(p, path)
+        if p not in before:
+            out.append({"name": name, "type": "EVENT_TYPE_CREATE"})
+            if after[p][1] == "FILE_TYPE_FILE":
                 out.append({"name": name, "type": "EVENT_TYPE_WRITE"})
-        return out
+        elif p not in after:
+            out.append({"name": name, "type": "EVENT_TYPE_REMOVE"})
+        elif before[p] != after[p]:
+            out.append({"name": name, "type": "EVENT_TYPE_WRITE"})
+    return out
