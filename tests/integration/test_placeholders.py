@@ -359,6 +359,24 @@ def test_one_kept_alive_connection_carries_several_requests(secd: Daemon, box: S
     assert [(r["path"], r["headers"]["Authorization"]) for r in got] == [(f"/n{i}", f"Bearer {VALUE}") for i in range(3)]
 
 
+NOT_HTTP = r"""
+import socket
+s = socket.create_connection(("127.0.0.1", 3128))
+s.sendall(b"CONNECT api.secret.test:8443 HTTP/1.1\r\nHost: api.secret.test:8443\r\n\r\n")
+assert s.recv(4096).startswith(b"HTTP/1.1 200")
+s.sendall(b"\x00\x01 not a protocol the proxy can read\r\n\r\n")
+print(s.recv(4096).decode(errors="replace"))
+"""
+
+
+def test_a_tunnel_that_is_not_http_is_refused(secd: Daemon, box: Sandbox) -> None:
+    code, out, err = sh(box, f"python3 -c '{NOT_HTTP}'")
+    assert code == 0, err
+    assert out.startswith("HTTP/1.1 400") and "reason=not_http" in out
+    denied = [e["data"] for e in events(secd, box, "egress_denied")]
+    assert denied[-1]["reason"] == "not_http" and "--no-intercept api.secret.test" in denied[-1]["rule"]
+
+
 def test_a_wrong_upstream_certificate_is_refused(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:
     _, out, _ = sh(box, 'curl -sS -m 30 -i -H "Authorization: Bearer $TOKEN" https://wrong.secret.test:9443/')
     assert "502 Bad Gateway" in out and "not trusted" in out
@@ -401,6 +419,11 @@ def test_bodies_only_when_asked(secd: Daemon, box: Sandbox, upstream: Upstream) 
         assert json.loads(out)["size"] == len(got[0]["body"])
         wheres = {e["data"]["where"] for e in events(secd, opted, "secret_substituted")}
         assert wheres == {"body"}
+        # a body replaced in is held whole, so it has a cap: past it, 413 and nothing sent
+        before = len(upstream.received("tls"))
+        _, out, _ = sh(opted, "head -c 17M /dev/zero | curl -sS -m 60 -i --data-binary @- https://api.secret.test:8443/big")
+        assert "HTTP/1.1 413 " in out and "at most 16 MiB" in out
+        assert upstream.received("tls")[before:] == []
     finally:
         opted.destroy()
 
