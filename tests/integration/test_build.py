@@ -142,3 +142,39 @@ def test_an_import_sets_the_config_a_root_filesystem_lacks(daemon: Daemon, busyb
         r = cli(daemon, "image", "import", f"rootfs:{busybox_dir}", "bad:1", *bad, "--json")
         assert r.returncode == 2 and why in json.loads(r.stdout)["error"]["message"], r.stdout
     assert "bad:1" not in cli(daemon, "image", "list").stdout
+
+
+def test_a_build_streams_each_steps_output_bounds_it_and_sets_cmd_entrypoint_user(daemon: Daemon, bb: str) -> None:
+    args = [
+        sys.executable, "-m", "hutch", "image", "build", "--from", bb, "--tag", "svc:2",
+        "--run", "echo first-line; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-go",
+        "--entrypoint", "/bin/sh -c", "--cmd", json.dumps(["echo I am $(id -u)"]), "--user", "1000",
+    ]  # fmt: skip
+    proc = subprocess.Popen(args, env=hutch_env(daemon.home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        sandbox = ""
+        for line in proc.stderr:  # the step's first line shows while the step still waits for /tmp/go
+            seen.append(line)
+            if line.startswith("hutch: build sandbox "):
+                sandbox = line.split()[3]
+            if line.strip() == "| first-line":
+                break
+        assert sandbox and "| after-go" not in "".join(seen) and proc.poll() is None, seen
+        assert cli(daemon, "exec", sandbox, "--", "touch", "/tmp/go").returncode == 0
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "| after-go" in err
+    ran = cli(daemon, "run", "--image", "svc:2")
+    assert ran.returncode == 0 and ran.stdout.strip() == "I am 1000", (ran.stdout, ran.stderr)
+
+    r = cli(daemon, "image", "build", "--from", bb, "--tag", "slow:1", "--timeout", "2s", "--run", "echo going; sleep 300", "--json")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    message = json.loads(r.stdout)["error"]["message"]
+    assert "stopped at its --timeout of 2s" in message and "going" in message
+    assert live(daemon) == [] and "slow:1" not in cli(daemon, "image", "list").stdout

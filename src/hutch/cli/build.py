@@ -8,18 +8,21 @@ the order click's parser saw the options in and pairs it with each option's valu
 
 from __future__ import annotations
 
+import base64
+import collections
 import os
 import shlex
 import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from hutch.cli.benchmark import _shielded, _sigterm_raises
-from hutch.cli.common import Ctx, emit, human_bytes, json_option, usage_error
+from hutch.cli.common import Ctx, Duration, emit, human_bytes, json_option, usage_error
+from hutch.cli.imageconfig import changes, config_options
 from hutch.cli.network import network_options, resolve_secrets
 from hutch.errors import ConflictError, HutchError, InvalidError
 from hutch.wire.build import sandbox_spec
@@ -77,6 +80,11 @@ def ordered_steps(ctx: click.Context, values: dict[str, tuple[str, ...]]) -> lis
 @click.option("--env", "-e", multiple=True, metavar="K=V", help="Set a variable in the image and for later --run steps.")
 @click.option("--workdir", multiple=True, metavar="DIR", help="The image's working directory (created), and later --run steps'.")
 @click.option("--tag", "-t", required=True, metavar="NAME[:TAG]", help="The new image's name.")
+@config_options
+@click.option(
+    "--timeout", type=Duration(), metavar="DURATION", help="Each --run step's limit (e.g. 10m): past it, the step fails."
+)
+@click.option("--host-ca", is_flag=True, help="Trust this machine's CA bundle in the build sandbox (as hutch create --host-ca).")
 @network_options
 @json_option
 @click.pass_context
@@ -85,6 +93,11 @@ def build(
     /,
     base: str,
     tag: str,
+    cmd: str | None,
+    entrypoint: str | None,
+    user: str | None,
+    timeout: float | None,
+    host_ca: bool,
     network: str | None,
     allow_hosts: tuple[str, ...],
     allow_ports: tuple[int, ...],
@@ -97,11 +110,15 @@ def build(
     The steps run in the order given: --copy uploads a file or directory from this machine,
     --run runs a command (a failure stops the build with its exit code and the end of its
     output), --env and --workdir set the image's config and apply to the --run steps after them.
+    --cmd, --entrypoint and --user set the new image's CMD, ENTRYPOINT and USER (the steps run
+    as the build sandbox's user: its image's USER, root when it has none). Each --run step's
+    output is shown as it runs; --timeout bounds each one.
     The sandbox has the network policy given (--network, --allow-host ...; default none) and is
     destroyed at the end, also on failure or Ctrl-C; the image is committed only if every step
     succeeded. Progress goes to stderr; the new image's id (--json: its record) to stdout.
     """
     obj: Ctx = ctx.obj
+    config = changes(cmd, entrypoint, user)
     steps = ordered_steps(ctx, values)
     for step in steps:  # bad input fails before any sandbox is made
         if step.kind == "copy":
@@ -121,9 +138,10 @@ def build(
         allow_cidrs=allow_cidrs,
         secrets=resolve_secrets(secrets),
         labels={"hutch.build": tag},
+        host_ca=host_ca,
     )
     started = time.monotonic()
-    done = Builder(obj.client, steps, tag, quiet=obj.json).build(spec)
+    done = Builder(obj.client, steps, tag, quiet=obj.json, config=config, timeout=timeout).build(spec)
     image = done["image"]
     if obj.json:
         emit(image)
@@ -151,11 +169,22 @@ def _copy_parts(value: str) -> tuple[Path, str]:
 class Builder:
     """One build: the sandbox, the steps, the commit; the sandbox destroyed whatever happens."""
 
-    def __init__(self, client: Client, steps: list[Step], tag: str, *, quiet: bool) -> None:
+    def __init__(
+        self,
+        client: Client,
+        steps: list[Step],
+        tag: str,
+        *,
+        quiet: bool,
+        config: wire.CommitChanges | None = None,
+        timeout: float | None = None,
+    ) -> None:
         self.client = client
         self.steps = steps
         self.tag = tag
         self.quiet = quiet
+        self.config: wire.CommitChanges = config or {}
+        self.timeout = timeout
         self.env: dict[str, str] = {}
         self.workdir: str | None = None
 
@@ -172,7 +201,7 @@ class Builder:
                 for n, step in enumerate(self.steps, 1):
                     self.say(f"step {n}/{len(self.steps)}: {step.show()}")
                     getattr(self, "do_" + step.kind)(sandbox, n, step)
-                changes: wire.CommitChanges = {}
+                changes: wire.CommitChanges = dict(self.config)  # type: ignore[assignment]
                 if self.env:
                     changes["env"] = [f"{k}={v}" for k, v in self.env.items()]
                 if self.workdir:
@@ -258,18 +287,43 @@ class Builder:
         return path
 
     def _exec(self, sandbox: str, n: int, step: Step, command: str | list[str], cwd: str | None) -> None:
+        """Run a step's command, its output shown line by line as it comes (a --run step's)."""
         req: wire.ExecRequest = {"command": command, "env": dict(self.env)}
         if cwd:
             req["cwd"] = cwd
-        r = self.client.exec(sandbox, req)
-        if not self.quiet and step.kind == "run":
-            for line in _tail(r.get("stdout", "") + r.get("stderr", ""), TAIL_LINES):
-                click.echo(f"  | {line}", err=True)
-        if r["exit_code"] != 0:
-            tail = _tail(r.get("stdout", "") + r.get("stderr", ""), TAIL_LINES)
+        if self.timeout and step.kind == "run":
+            req["timeout"] = self.timeout
+        show = not self.quiet and step.kind == "run"
+        tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        partial = {"stdout": "", "stderr": ""}
+        code: int | None = None
+        for frame in self.client.exec_stream(sandbox, req):
+            kind = frame["type"]
+            if kind in ("stdout", "stderr"):
+                data = frame["data"]  # type: ignore[typeddict-item]
+                text = base64.b64decode(data).decode(errors="replace") if frame.get("base64") else data
+                lines = (partial[kind] + text).split("\n")
+                partial[kind] = lines.pop()  # a line still being written
+                for line in lines:
+                    tail.append(line)
+                    if show:
+                        click.echo(f"  | {line}", err=True)
+            elif kind == "exit":
+                code = frame["exit_code"]  # type: ignore[typeddict-item]
+            elif kind == "error":
+                err = cast("dict[str, Any]", frame.get("error") or {})
+                raise ConflictError(f"step {n} ({step.show()}) failed: {err.get('message')}", hint=str(err.get("hint") or ""))
+        for rest in partial.values():
+            if rest:
+                tail.append(rest)
+                if show:
+                    click.echo(f"  | {rest}", err=True)
+        if code != 0:
             shown = "\n".join(tail)
+            why = f"was stopped at its --timeout of {self.timeout:g}s" if code == 124 and "timeout" in req else None
             raise ConflictError(
-                f"step {n} ({step.show()}) failed with exit code {r['exit_code']}"
+                f"step {n} ({step.show()}) "
+                + (why or f"failed with exit code {code}")
                 + (f"; the end of its output:\n{shown}" if shown else " and no output"),
                 hint="no image was made and the build sandbox is destroyed; fix the step and build again",
             )
