@@ -163,7 +163,7 @@ def test_a_build_streams_each_steps_output_bounds_it_and_sets_cmd_entrypoint_use
                 break
         assert sandbox and "| after-go" not in "".join(seen) and proc.poll() is None, seen
         assert cli(daemon, "exec", sandbox, "--", "touch", "/tmp/go").returncode == 0
-        out, err = proc.communicate(timeout=300)
+        _, err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -173,7 +173,9 @@ def test_a_build_streams_each_steps_output_bounds_it_and_sets_cmd_entrypoint_use
     ran = cli(daemon, "run", "--image", "svc:2")
     assert ran.returncode == 0 and ran.stdout.strip() == "I am 1000", (ran.stdout, ran.stderr)
 
-    r = cli(daemon, "image", "build", "--from", bb, "--tag", "slow:1", "--timeout", "2s", "--run", "echo going; sleep 300", "--json")
+    r = cli(
+        daemon, "image", "build", "--from", bb, "--tag", "slow:1", "--timeout", "2s", "--run", "echo going; sleep 300", "--json"
+    )
     assert r.returncode == 1, (r.stdout, r.stderr)
     message = json.loads(r.stdout)["error"]["message"]
     assert "stopped at its --timeout of 2s" in message and "going" in message
