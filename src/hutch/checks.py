@@ -111,6 +111,19 @@ def check_command(command: list[str] | str) -> list[str] | str:
     return command
 
 
+APPROVAL_ACTIONS = ("destroy", "network.change", "push.delete")  # and exec:PATTERN
+
+
+def check_action(action: str) -> None:
+    """An action that can require approval: one of APPROVAL_ACTIONS, or ``exec:PATTERN``."""
+    if action in APPROVAL_ACTIONS or (action.startswith("exec:") and len(action) > len("exec:")):
+        return
+    raise InvalidError(
+        f"unknown action {action!r}",
+        hint=f"use {', '.join(APPROVAL_ACTIONS)} or exec:PATTERN (a shell glob over the command, e.g. 'exec:git push*')",
+    )
+
+
 def check_path(path: str, what: str = "path") -> str:
     return check_text(path, f"{what} {path[:80]!r}", MAX_PATH)
 

@@ -61,6 +61,7 @@ class Settings:
     local_image: str | None = None  # the image of a local create without --image (none: the host-/usr sandbox)
     runtime: str = "bwrap"  # how a local sandbox isolates unless --runtime says: bwrap or gvisor
     gvisor_platform: str = "auto"  # runsc's platform: auto (kvm where it answers, else ptrace), ptrace, kvm, systrap
+    manifest: str = ""  # a manifest file name create/run look for in the current directory ("": none), restricted
     insecure_registries: str = ""  # registries (host[:port], comma-separated) pulled from over plain http
     unikraft_ready_timeout: float = 60.0
     unikraft_timeout: float = 30.0
@@ -298,6 +299,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
             "e2b_base_image",
             "e2b_domain",
             "cluster",
+            "manifest",
         ),
         (_text, "text"),
     ),

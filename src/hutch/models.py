@@ -37,6 +37,7 @@ from hutch.checks import (
     MIN_MEMORY,
     MIN_PIDS,
     NAME_HINT,
+    check_action,
     check_command,
     check_count,
     check_env,
@@ -50,6 +51,7 @@ from hutch.errors import InvalidError
 from hutch.netpolicy import NetworkPolicy as NetworkPolicy
 from hutch.netpolicy import PolicyChange as PolicyChange
 from hutch.netpolicy import normalize_host as normalize_host
+from hutch.seeds import GitSource, SeedFile, check_seeds
 from hutch.units import format_size, parse_duration
 from hutch.wire.pydantic import typeddict
 
@@ -61,7 +63,6 @@ DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
 DEFAULT_OUTPUT_CAP = 1 << 20
 MAX_TTL = 365 * 86400.0
-APPROVAL_ACTIONS = ("destroy", "network.change", "push.delete")  # and exec:PATTERN
 
 
 if TYPE_CHECKING:  # the wire's own types for the type checker; pydantic gets their clones
@@ -188,6 +189,15 @@ class SandboxSpec(secretpolicy.PlaceholderFields):
     # Secret values travel in the request only: never serialized, stored or returned.
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     secret_names: list[str] = Field(default_factory=list)
+    secret_sources: dict[str, str] = Field(default_factory=dict)  # NAME -> env:VAR | file:PATH (never a value)
+    files: list[SeedFile] = Field(default_factory=list)  # written at create, before setup
+    setup: list[list[str] | str] = Field(default_factory=list)  # run once at create, in order
+    git: GitSource | None = None  # the workspace starts as a clone of it
+
+    @model_validator(mode="after")
+    def _seeds(self) -> SandboxSpec:
+        check_seeds(self.files, self.setup, self.secret_sources)
+        return self
 
     @field_validator("network")
     @classmethod
@@ -291,16 +301,6 @@ class SandboxSpec(secretpolicy.PlaceholderFields):
         if not v.startswith("/"):
             raise InvalidError(f"--workdir must be an absolute path, got {v!r}")
         return check_path(v, "--workdir")
-
-
-def check_action(action: str) -> None:
-    """An action that can require approval: one of APPROVAL_ACTIONS, or ``exec:PATTERN``."""
-    if action in APPROVAL_ACTIONS or (action.startswith("exec:") and len(action) > len("exec:")):
-        return
-    raise InvalidError(
-        f"unknown action {action!r}",
-        hint=f"use {', '.join(APPROVAL_ACTIONS)} or exec:PATTERN (a shell glob over the command, e.g. 'exec:git push*')",
-    )
 
 
 class SandboxRecord(BaseModel):

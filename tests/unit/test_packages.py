@@ -105,6 +105,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "fdlimit",
             "actors",
             "pki",
+            "seeds",
+            "manifest",
         },
     ),
 ]

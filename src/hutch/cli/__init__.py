@@ -66,6 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("agents", "mcp"),
     "skill": ("skill", "skill"),
     "catalog": ("catalog", "catalog"),
+    "manifest": ("manifest", "manifest"),
     "benchmark": ("benchmark", "benchmark"),
 }
 

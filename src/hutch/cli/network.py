@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from hutch.cli.common import Ctx, emit, json_option
-from hutch.errors import InvalidError
 from hutch.wire.build import policy_change
 
 if TYPE_CHECKING:
@@ -84,27 +81,9 @@ def network_options(f: Any) -> Any:
 
 def resolve_secrets(items: tuple[str, ...]) -> dict[str, str]:
     """NAME (from $NAME), NAME=env:VAR or NAME=file:PATH, read here, on the caller's side."""
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, source = item.partition("=")
-        if not sep:
-            source = f"env:{name}"
-        kind, _, where = source.partition(":")
-        if kind == "env" and where:
-            value = os.environ.get(where)
-            if value is None:
-                raise InvalidError(f"secret {name}: ${where} is not set", hint=f"export {where}=..., or use {name}=file:PATH")
-        elif kind == "file" and where:
-            try:
-                value = Path(where).expanduser().read_text().rstrip("\n")
-            except OSError as exc:
-                raise InvalidError(f"secret {name}: cannot read {where}: {exc.strerror}", hint="check the path") from exc
-        else:
-            raise InvalidError(f"invalid --secret {item!r}", hint="use NAME, NAME=env:VAR or NAME=file:PATH")
-        if not value:
-            raise InvalidError(f"secret {name} is empty", hint="an empty secret would redact nothing; check its source")
-        out[name] = value
-    return out
+    from hutch.manifest import refs
+
+    return refs.resolve(refs.parse(items))
 
 
 def describe_network(r: wire.SandboxRecord) -> list[tuple[str, str]]:

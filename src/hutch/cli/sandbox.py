@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 import click
 
 from hutch.cli.common import DURATION, EXIT_FAILED, SIZE, Ctx, SandboxCommand, count, emit, json_option, parse_pairs, table
-from hutch.cli.network import describe_network, network_options, placeholder_options, resolve_secrets
+from hutch.cli.network import describe_network, network_options, placeholder_options
 from hutch.errors import HutchError
 from hutch.units import format_duration, format_size
-from hutch.wire.build import sandbox_spec
+from hutch.wire.build import git_source, sandbox_spec
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -88,6 +88,32 @@ def create_options(f: Any) -> Any:
             metavar="NAME",
             help="Tenant mode: a persistent line whose /workspace survives destroy (until hutch tenant delete).",
         ),
+        click.option(
+            "--manifest",
+            is_flag=False,
+            flag_value="",
+            default=None,
+            metavar="[FILE]",
+            help="Take the sandbox's settings from this TOML manifest (alone: ./hutch.toml); flags given too win. "
+            "See docs/manifest.md.",
+        ),
+        click.option(
+            "--git-repo",
+            metavar="URL[#REF]",
+            help="The workspace starts as a clone of this repository at REF (a branch, tag or commit): a local path or "
+            "file:// is cloned here and pushed in, any other URL inside the sandbox through its proxy.",
+        ),
+        click.option(
+            "--git-depth",
+            metavar="N|full",
+            help="Commits of history the clone takes (default 1), or full.",
+        ),
+        click.option(
+            "--git-secret",
+            metavar="NAME",
+            help="The --secret whose value is the clone's password or token (handed to git by a credential helper).",
+        ),
+        click.option("--git-max-size", type=SIZE, metavar="SIZE", help="The clone fails past this size (default 1G)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -155,11 +181,18 @@ def build_spec(
     secret_hosts: tuple[str, ...] = (),
     secret_body: tuple[str, ...] = (),
     no_intercept: tuple[str, ...] = (),
+    manifest: str | None = None,
+    git_repo: str | None = None,
+    git_depth: str | None = None,
+    git_secret: str | None = None,
+    git_max_size: int | None = None,
 ) -> wire.SandboxSpec:
-    """The spec of the command line's options (``K=V`` pairs, secrets read here), built as every
-    edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
-    return sandbox_spec(
-        obj.settings,
+    """The spec of the command line's options (``K=V`` pairs, secrets read here) over the
+    manifest's, built as every edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
+    from hutch.manifest import refs
+
+    sources = refs.parse(secrets)
+    flags = dict(
         name=name,
         provider=provider,
         memory=memory,
@@ -175,7 +208,8 @@ def build_spec(
         allow_hosts=allow_hosts,
         allow_ports=allow_ports,
         allow_cidrs=allow_cidrs,
-        secrets=resolve_secrets(secrets),
+        secrets=refs.resolve(sources),
+        secret_sources=sources,
         tenant=tenant,
         image=image,
         user=user,
@@ -190,7 +224,14 @@ def build_spec(
         secret_hosts=secret_hosts,
         secret_body=secret_body,
         no_intercept=no_intercept,
+        git=git_source(git_repo, depth=git_depth or 1, secret=git_secret, max_size=git_max_size) if git_repo else None,
+        git_depth=git_depth,
+        git_secret=git_secret,
+        git_max_size=git_max_size,
     )
+    from hutch.manifest.load import spec_args
+
+    return sandbox_spec(obj.settings, **spec_args(manifest, flags, obj.settings.manifest))
 
 
 @click.command()

@@ -10,10 +10,13 @@ from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from hutch.client.oneshot import Outcome
+from hutch.manifest.load import spec_args
 from hutch.mcp.shapes import (
     MAX_CALL_OUTPUT,
     Body,
     Command,
+    GitRepo,
+    ManifestPath,
     MaxOutput,
     Network,
     SecretHosts,
@@ -58,6 +61,8 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
         ] = None,
         secrets: SecretNames = None,
         secret_hosts: SecretHosts = None,
+        manifest: ManifestPath = None,
+        git_repo: GitRepo = None,
     ) -> CallToolResult:
         """Run one command in a new sandbox and destroy it: exit_code, status, stdout and stderr, as exec.
 
@@ -68,8 +73,7 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
         cap = max_output or default_cap
 
         async def work() -> Body:
-            spec = build.sandbox_spec(
-                settings,
+            flags = dict(
                 memory=memory,
                 pids=pids,
                 env=env,
@@ -78,7 +82,9 @@ def register(app: HutchMCP, client: AsyncClient, settings: Settings, default_cap
                 image=image,
                 secrets=env_secrets(secrets),
                 secret_hosts=secret_hosts or {},
+                git=build.git_source(git_repo) if git_repo else None,
             )
+            spec = build.sandbox_spec(settings, **spec_args(manifest, flags))
             exec_req = build.exec_request(command, timeout=timeout, stdin=stdin, max_output=cap)
             req = build.run_once_request(exec_req, spec=spec, keep=keep, pull=pull and bool(directory))
             outcome = Outcome(cap)

@@ -16,12 +16,15 @@ from hutch._version import __version__
 from hutch.client import AsyncClient
 from hutch.config import Settings
 from hutch.errors import InternalError, InvalidError
+from hutch.manifest.load import spec_args
 from hutch.mcp import images, run
 from hutch.mcp.shapes import (
     DEFAULT_MAX_OUTPUT,
     Body,
     Command,
     Directory,
+    GitRepo,
+    ManifestPath,
     MaxOutput,
     Network,
     RunId,
@@ -96,6 +99,8 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
             Literal["bwrap", "gvisor"] | None,
             Field(description="How it is isolated: bwrap (default) or gvisor (a user-space kernel: stronger, slower)."),
         ] = None,
+        manifest: ManifestPath = None,
+        git_repo: GitRepo = None,
     ) -> CallToolResult:
         """Create a sandbox (capped memory and processes, its own /workspace) and return its record.
 
@@ -103,12 +108,12 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         under a writable root of its own (apt/pip installs stay in the sandbox), root inside.
 
         No network unless `allow_hosts` (or network='open') is given: then only through hutch's proxy,
-        every connection recorded as an egress_allowed/egress_denied event.
+        every connection recorded as an egress_allowed/egress_denied event. A `manifest` (a TOML file
+        naming all of these, see docs/manifest.md) can declare everything; the arguments given win over it.
         Use the returned id (or the name) as `sandbox` in the other tools; destroy it when done."""
 
         async def work() -> wire.SandboxRecord:
-            spec = build.sandbox_spec(
-                settings,
+            flags = dict(
                 name=name,
                 memory=memory,
                 pids=pids,
@@ -122,8 +127,9 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
                 secrets=env_secrets(secrets),
                 secret_hosts=secret_hosts or {},
                 runtime=runtime,
+                git=build.git_source(git_repo) if git_repo else None,
             )
-            return await client.create(spec)
+            return await client.create(build.sandbox_spec(settings, **spec_args(manifest, flags)))
 
         return await _call(work())
 

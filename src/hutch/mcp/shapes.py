@@ -32,6 +32,17 @@ Command = Annotated[
 Directory = Annotated[
     str, Field(description="A directory on the machine running this MCP server (absolute, or relative to its cwd).")
 ]
+ManifestPath = Annotated[
+    str | None,
+    Field(
+        description="A TOML manifest on the machine running this MCP server (docs/manifest.md): image, limits, env, "
+        "secret references, network, mounts, files, setup commands, git; the other arguments win over it."
+    ),
+]
+GitRepo = Annotated[
+    str | None,
+    Field(description="URL[#REF]: /workspace starts as a clone of this repository (a local path, or http(s) through the proxy)."),
+]
 RunId = Annotated[str, Field(description="The run's id (run_...), from exec or exec_background.")]
 MaxOutput = Annotated[
     int | None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict
 from hutch.client.oneshot import Outcome
 from hutch.errors import InvalidError
 from hutch.sdk.results import ExecResult
-from hutch.wire.build import SpecDefaults, exec_request, run_once_request, sandbox_spec
+from hutch.wire.build import SpecDefaults, exec_request, git_source, run_once_request, sandbox_spec
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -44,6 +44,11 @@ class CreateOptions(TypedDict, total=False):
     disk: int | str | None
     unikraft_metro: str | None
     tenant: str | None
+    manifest: str | None  # a TOML manifest file ("": ./hutch.toml); the other options win over it
+    git_repo: str | None  # URL[#REF]: the workspace starts as a clone of it
+    git_depth: int | str | None  # commits of history (default 1), or "full"
+    git_secret: str | None  # the secret (of ``secrets``) whose value is the clone's token
+    setup: list[str] | None  # commands run once at create, in order
 
 
 def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
@@ -55,8 +60,10 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
             f"unknown sandbox option{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
             hint="the options are: " + ", ".join(sorted(CreateOptions.__optional_keys__)),
         )
-    return sandbox_spec(
-        defaults,
+    from hutch.manifest.load import spec_args
+
+    repo = c.get("git_repo")
+    flags = dict(
         name=c.get("name"),
         memory=c.get("memory"),
         pids=c.get("pids"),
@@ -83,7 +90,12 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         runtime=c.get("runtime"),
         metro=c.get("unikraft_metro"),
         tenant=c.get("tenant"),
+        setup=c.get("setup") or (),
+        git=git_source(repo, depth=c.get("git_depth") or 1, secret=c.get("git_secret")) if repo else None,
+        git_depth=c.get("git_depth"),
+        git_secret=c.get("git_secret"),
     )
+    return sandbox_spec(defaults, **spec_args(c.get("manifest"), flags))
 
 
 def request(

@@ -63,6 +63,7 @@ from hutch.service.metrics import Metrics
 from hutch.service.oneshot import OneShot
 from hutch.service.pool import Pool
 from hutch.service.ports import Ports
+from hutch.service.provision import Provision
 from hutch.service.restart import Restart
 from hutch.service.runs import Runs
 from hutch.service.sessions import Sessions
@@ -103,6 +104,7 @@ class Service:
         self.certificates = Certificates(self)  # the gateway's client certificates
         self.templates = Templates(self)  # images made from sandboxes (commit)
         self.files = Files(self)  # a live sandbox's files: read, write, list
+        self.provision = Provision(self)  # a new sandbox's clone, seeded files and setup commands
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
         self.pool = Pool(self)  # started sandboxes handed out on create
         self.cluster = Cluster(self)  # a cluster gateway's nodes (hutch serve --cluster)
@@ -159,9 +161,17 @@ class Service:
 
     # -- sandboxes -------------------------------------------------------------------
 
-    async def create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None = None) -> SandboxRecord:
+    async def create(
+        self, spec: SandboxSpec, root_seed: dict[str, Any] | None = None, *, provision: bool = True
+    ) -> SandboxRecord:
+        """A new sandbox; ``provision``: its clone, seeded files and setup commands too (not
+        for a fork or a restore, whose workspace comes from elsewhere)."""
+        provision = provision and Provision.needed(spec)
+        if provision:
+            self.provision.check(spec)
         with self.pool.foreground():
-            return await self._create(spec, root_seed)
+            rec = await self._create(spec, root_seed)
+        return await self.provision.run(rec, spec) if provision else rec
 
     async def _create(self, spec: SandboxSpec, root_seed: dict[str, Any] | None) -> SandboxRecord:
         if (placed := self.settings.placed_by(spec.provider)) != spec.provider:  # a cluster gateway's nodes

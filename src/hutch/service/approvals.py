@@ -21,8 +21,9 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from hutch.checks import check_action
 from hutch.errors import ApprovalRequiredError, ConflictError, InvalidError, NotFoundError, PolicyError
-from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, SandboxState, check_action, new_id
+from hutch.models import ApprovalRecord, ApprovalStatus, SandboxRecord, SandboxState, new_id
 
 if TYPE_CHECKING:
     from hutch.service import Service

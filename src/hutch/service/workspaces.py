@@ -300,7 +300,7 @@ class Workspaces:
             spec = self.store.sandboxes.get(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
         workspace_provider(self.service.provider(spec.provider))
         root = root_archive(Path(snap.path))
-        rec = await self.service.create(spec, root_seed={"tar": str(root)} if root.is_file() else None)
+        rec = await self.service.create(spec, root_seed={"tar": str(root)} if root.is_file() else None, provision=False)
         try:
             await self._provider(rec).import_workspace(rec, Path(snap.path), [])
         except BaseException:
@@ -346,7 +346,7 @@ class Workspaces:
                 spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
                 seed = {"sandbox": src.id, "data": src.data} if src.data.get("image_id") else None  # its writable root too
                 try:
-                    child = await self.service.create(spec, root_seed=seed)
+                    child = await self.service.create(spec, root_seed=seed, provision=False)
                 except HutchError as exc:
                     children.append({"index": i, "sandbox": None, "name": name} | exc.to_dict())
                     continue

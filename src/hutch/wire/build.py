@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from hutch.wire.oneshot import RunOnceRequest, UploadFile
     from hutch.wire.runs import AttachStart, ExecRequest
     from hutch.wire.sandboxes import (
+        GitSource,
         Limits,
         Mount,
         NetworkMode,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
         OnExpire,
         PolicyChange,
         SandboxSpec,
+        SeedFile,
         SubagentRequest,
         WorkspaceView,
     )
@@ -42,6 +44,8 @@ __all__ = [
     "approval_request",
     "attach_start",
     "exec_request",
+    "git_depth",
+    "git_source",
     "limits",
     "mount",
     "network_policy",
@@ -52,6 +56,7 @@ __all__ = [
     "subagent_request",
     "with_stdin",
 ]
+GIT_USER = "x-access-token"  # the user name sent with a git token when none is given
 
 LOGIN_SHELL = ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]  # hutch shell, sbx.pty()
 
@@ -122,6 +127,80 @@ def _mode(mode: str) -> NetworkMode:
     return cast("NetworkMode", mode)
 
 
+def git_source(
+    url: str | GitSource,
+    *,
+    depth: int | str | None = 1,
+    secret: str | None = None,
+    username: str | None = None,
+    max_size: int | str | None = None,
+    base: str | None = None,
+) -> GitSource:
+    """``URL[#REF]`` as a workspace source: a local path (relative: to ``base`` or the current
+    directory) made an absolute ``file://`` URL here, on the caller's machine. A URL with a
+    password (or a token as its user) in it is refused: credentials come from a secret."""
+    if isinstance(url, dict):
+        return url
+    text, _, ref = url.partition("#")
+    if not text:
+        raise InvalidError(f"invalid --git-repo {url!r}", hint="use URL[#REF], e.g. https://git.example.com/org/repo.git#main")
+    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    if scheme == "file" or (not scheme and ":" not in text.split("/", 1)[0]):
+        path = text.removeprefix("file://") if scheme else text
+        text = "file://" + os.path.abspath(os.path.join(base or os.getcwd(), os.path.expanduser(path)))
+    elif scheme not in ("https", "http", "ssh", "git") and scheme:
+        raise InvalidError(f"unsupported git URL scheme {scheme!r}", hint="use https://, http://, git://, ssh:// or a path")
+    elif not scheme:
+        raise InvalidError(
+            f"invalid --git-repo {url!r}: scp-like HOST:PATH addresses are not supported",
+            hint="use https://HOST/PATH (with --git-secret for a token), or a local path",
+        )
+    check_git_url(text)
+    source: GitSource = {"url": text, "ref": ref or None, "depth": git_depth(depth)}
+    if secret:
+        source["secret"] = secret
+    if username:
+        source["username"] = username
+    if max_size is not None:
+        source["max_size"] = max_size
+    return source
+
+
+def check_git_url(url: str) -> None:
+    """Refuse a URL carrying credentials (``https://user:token@host/...`` or a token as the user)."""
+    from urllib.parse import urlsplit
+
+    if url.startswith("file://"):
+        return
+    parts = urlsplit(url)
+    if parts.password is not None or (parts.username and parts.scheme in ("http", "https")):
+        shown = url.replace(parts.netloc, "***@" + (parts.hostname or ""), 1)
+        raise InvalidError(
+            f"a git URL with credentials in it is refused ({shown}): they would land in argv, .git/config and events",
+            hint="drop them from the URL and give the token as a secret: --secret GIT_TOKEN=env:VAR --git-secret GIT_TOKEN",
+        )
+    if not parts.hostname:
+        raise InvalidError(f"git URL {url!r} has no host", hint="e.g. https://git.example.com/org/repo.git")
+
+
+def git_depth(depth: int | str | None) -> int | None:
+    """``--git-depth``: a count of commits, or ``full`` (None) for the whole history."""
+    if depth is None or depth == "full":
+        return None
+    try:
+        n = int(depth)
+    except (TypeError, ValueError):
+        n = 0
+    if isinstance(depth, bool) or not 1 <= n <= 1 << 20:
+        raise InvalidError(f"invalid git depth {depth!r}", hint="give a number of commits (1 or more), or full")
+    return n
+
+
+def seed_file(path: str, data: bytes, mode: int = 0o644) -> SeedFile:
+    """A file written into a new sandbox at create (base64 in the JSON)."""
+    return {"path": path, "content": base64.b64encode(data).decode(), "mode": mode}
+
+
 class Shape(TypedDict, total=False):
     """The keywords a sandbox spec and a sub-agent request share: limits (unset: the caller's
     settings), environment, labels, and the network (allow rules without a mode: an allowlist)."""
@@ -173,10 +252,16 @@ def sandbox_spec(
     secret_hosts: Iterable[str] | Mapping[str, Sequence[str]] = (),
     secret_body: Iterable[str] = (),
     no_intercept: Iterable[str] = (),
+    secret_sources: Mapping[str, str] | None = None,
+    files: Iterable[SeedFile] = (),
+    setup: Iterable[str | Sequence[str]] = (),
+    git: str | GitSource | None = None,
     **shape: Unpack[Shape],
 ) -> SandboxSpec:
     """The body of create (and of ``POST /v1/sessions``: with ``tenant`` or ``reuse_key``).
-    ``secret_hosts`` (``NAME=HOST`` items or a mapping) makes those secrets placeholders."""
+    ``secret_hosts`` (``NAME=HOST`` items or a mapping) makes those secrets placeholders.
+    ``secret_sources`` says where each secret was read (never a value: a manifest of the
+    sandbox names them); ``files``, ``setup`` and ``git`` are done once, at create."""
     given, env, labels = _shape(defaults, shape)
     spec: SandboxSpec = {
         "provider": provider or defaults.provider,
@@ -223,6 +308,16 @@ def sandbox_spec(
         spec["secret_body"] = body
     if exempt := list(no_intercept):
         spec["no_intercept"] = exempt
+    if secret_sources:
+        spec["secret_sources"] = dict(secret_sources)
+    seeds = list(files)
+    if seeds:
+        spec["files"] = seeds
+    commands = [c if isinstance(c, str) else list(c) for c in setup]
+    if commands:
+        spec["setup"] = commands
+    if git:
+        spec["git"] = git_source(git)
     return spec
 
 

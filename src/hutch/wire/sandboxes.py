@@ -2,13 +2,14 @@
 routes (destroy, pause/resume, keepalive, status, labels, sub-agents, policy) carry."""
 
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, Required, TypedDict
 
 from hutch.wire.system import CredentialStatus
 
 __all__ = [
     "Deadlines",
     "DestroyResult",
+    "GitSource",
     "KeepaliveRequest",
     "LabelRequest",
     "Limits",
@@ -21,6 +22,7 @@ __all__ = [
     "SandboxSpec",
     "SandboxState",
     "SandboxStatus",
+    "SeedFile",
     "Session",
     "SshEndpoint",
     "StateChange",
@@ -65,6 +67,27 @@ class NetworkPolicy(TypedDict, total=False):
     cidrs: list[str]
 
 
+class SeedFile(TypedDict):
+    """A file written into a new sandbox before its setup commands (``files`` of a manifest)."""
+
+    path: str  # absolute, or relative to the workdir
+    content: str  # base64 of its bytes
+    mode: NotRequired[int]  # default 0o644
+
+
+class GitSource(TypedDict, total=False):
+    """Where a new sandbox's /workspace comes from (``--git-repo URL[#REF]``, ``[git]`` of a manifest).
+    A local path or ``file://`` URL is cloned on the daemon's host and pushed in; any other URL is
+    cloned inside the sandbox through the egress proxy, its host allowed for the clone only."""
+
+    url: Required[str]  # https://git.example.com/org/repo.git, file:///srv/repo (never with a password in it)
+    ref: str | None  # a branch, a tag or a commit; None: the default branch
+    depth: int | None  # commits of history (default 1); None: the full history
+    secret: str | None  # the sandbox secret whose value is the password (a token), given to git by a credential helper
+    username: str | None  # the user name sent with it (default x-access-token)
+    max_size: int | str | None  # the clone fails past this many bytes (default 1G)
+
+
 class PolicyChange(TypedDict, total=False):
     """``POST /v1/sandboxes/{ref}/policy``: what to add to (or take from) a live sandbox's policy."""
 
@@ -99,6 +122,10 @@ class SandboxSpec(TypedDict, total=False):
     secret_hosts: dict[str, list[str]]  # secret -> hosts (--allow-host grammar): the sandbox holds a placeholder
     secret_body: list[str]  # secrets whose placeholder is also replaced in request bodies (--secret-body)
     no_intercept: list[str]  # hosts whose HTTPS is not intercepted in a sandbox holding placeholders
+    secret_sources: dict[str, str]  # NAME -> env:VAR or file:PATH: where the caller read each secret (never a value)
+    files: list[SeedFile]  # written at create, before the setup commands
+    setup: list[str | list[str]]  # run once at create, in order (output in setup_command events)
+    git: GitSource | None  # the workspace starts as a clone of this repository
     tenant: str | None  # a persistent sandbox line: its /workspace outlives the sandbox
     reuse_key: str | None  # auto mode (hutch run --reuse): one sandbox per key; "session" is its old name, still read
     ttl: float | str | None
