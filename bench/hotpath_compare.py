@@ -1,12 +1,14 @@
 """Two installs of hutch side by side: SDK exec round trip, CLI exec and CLI run, interleaved.
 
-    python bench/hotpath_compare.py --before OLD/.venv/bin --after NEW/.venv/bin [--rounds 12] [--per 25]
+    python bench/hotpath_compare.py --before OLD/.venv/bin --after NEW/.venv/bin [--rounds 12] [--per 25] [--sdk-only]
 
 Each install gets its own HUTCH_HOME, daemon and live sandbox. Every round times ``--per``
 SDK execs of ``true`` in a process of each install (its start not timed), then three times:
 bare ``true``, ``python3 -c pass``, and ``hutch exec SBX -- true`` and ``hutch run -- true``
 of each install as whole processes. Prints one JSON document: medians, ratios to the
 baselines of the same run, every sample. Destroys its sandboxes and stops its daemons.
+With ``--sdk-only``: SDK execs and bare ``true`` only, and the CPU per exec of each daemon's
+whole process tree (its sandboxes included; bench/cpu.py) and of the SDK loop's process.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu import settle
 
 SDK_LOOP = """
 import sys, time, json
@@ -29,7 +35,8 @@ out = []
 for _ in range(n + 2):
     t = time.perf_counter_ns(); r = c.exec(sid, {"command": ["true"]}); out.append((time.perf_counter_ns() - t) / 1e6)
     assert r["exit_code"] == 0
-print(json.dumps(out[2:]))
+u = __import__("os").times()
+print(json.dumps(out[2:] + [(u.user + u.system) * 1000]))
 """
 
 
@@ -48,6 +55,7 @@ def main() -> int:
     ap.add_argument("--after", required=True, help="the bin directory of the second install")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--per", type=int, default=25)
+    ap.add_argument("--sdk-only", action="store_true", help="SDK execs only, with the CPU per exec")
     args = ap.parse_args()
     installs = {"before": args.before, "after": args.after}
     tmp = tempfile.mkdtemp(prefix="hutch-hotpath-")
@@ -57,6 +65,8 @@ def main() -> int:
     samples: dict[str, list[float]] = {"bare_true": [], "python_pass": []}
     for v in installs:
         samples |= {f"sdk_exec_{v}": [], f"cli_exec_{v}": [], f"cli_run_{v}": []}
+        samples |= {f"cpu_daemon_{v}": [], f"cpu_sdk_{v}": []} if args.sdk_only else {}
+    daemons: dict[str, int] = {}
     try:
         for v, bin_dir in installs.items():
             env = {k: x for k, x in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -64,12 +74,19 @@ def main() -> int:
             subprocess.run([f"{bin_dir}/hutch", "daemon", "start"], env=envs[v], check=True, capture_output=True)
             made = subprocess.run([f"{bin_dir}/hutch", "create"], env=envs[v], check=True, capture_output=True, text=True)
             sbx[v] = made.stdout.strip()
+            daemons[v] = int((Path(tmp) / v / "hutchd.pid").read_text().split()[0])
         for i in range(args.rounds):
             for v, bin_dir in installs.items():
                 loop = [f"{bin_dir}/python", "-c", SDK_LOOP, sbx[v], str(args.per)]
+                d0 = settle(daemons[v]) if args.sdk_only else 0.0
                 out = subprocess.run(loop, env=envs[v], capture_output=True, check=True, text=True).stdout
-                samples[f"sdk_exec_{v}"] += json.loads(out)
-            for _ in range(3):
+                times = json.loads(out)
+                samples[f"sdk_exec_{v}"] += times[:-1]
+                if args.sdk_only:
+                    samples[f"cpu_daemon_{v}"].append((settle(daemons[v]) - d0) / (args.per + 2))
+                    samples[f"cpu_sdk_{v}"].append(times[-1] / (args.per + 2))
+                    samples["bare_true"] += [timed(["true"]) for _ in range(3)]
+            for _ in range(0 if args.sdk_only else 3):
                 samples["bare_true"].append(timed(["true"]))
                 samples["python_pass"].append(timed(["python3", "-c", "pass"]))
                 for v, bin_dir in installs.items():
@@ -83,12 +100,14 @@ def main() -> int:
             if v in envs:
                 subprocess.run([f"{bin_dir}/hutch", "daemon", "stop"], env=envs[v], capture_output=True, check=False)
         subprocess.run(["rm", "-rf", tmp], check=False)
-    med = {k: statistics.median(x) for k, x in samples.items()}
     ratios = {}
+    samples = {k: x for k, x in samples.items() if x}
+    med = {k: statistics.median(x) for k, x in samples.items()}
     for v in installs:
         ratios[f"sdk_exec_{v}/bare_true"] = round(med[f"sdk_exec_{v}"] / med["bare_true"], 2)
-        ratios[f"cli_exec_{v}/python_pass"] = round(med[f"cli_exec_{v}"] / med["python_pass"], 2)
-        ratios[f"cli_run_{v}/python_pass"] = round(med[f"cli_run_{v}"] / med["python_pass"], 2)
+        if not args.sdk_only:
+            ratios[f"cli_exec_{v}/python_pass"] = round(med[f"cli_exec_{v}"] / med["python_pass"], 2)
+            ratios[f"cli_run_{v}/python_pass"] = round(med[f"cli_run_{v}"] / med["python_pass"], 2)
     result = {
         "medians_ms": {k: round(m, 2) for k, m in med.items()},
         "n": {k: len(x) for k, x in samples.items()},

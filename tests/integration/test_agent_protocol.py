@@ -7,6 +7,8 @@ The old version is played by hutch.testing.agentprotocol (a daemon whose agents 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -91,3 +93,38 @@ def test_a_sandbox_of_another_protocol_is_kept_refused_with_why_and_destroyed_wh
     assert not any(Path(d).exists() for d in data["cgroups"]) and not Path(data["dir"]).exists()
     with new.client() as c:
         assert c.get("old")["state"] == "destroyed"
+
+
+def test_an_exec_sent_the_old_way_is_refused_naming_the_protocol(hutch_home: Path) -> None:
+    """A daemon of protocol 1 sent exec to the agent's control socket; this agent takes runs on
+    its exec socket only and says so, instead of running the command some other way."""
+    d = Daemon(hutch_home).start()
+    try:
+        with d.client() as c:
+            sbx = c.create({})
+        sock_path = Store(d.settings.db_path).sandboxes.get(sbx["id"]).data["socket"]
+        r, w = os.pipe()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(60)
+            s.connect(sock_path)
+            old_exec = {"type": "exec", "run_id": "run_old", "argv": ["touch", "/workspace/ran"]}
+            socket.send_fds(s, [wire.message(old_exec)], [r])
+            reader = wire.Reader()
+            while (got := reader.next()) is None:
+                chunk = s.recv(1 << 16)
+                assert chunk, "the agent closed without an answer"
+                reader.feed(chunk)
+        os.close(r)
+        os.close(w)
+        answer = wire.decode(got[1])
+        assert answer["type"] == "error" and answer["error"]["kind"] == "conflict", answer
+        assert f"protocol {wire.PROTOCOL}" in answer["error"]["message"] and answer["error"]["hint"]
+        with d.client() as c:
+            assert c.exec(sbx["id"], {"command": ["ls", "/workspace"]})["stdout"] == ""  # nothing ran
+            assert c.exec(sbx["id"], {"command": ["echo", "fine"]})["stdout"] == "fine\n"  # the agent lives on
+    finally:
+        try:
+            destroy_all(hutch_home)
+        finally:
+            d.stop()
+            sweep(hutch_home)

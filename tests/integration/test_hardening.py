@@ -116,9 +116,12 @@ def test_sandbox_root_is_read_only_and_shm_is_capped(daemon: Daemon) -> None:
 
 def test_workload_cannot_hijack_its_control_socket(daemon: Daemon) -> None:
     sbx = Sandbox.create(settings=daemon.settings)
-    r = sbx.exec("rm -f /.hutch/ctl/agent.sock; echo rc=$?; touch /.hutch/ctl/x; echo rc=$?; touch /dev/x; echo rc=$?")
+    r = sbx.exec(
+        "rm -f /.hutch/ctl/agent.sock; echo rc=$?; rm -f /.hutch/ctl/exec.sock; echo rc=$?;"
+        " touch /.hutch/ctl/x; echo rc=$?; touch /dev/x; echo rc=$?"
+    )
     if os.geteuid() == 0:
-        assert r.stdout.split() == ["rc=1", "rc=1", "rc=1"], r.stdout + r.stderr
+        assert r.stdout.split() == ["rc=1", "rc=1", "rc=1", "rc=1"], r.stdout + r.stderr
     assert sbx.exec("echo fine").stdout == "fine\n"  # the agent still answers
 
 

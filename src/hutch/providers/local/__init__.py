@@ -488,7 +488,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         if (interactive := spec.interactive) is not None:
             header |= {"interactive": True, "tty": interactive.tty, "rows": interactive.rows, "cols": interactive.cols}
             inbox = interactive.inbox
-        socket_path = rec.data["socket"]
+        socket_path = os.path.join(os.path.dirname(rec.data["socket"]), wire.EXEC_SOCKET)
         reply, out = await run_exec(socket_path, header, spec.stdin, spec.max_output, spec.on_output, inbox, spec.on_start)
         # only a SIGKILL nobody asked for may be the kernel's out-of-memory killer: read the counter again only then
         oom = reply.get("signal") == signal.SIGKILL and reply.get("reason") is None and cg.oom_kills() > ooms_before

@@ -117,6 +117,12 @@ class RunDir:
         except OSError:
             pass  # a full disk: the daemon still hears the status over the connection
 
+    def drop(self) -> None:
+        """Give up what :meth:`prepare` made (a spare that leaves without a run)."""
+        if self.spare is not None:
+            self._drop(self.spare)
+            self.spare = None
+
     def _drop(self, spare: str) -> None:
         if self.status_fd is not None:
             os.close(self.status_fd)

@@ -1,18 +1,23 @@
-"""The agent's loop: accept a connection, answer its one request, repeat.
+"""The agent's loop: accept a connection on its control socket, answer its one request, repeat.
 
-Requests are answered in this process, one at a time, except exec: its connection is
-handed to a spare (a supervisor forked ahead of time, so an exec does not wait for a
-fork), which owns the run from then on. Everything a workload runs is forked from here,
-so it inherits the sandbox's namespaces, dropped capabilities, cgroup and uid.
+Runs do not pass through here: a spare (a supervisor forked ahead of time, so an exec does
+not wait for a fork) accepts the next connection on the exec socket itself and owns that
+run from then on. It tells the agent over its own socketpair when it took a connection
+(``A``: the agent forks the next spare at once) and which run it is (``R`` RUN_ID), and
+leaves when the agent tells it to retire (``r``: the sandbox's environment or secrets
+changed since it was forked). Everything a workload runs is forked from here, so it
+inherits the sandbox's namespaces, dropped capabilities, cgroup and uid.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import sys
+import time
 
 from . import files, procs, wire
 from .conn import Connection
@@ -25,34 +30,54 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONNECT_TIMEOUT = 5.0
+KILL_HEAR = 2.0  # how long a kill of a run the agent does not know waits for a spare to name it
 PIDS_LIMIT = wire.error(
     "capacity",
     "cannot start a process: the sandbox is at its pids limit",
     "kill runaway processes, or recreate the sandbox with a higher --pids",
 )
+TOOK, RUN, RETIRE = b"A", b"R", b"r"
+
+
+def _take_exec(conn: Connection, env: dict[str, str], secrets: dict[str, str]) -> tuple[Any, int] | None:
+    """The exec request that opens ``conn`` (with the sandbox's environment and secrets put
+    in), and its stdin; None, answered, when it is something else."""
+    req, fds = conn.first()
+    if req is None:
+        return None
+    if req.get("type") != "exec" or len(fds) != 1 or not str(req.get("run_id", "")).startswith("run_"):
+        for fd in fds:
+            os.close(fd)
+        conn.send(wire.error("invalid", "the exec socket takes exec requests with a run id and a stdin descriptor"))
+        return None
+    req["env"] = {**env, **secrets, **(req.get("env") or {})}
+    if req.get("redact") is not None:  # None: this run asked for --no-redact
+        req["redact"] = {**secrets, **req["redact"]}
+    return req, fds[0]
 
 
 class Spare:
-    """A supervisor forked ahead of time, waiting for its run."""
+    """A supervisor forked ahead of time, waiting on the exec socket for its run."""
 
-    def __init__(self, server: socket.socket) -> None:
+    def __init__(self, agent: Agent) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:  # never returns
             ours.close()
-            self._wait(server, theirs)
+            self._wait(agent, theirs)
         theirs.close()
         self.sock = ours
         self.pid = pid
+        self.took = False  # it accepted a connection: no longer the spare
 
     @staticmethod
-    def _wait(server: socket.socket, theirs: socket.socket) -> None:
+    def _wait(agent: Agent, ctl: socket.socket) -> None:
         code = 0
         try:
-            server.close()
-            keep = {theirs.fileno(), Transcript.fd}
+            listener = agent.exec_listener
+            keep = {ctl.fileno(), listener.fileno(), Transcript.fd}
             for name in os.listdir("/proc/self/fd"):
-                # whatever the agent had open (another run's connection...) is not ours
+                # whatever the agent had open (its control socket, other spares' links...) is not ours
                 if int(name) > 2 and int(name) not in keep:
                     with contextlib.suppress(OSError):
                         os.close(int(name))
@@ -60,10 +85,38 @@ class Spare:
             procs.set_subreaper()
             rundir = RunDir()
             rundir.prepare()
-            req, fds = Connection(theirs).first()
-            if req is not None:
-                theirs.close()
-                Supervisor(socket.socket(fileno=fds[0]), req, fds[1], rundir).run()
+            ctl.setblocking(False)
+            poller = select.poll()
+            poller.register(listener, select.POLLIN)
+            poller.register(ctl, select.POLLIN)
+            while True:
+                poller.poll()
+                try:  # the agent's word first: a retired spare never takes a connection
+                    ctl.recv(16)  # RETIRE, or b"": the agent is gone
+                    rundir.drop()
+                    return
+                except BlockingIOError:
+                    pass
+                try:
+                    sock, _ = listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    continue  # another spare took it
+                break
+            listener.close()
+            ctl.setblocking(True)
+            with contextlib.suppress(OSError):  # (the agent gone: the run goes on)
+                ctl.sendall(TOOK)
+            sock.setblocking(True)
+            conn = Connection(sock)
+            got = _take_exec(conn, agent.env, agent.secrets)
+            if got is None:
+                rundir.drop()
+                return
+            req, stdin_fd = got
+            with contextlib.suppress(OSError):
+                ctl.sendall(RUN + req["run_id"].encode() + b"\n")
+            ctl.close()
+            Supervisor(sock, req, stdin_fd, rundir).run()
         except BaseException:  # noqa: BLE001 - whatever it is, it goes to the sandbox's log
             code = 1
             import traceback  # the sandbox's log is bwrap's stderr
@@ -72,26 +125,25 @@ class Spare:
         finally:
             os._exit(code)
 
-    def hand_over(self, conn: socket.socket, req: Any, stdin_fd: int) -> None:
-        socket.send_fds(self.sock, [wire.message(req)], [conn.fileno(), stdin_fd])
-        self.sock.close()
-
 
 class Agent:
-    def __init__(self, server: socket.socket) -> None:
+    def __init__(self, server: socket.socket, exec_listener: socket.socket) -> None:
         self.server = server
+        self.exec_listener = exec_listener  # non-blocking: spares (and the agent, without one) race for it
         self.env: dict[str, str] = {}  # the sandbox's environment, sent once by the daemon; never on a command line
         self.secrets: dict[str, str] = {}  # in every run's environment, redacted from its output
+        self.configured = False
         self.listener: socket.socket | None = None  # the egress proxy's port in this network namespace
         self.runs: dict[str, int] = {}  # run id -> supervisor pid, kept across daemon restarts
-        self.spare: Spare | None = None
+        self.spare: Spare | None = None  # the one waiting on the exec socket
+        self.links: dict[int, Spare] = {}  # socketpair fd -> spare (waiting, or started and not yet named its run)
         self.handlers: dict[str, Callable[[Connection, Any], None]] = {
             "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid(), protocol=wire.PROTOCOL)),
             "configure": self.configure,
             "listen": self.listen,
             "unlisten": self.unlisten,
             "connect": self.connect,
-            "runs": lambda conn, _: conn.send(wire.ok(alive=[r for r, pid in self.runs.items() if procs.alive(pid)])),
+            "runs": self.alive_runs,
             "kill": self.kill,
             "ps": lambda conn, _: conn.send(wire.ok(processes=procs.processes())),
             "read": files.read,
@@ -101,67 +153,142 @@ class Agent:
 
     def new_spare(self) -> None:
         try:
-            self.spare = Spare(self.server)
+            spare = Spare(self)
         except OSError:  # EAGAIN at the pids limit: try again at the next exec
             self.spare = None
+            return
+        self.spare = spare
+        self.links[spare.sock.fileno()] = spare
+
+    def retire(self) -> None:
+        """The spare leaves without taking a connection (one that raced this is its run)."""
+        if self.spare is not None:
+            with contextlib.suppress(OSError):
+                self.spare.sock.send(RETIRE)
+            self.spare = None
+
+    def from_spare(self, spare: Spare) -> None:
+        """A spare's word: it took a connection, which run it is, or it is gone."""
+        try:
+            data = spare.sock.recv(4096)
+        except OSError:
+            data = b""
+        gone = not data
+        if data.startswith(TOOK):
+            spare.took, data = True, data[1:]
+            if self.spare is spare:
+                self.new_spare()  # the next one is forked while this one's run starts
+        if data.startswith(RUN):
+            self.runs[data[1:].split(b"\n")[0].decode()] = spare.pid
+        if gone or data.startswith(RUN):
+            del self.links[spare.sock.fileno()]
+            spare.sock.close()
+            if self.spare is spare:  # died waiting: another one
+                self.new_spare()
+
+    def hear_spares(self, wait: float) -> None:
+        """Take every word the spares have sent; wait up to ``wait`` seconds for those that
+        took a connection to name its run (a kill may come right after an exec)."""
+        end = time.monotonic() + wait
+        while self.links:
+            busy = any(s.took for s in self.links.values())
+            poller = select.poll()
+            for fd in self.links:
+                poller.register(fd, select.POLLIN)
+            ready = poller.poll(max(0.0, end - time.monotonic()) * 1000 if busy else 0)
+            if not ready:
+                return
+            for fd, _ in ready:
+                if fd in self.links:
+                    self.from_spare(self.links[fd])
 
     def serve(self) -> None:
+        poller = select.poll()
+        watched: set[int] = set()
         while True:
-            try:
-                sock, _ = self.server.accept()
-            except InterruptedError:
-                continue
+            want = {self.server.fileno(), *self.links}
+            if self.spare is None:  # nobody waits on the exec socket: the agent answers it
+                want.add(self.exec_listener.fileno())
+            for fd in watched - want:
+                poller.unregister(fd)
+            for fd in want - watched:
+                poller.register(fd, select.POLLIN)
+            watched = want
+            ready = {fd for fd, _ in poller.poll()}
+            for fd in ready & set(self.links):  # spares first: ``runs`` and ``kill`` then know their runs
+                self.from_spare(self.links[fd])
+            if self.exec_listener.fileno() in ready and self.spare is None:
+                self.exec_without_spare()
+            if self.server.fileno() in ready:
+                self.accept()
+
+    def accept(self) -> None:
+        try:
+            sock, _ = self.server.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.setblocking(True)
+        conn = Connection(sock)
+        try:
+            self.handle(conn)
+        except Exception as exc:  # noqa: BLE001 - one bad request never kills the agent
+            with contextlib.suppress(OSError):
+                conn.send(wire.error("internal", str(exc)))
+        finally:
+            sock.close()
+
+    def exec_without_spare(self) -> None:
+        """An exec is waiting and no spare: fork one (it takes the connection); at the pids
+        limit, answer it here."""
+        self.new_spare()
+        if self.spare is not None:
+            return
+        try:
+            sock, _ = self.exec_listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.setblocking(True)
+        try:
             conn = Connection(sock)
-            try:
-                self.handle(conn)
-            except Exception as exc:  # noqa: BLE001 - one bad request never kills the agent
-                with contextlib.suppress(OSError):
-                    conn.send(wire.error("internal", str(exc)))
-            finally:
-                sock.close()
-                if self.spare is not None and self.spare.sock.fileno() < 0:  # handed over, not replaced
-                    self.new_spare()
+            got = _take_exec(conn, self.env, self.secrets)
+            if got is not None:
+                os.close(got[1])
+                conn.send(PIDS_LIMIT)
+        except Exception:  # noqa: BLE001 - one bad request never kills the agent
+            pass
+        finally:
+            sock.close()
 
     def handle(self, conn: Connection) -> None:
         req, fds = conn.first()
         if req is None:
             return
-        if req["type"] == "exec":
-            self.exec(conn, req, fds)
-            return
         for fd in fds:
             os.close(fd)
         handler = self.handlers.get(req["type"])
-        if handler is None:
+        if req["type"] == "exec":
+            conn.send(
+                wire.error(
+                    "conflict",
+                    f"this sandbox's agent speaks protocol {wire.PROTOCOL}: runs start on its exec socket",
+                    "the daemon is of an older hutch: upgrade it, or destroy the sandbox",
+                )
+            )
+        elif handler is None:
             conn.send(wire.error("invalid", f"unknown request {req['type']!r}"))
         else:
             handler(conn, req)
 
-    def exec(self, conn: Connection, req: Any, fds: list[int]) -> None:
-        try:
-            if len(fds) != 1 or not str(req.get("run_id", "")).startswith("run_"):
-                conn.send(wire.error("invalid", "exec needs a run id and a stdin descriptor"))
-                return
-            req["env"] = {**self.env, **self.secrets, **(req.get("env") or {})}
-            if req.get("redact") is not None:  # None: this run asked for --no-redact
-                req["redact"] = {**self.secrets, **req["redact"]}
-            if self.spare is None:
-                self.new_spare()
-            if self.spare is None:
-                conn.send(PIDS_LIMIT)
-                return
-            self.spare.hand_over(conn.sock, req, fds[0])
-            self.runs[req["run_id"]] = self.spare.pid
-            self.new_spare()
-        finally:
-            for fd in fds:
-                os.close(fd)
-
     def configure(self, conn: Connection, req: Any) -> None:
-        self.env = dict(req.get("env") or {})
-        if "secrets" in req:
-            self.secrets = dict(req["secrets"] or {})
+        env = dict(req.get("env") or {})
+        secrets = dict(req["secrets"] or {}) if "secrets" in req else self.secrets
+        changed = not self.configured or (env, secrets) != (self.env, self.secrets)
+        self.env, self.secrets, self.configured = env, secrets, True
+        if changed:  # the spare was forked with the old ones: it goes before the answer, its successor after
+            self.retire()
         conn.send(wire.ok())
+        if self.spare is None:
+            self.new_spare()
 
     def listen(self, conn: Connection, req: Any) -> None:
         if self.listener is None:
@@ -197,9 +324,15 @@ class Agent:
         finally:
             peer.close()
 
+    def alive_runs(self, conn: Connection, _: Any) -> None:
+        self.hear_spares(0)
+        conn.send(wire.ok(alive=[r for r, pid in self.runs.items() if procs.alive(pid)]))
+
     def kill(self, conn: Connection, req: Any) -> None:
         run_id = str(req.get("run_id"))
         sig = int(req.get("signal", signal.SIGKILL))
+        if run_id not in self.runs:  # its spare may not have named it yet
+            self.hear_spares(KILL_HEAR)
         pid = self.runs.get(run_id)
         running = pid is not None and procs.alive(pid)
         if pid is not None and running:
@@ -223,13 +356,20 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(sock_path)
+    exec_path = os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(exec_path)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(sock_path)
     os.chmod(sock_path, 0o600)
     server.listen(64)
+    exec_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    exec_listener.bind(exec_path)
+    os.chmod(exec_path, 0o600)
+    exec_listener.listen(64)
+    exec_listener.setblocking(False)
     Transcript.open()
-    agent = Agent(server)
-    agent.new_spare()
+    agent = Agent(server, exec_listener)  # its first spare comes with the sandbox's environment (configure)
     if ready_fd >= 0:  # (-1: the daemon asks the socket instead: gvisor cannot hand a pipe in)
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)

@@ -15,8 +15,11 @@ Versions
     sandbox too old for it; the other requests keep working.
 
 Transport
-    A unix stream socket, ``/.hutch/ctl/agent.sock`` inside the sandbox (``ctl/agent.sock``
-    in its host directory). One connection per request; the daemon connects, sends one
+    Two unix stream sockets in ``/.hutch/ctl/`` inside the sandbox (``ctl/`` in its host
+    directory): ``agent.sock``, the agent's, for every request but exec, and ``exec.sock``
+    (EXEC_SOCKET), where a spare supervisor waits to take the next run itself (protocol 2;
+    in protocol 1 exec went to ``agent.sock`` and the agent handed it to a spare: one
+    process hop more per run). One connection per request; the daemon connects, sends one
     request, reads the answer, and closes. File descriptors travel as SCM_RIGHTS attached
     to the first byte of a frame.
 
@@ -69,11 +72,14 @@ Requests (daemon to agent: the first frame of a connection)
                frames (size bytes)                      write leaves nothing
     list       path: str                                 ok: path, entries [{name, type (file, dir,
                                                         symlink, other), size, mode, mtime}]
-    exec       see below                                 the run's conversation
+    exec       on exec.sock only, see below              the run's conversation (on agent.sock:
+                                                        error conflict, naming this protocol)
 
 Exec: one run (see ExecRequest for the fields)
-    The request frame carries one descriptor: the run's stdin. The agent hands the
-    connection to a supervisor process, which owns the run until it ends; from then on:
+    Sent on exec.sock; the request frame carries one descriptor: the run's stdin. The
+    connection is the supervisor's (a process forked ahead of time, with the sandbox's
+    environment and secrets as ``configure`` last set them), which owns the run until it
+    ends; from then on:
 
     supervisor -> daemon
         {"type": "started", "pid": N}      the command runs (not sent when it could not start)
@@ -146,7 +152,8 @@ if TYPE_CHECKING:
         hint: str
 
 
-PROTOCOL = 1
+PROTOCOL = 2
+EXEC_SOCKET = "exec.sock"  # beside the control socket: where runs start
 HEADER = 5
 MAX_FRAME = 1 << 20
 MESSAGE = ord("J")
