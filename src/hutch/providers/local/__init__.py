@@ -17,7 +17,6 @@ import os
 import resource
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,7 +25,20 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, placeholders, seccomp, userns, view
+from hutch.providers.local import (
+    cgroups,
+    changes,
+    disk,
+    freeze,
+    hostca,
+    hostpython,
+    mounts,
+    pidwait,
+    placeholders,
+    seccomp,
+    userns,
+    view,
+)
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.changeops import ChangesMixin
@@ -426,13 +438,10 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
             cg.kill_all()
             child = self._children.pop(sandbox_id, None)
-            if child is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    child.wait(timeout=KILL_GRACE)
+            if child is not None and pidwait.wait_exit([child.pid], KILL_GRACE):
+                child.wait()  # ended: reaped at once
             if pid:
-                end = time.monotonic() + KILL_GRACE
-                while start_time(int(pid)) == start and time.monotonic() < end:
-                    time.sleep(0.005)
+                pidwait.wait_exit([int(pid)], KILL_GRACE, same=lambda p: start_time(p) == start)
             cg.remove()
             if data.get("dir"):
                 rootfs.teardown(Path(data["dir"]))  # nothing of a create cut short stays mounted in it

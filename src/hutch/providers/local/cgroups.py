@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hutch.providers.local import pidwait
+
 CONTROLLERS = ("memory", "pids", "cpu")
 V1_EXTRA = ("freezer",)  # pause/resume: the v1 freezer; on v2 every cgroup has cgroup.freeze
 GROUP = "hutch"
@@ -222,7 +224,8 @@ class SandboxCgroup:
                 thawed = True
                 with contextlib.suppress(OSError):
                     self.set_frozen(False, deadline=1.0)
-            time.sleep(0.005)
+            # woken as they end; then a look for any forked meanwhile (v1 has no cgroup.kill)
+            pidwait.wait_exit(pids, min(0.5, max(0.0, end - time.monotonic())))
 
     def set_background(self, background: bool) -> bool:
         """Run at the lowest cpu priority (a pool member starting and waiting) or the normal one:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.provider import Death
+from hutch.providers.local import pidwait
 from hutch.providers.local.cgroups import SandboxCgroup
 from hutch.providers.local.host import start_time
 
@@ -118,12 +119,10 @@ def cause(data: dict[str, Any], ooms_before: int, child: subprocess.Popen[bytes]
     pid, start = data.get("bwrap_pid"), data.get("bwrap_start")
     deadline = time.monotonic() + OUTER_GRACE
     code = _exit_code(sdir)
-    while code is None and time.monotonic() < deadline:
-        outer_alive = child.poll() is None if child is not None else bool(pid and start and start_time(int(pid)) == start)
-        if not outer_alive:
-            code = _exit_code(sdir)  # it may have written it just before it went
-            break
-        time.sleep(0.01)
+    outer = child.pid if child is not None else int(pid) if pid and start else None
+    if code is None and outer is not None:  # it writes the code, then ends: woken when it ends
+        same = None if child is not None else (lambda p: start_time(p) == start)
+        pidwait.wait_exit([outer], max(0.0, deadline - time.monotonic()), same=same)
         code = _exit_code(sdir)
     if child is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):
