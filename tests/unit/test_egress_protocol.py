@@ -173,3 +173,30 @@ def test_run_id_from_proxy_auth_is_matched_whole() -> None:
 
     assert Egress._run_of(header("run_1a2333cc4e63056d4bd")) == "run_1a2333cc4e63056d4bd"
     assert Egress._run_of(header("run_1a2333cc4e63056d4bd\n")) is None
+
+
+def test_a_connect_tunnel_is_spliced_with_the_bytes_sent_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONNECT, then a request sent in the same write as the CONNECT head (it waits in the
+    proxy's reader when the tunnel opens): the kernel moves the tunnel's bytes, every one."""
+    from hutch.providers.local import splice
+
+    spliced: list[int] = []
+    real = splice.relay
+
+    async def counting(a: int, a_first: bytes, b: int, b_first: bytes) -> None:
+        spliced.append(len(a_first))
+        await real(a, a_first, b, b_first)
+
+    monkeypatch.setattr(splice, "relay", counting)
+
+    def client(port: int, up: int) -> bytes:
+        ahead = f"GET /tunnelled HTTP/1.0\r\nHost: up.test:{up}\r\n\r\n"
+        return exchange(port, f"CONNECT up.test:{up} HTTP/1.1\r\nHost: up.test:{up}\r\n\r\n{ahead}".encode())
+
+    out, events = run_with_proxy(tmp_path, client)
+    head, _, rest = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    port = events[0][3]["port"]
+    assert rest.startswith(b"HTTP/1.0 200") and rest.endswith(b"hello /tunnelled host=up.test:%d auth=None" % port)
+    assert spliced and spliced[0] > 0  # spliced, starting with what the reader held
+    assert [e[0] for e in events] == ["egress_allowed"]

@@ -33,7 +33,7 @@ from typing import Any
 
 from hutch.models import NetworkPolicy
 from hutch.policy import Decision, IPAddress, check_address, check_target, parse_ip
-from hutch.providers.local import intercept
+from hutch.providers.local import intercept, splice
 from hutch.providers.local.placeholders import Vault
 from hutch.providers.local.sandboxca import upstream_context
 
@@ -186,7 +186,10 @@ class Egress:
     # -- one client connection -----------------------------------------------------------
 
     def _event(self, sandbox_id: str, run_id: str | None, allowed: bool, data: dict[str, Any]) -> None:
-        self._emit(sandbox_id, run_id, "egress_allowed" if allowed else "egress_denied", data)
+        """A decision's event (one SQLite transaction), at the loop's next turn: after the
+        decision's bytes are on their way, before anything more of the connection is read."""
+        type_ = "egress_allowed" if allowed else "egress_denied"
+        asyncio.get_running_loop().call_soon(self._emit, sandbox_id, run_id, type_, data)
 
     def _emit(self, sandbox_id: str, run_id: str | None, type_: str, data: dict[str, Any]) -> None:
         if self.on_event is not None:
@@ -457,6 +460,19 @@ class Egress:
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
     ) -> None:
+        a = splice.spliceable(reader, writer)
+        b = splice.spliceable(up_reader, up_writer) if a is not None else None
+        if a is not None and b is not None:  # the kernel moves the bytes
+            try:
+                await splice.relay(a, splice.buffered(reader), b, splice.buffered(up_reader))
+            finally:
+                up_writer.close()
+                with contextlib.suppress(Exception):
+                    await up_writer.wait_closed()
+            return
+        if a is not None:
+            splice.resume(writer, a)
+
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(CHUNK):
