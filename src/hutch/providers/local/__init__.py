@@ -25,20 +25,7 @@ from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableEr
 from hutch.models import RawOutput, SandboxRecord, SandboxState
 from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import (
-    cgroups,
-    changes,
-    disk,
-    freeze,
-    hostca,
-    hostpython,
-    mounts,
-    pidwait,
-    placeholders,
-    seccomp,
-    userns,
-    view,
-)
+from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, placeholders, seccomp, userns, view
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.changeops import ChangesMixin
@@ -53,6 +40,7 @@ from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.source import default_images, resolve_image
 from hutch.providers.local.images.types import ImageSource
+from hutch.providers.local.pidwait import wait_exit
 from hutch.providers.local.pooling import PoolMixin
 from hutch.providers.local.runs import raw_output
 from hutch.providers.local.sandboxdir import make_dirs, shared_workspace
@@ -438,10 +426,10 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
             cg.kill_all()
             child = self._children.pop(sandbox_id, None)
-            if child is not None and pidwait.wait_exit([child.pid], KILL_GRACE):
+            if child is not None and wait_exit([child.pid], KILL_GRACE):
                 child.wait()  # ended: reaped at once
             if pid:
-                pidwait.wait_exit([int(pid)], KILL_GRACE, same=lambda p: start_time(p) == start)
+                wait_exit([int(pid)], KILL_GRACE, same=lambda p: start_time(p) == start)
             cg.remove()
             if data.get("dir"):
                 rootfs.teardown(Path(data["dir"]))  # nothing of a create cut short stays mounted in it
