@@ -1,7 +1,7 @@
 """The E2B-compatible API against hutch's own, in one run, on one gateway
 (``hutch serve --listen 127.0.0.1:0``, plain HTTP, an API key):
 
-    python bench/e2b.py [--rounds 5] [--execs 30]
+    python bench/e2b.py [--rounds 5] [--execs 30] [--pool 0]
 
 - create -> first command: E2B SDK ``Sandbox.create()`` then ``commands.run("true")``, vs
   the hutch SDK's ``create`` then ``exec`` of the same ``/bin/bash -l -c true`` the E2B SDK
@@ -10,6 +10,8 @@
 - the daemon's CPU time per command on each path (user+system of the daemon process, from
   /proc, over the timed commands).
 
+``--pool`` is the daemon's pool size (default 0: every create is cold on both sides; with a
+pool, which side finds a member ready is a matter of the refill's timing, not of the API).
 The two sides alternate in batches (E2B, hutch, E2B, hutch...) so that both see the same
 machine. The E2B SDK runs in its own venv (the tests' one, tests/integration/e2b_sdk.py) as
 a subprocess; its own timing is taken inside it, so its start-up is not counted. Prints one
@@ -90,12 +92,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5, help="batches of each side (each: one create, then --execs commands)")
     ap.add_argument("--execs", type=int, default=30)
+    ap.add_argument("--pool", type=int, default=0, help="the daemon's pool size (0: cold creates on both sides)")
     args = ap.parse_args()
     python = sdk_python()
     home = Path(tempfile.mkdtemp(prefix="hutch-bench-e2b-"))
     proc = None
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")} | {"HUTCH_HOME": str(home)}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
+        env |= {"HUTCH_HOME": str(home), "HUTCH_POOL_SIZE": str(args.pool)}
         cmd = [sys.executable, "-m", "hutch", "serve", "--json", "--listen", "127.0.0.1:0"]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
@@ -126,7 +130,8 @@ def main() -> None:
             "round_trip": round(e["round_trip_median_ms"] / h["round_trip_median_ms"], 2),
             "daemon_cpu_per_command": round(e["daemon_cpu_ms_per_command"] / h["daemon_cpu_ms_per_command"], 2),
         }
-        result |= {"cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2), "command": BASH_TRUE}
+        result |= {"pool_size": args.pool, "cpus": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+        result["command"] = BASH_TRUE
         print(json.dumps(result, indent=2))
     finally:
         if proc is not None:
