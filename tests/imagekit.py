@@ -63,7 +63,15 @@ def _blob(layout: Path, data: bytes) -> str:
     return digest
 
 
-def image_parts(layout: Path, layers: list[bytes], *, arch: str = "amd64", cmd: list[str] | None = None) -> tuple[str, int]:
+def image_parts(
+    layout: Path,
+    layers: list[bytes],
+    *,
+    arch: str = "amd64",
+    cmd: list[str] | None = None,
+    env: list[str] | None = None,
+    workdir: str | None = "/etc",
+) -> tuple[str, int]:
     """Write the blobs of one image (gzip layers, config, manifest) into ``layout``; the manifest's digest and size."""
     descs, diff_ids = [], []
     for tar in layers:
@@ -73,7 +81,8 @@ def image_parts(layout: Path, layers: list[bytes], *, arch: str = "amd64", cmd: 
     config = {
         "architecture": arch,
         "os": "linux",
-        "config": {"Env": ["PATH=/bin", "GREETING=hello"], "Cmd": cmd or ["/bin/sh"], "WorkingDir": "/etc"},
+        "config": {"Env": env or ["PATH=/bin", "GREETING=hello"], "Cmd": cmd or ["/bin/sh"]}
+        | ({"WorkingDir": workdir} if workdir else {}),
         "rootfs": {"type": "layers", "diff_ids": diff_ids},
     }
     cfg = json.dumps(config).encode()
