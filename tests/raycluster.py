@@ -128,7 +128,9 @@ class Cluster:
         _run("ip", "-n", ns, "link", "set", b, "up")
         return node
 
-    def start_ray(self, node: Node, resources: dict[str, float] | None = None, num_cpus: int = 2) -> None:
+    def start_ray(
+        self, node: Node, resources: dict[str, float] | None = None, num_cpus: int = 2, env: dict[str, str] | None = None
+    ) -> None:
         argv = ["ip", "netns", "exec", node.ns, str(Path(sys.executable).parent / "ray"), "start", "--block"]
         argv += ["--node-ip-address", node.ip, "--temp-dir", str(node.temp), "--disable-usage-stats"]
         argv += ["--num-cpus", str(num_cpus), "--object-store-memory", str(80 << 20)]
@@ -139,7 +141,9 @@ class Cluster:
         else:
             argv += ["--address", self.address]
         log = open(self.root / f"ray{node.index}.log", "wb")  # noqa: SIM115 (kept for the process's life)
-        node.proc = subprocess.Popen(argv, env=self.env(node), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        node.proc = subprocess.Popen(
+            argv, env=self.env(node) | (env or {}), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
 
     def wait_raylet(self, node: Node) -> None:
@@ -196,8 +200,9 @@ class Gateway:
     """``hutch serve --cluster`` in the head's namespace (the only Ray driver); tests reach it
     over its unix socket."""
 
-    def __init__(self, cluster: Cluster, home: Path, **env: str) -> None:
+    def __init__(self, cluster: Cluster, home: Path, address: str | None = None, **env: str) -> None:
         self.cluster = cluster
+        self.address = address or cluster.address
         self.home = home
         self.env = {k: v for k, v in cluster.env(cluster.head).items() if not k.startswith("HUTCH_")}
         self.env |= {"HUTCH_HOME": str(home), "HUTCH_POOL_SIZE": "0"} | env
@@ -208,7 +213,7 @@ class Gateway:
         from hutch.server.home import socket_answers
 
         argv = ["ip", "netns", "exec", self.cluster.head.ns, sys.executable, "-m", "hutch", "serve"]
-        argv += ["--cluster", self.cluster.address]
+        argv += ["--cluster", self.address]
         with open(self.home / "gateway.log", "ab") as log:
             self.proc = subprocess.Popen(argv, env=self.env, stdout=log, stderr=log)
         sock = Settings.load(home=self.home).socket_path

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 from tests.conftest import hutch_env
 
+import hutch
 from hutch.client import Client
 from hutch.config import Settings
 from hutch.errors import CapacityError, UnavailableError
@@ -182,6 +185,47 @@ def test_a_gateway_that_is_not_a_cluster_says_unavailable(daemon: Any) -> None:
     assert err["kind"] == "unavailable" and "not a cluster" in err["message"] and "--cluster" in err["hint"]
 
 
+def test_a_ray_head_that_is_down_is_unavailable(front: Front) -> None:
+    """A gateway whose --cluster names an address where no Ray head answers: unavailable, said clearly."""
+    from tests import raycluster
+
+    home = front.home.parent / "gw-nohead"
+    home.mkdir()
+    gateway = raycluster.Gateway(front.cluster, home, address=f"{front.cluster.head.ip}:6390").start()
+    try:
+        with Client(Settings.load(home=home), autostart=False) as c:
+            with pytest.raises(UnavailableError) as info:
+                c.cluster_status()
+            assert "does not answer" in info.value.message and "6390" in info.value.message and info.value.hint
+            with pytest.raises(UnavailableError):
+                c.create({})
+            assert all(r["state"] == "failed" for r in c.list(include_all=True)), "no live sandbox without a node"
+    finally:
+        gateway.stop()
+
+
+def test_a_node_whose_daemon_dies_while_its_ray_node_lives(front: Front) -> None:
+    """Its sandboxes' calls answer unavailable naming the node (never a hang), Ray's actor starts
+    the daemon again, and the sandbox is either adopted (back in time) or lost with an event naming
+    the node: never silently gone."""
+    c = front.client
+    node = front.cluster.nodes[1]
+    rec = c.create({"provider_options": {"node": node.ip}})
+    assert rec["node"] == node.ip
+    for pid in node.daemon_pids():
+        os.kill(pid, signal.SIGKILL)
+    seen = until(lambda: {n["name"]: n for n in front.nodes()}[node.ip]["state"] in ("unreachable", "lost") and True, "away")
+    assert seen
+    until(lambda: {n["name"]: n["state"] for n in front.nodes()}[node.ip] == "ready", "the daemon started again")
+    state = c.get(rec["id"])["state"]
+    if state == "running":
+        assert out(c.exec(rec["id"], {"command": ["echo", "back"]})).strip() == "back"
+    else:
+        assert state == "lost"
+        assert node.ip in c.events(rec["id"], types=["sandbox_lost"])[0]["data"]["message"]
+    c.destroy(rec["id"])
+
+
 def test_the_gateway_restarting_loses_nothing(front: Front) -> None:
     c = front.client
     rec = c.create({})
@@ -233,3 +277,25 @@ def test_a_lost_node_loses_its_sandboxes_and_only_them(front: Front) -> None:
     fresh = c.create({"provider_options": {"node": victim.ip}})
     assert fresh["node"] == victim.ip
     c.destroy(fresh["id"])
+
+
+def test_a_node_of_another_version_is_refused(front: Front, tmp_path: Path) -> None:
+    c = front.client
+    victim = front.cluster.nodes[2]
+    front.cluster.kill_node(victim)
+    until(lambda: {n["name"]: n["state"] for n in front.nodes()}.get(victim.ip) == "lost", "the node lost")
+    other = tmp_path / "other"  # every python of that node sees another hutch version
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import hutch._version as v\nv.__version__ = '0.0.1+other'\n")
+    room = {"hutch_memory": float(8 << 30), "hutch_sandboxes": 4.0}
+    front.cluster.start_ray(victim, room, env={"PYTHONPATH": str(other)})
+    refused = until(lambda: {n["name"]: n for n in front.nodes()}[victim.ip]["state"] == "refused" and front.nodes(), "refused")
+    err = {n["name"]: n for n in refused}[victim.ip]["error"]
+    assert "0.0.1+other" in err and hutch.__version__ in err and "nothing is placed" in err
+    placed = c.create({"provider_options": {"node": victim.ip}})
+    assert placed["node"] != victim.ip, "a refused node takes nothing"
+    c.destroy(placed["id"])
+    front.cluster.kill_node(victim)  # the same hutch again: taken back
+    until(lambda: {n["name"]: n["state"] for n in front.nodes()}.get(victim.ip) != "refused", "the old node gone")
+    front.cluster.start_ray(victim, room)
+    until(lambda: {n["name"]: n["state"] for n in front.nodes()}.get(victim.ip) == "ready", "the node ready again")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +28,7 @@ from hutch.provider.core import Capabilities, CheckResult, ExecSpec
 from hutch.provider.optional import OnGone
 from hutch.providers.cluster.driver import Driver
 from hutch.providers.cluster.http import NodeClient, run, sandbox
-from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, unavailable
+from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, in_thread, unavailable
 from hutch.providers.cluster.nodes import choose, find
 from hutch.providers.cluster.spool import Spool
 
@@ -238,7 +239,8 @@ class ClusterProvider:
         if self.monitor is not None:
             await self.monitor.close()
         if self.driver is not None:
-            await asyncio.to_thread(self.driver.close)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(in_thread(self.driver.close), 30)
 
     # -- runs ------------------------------------------------------------------------------------
 

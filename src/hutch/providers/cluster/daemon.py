@@ -107,12 +107,17 @@ class NodeDaemon:
             "token": self._token(),
             "ca": files.ca_cert.read_text(),
             "home": str(self.home),
-            "alive": _alive(int(self.announced["pid"])),
+            "alive": self._running(),
         }
+
+    def _running(self) -> bool:
+        if self.proc is not None and self.proc.pid == int(self.announced["pid"]):
+            return self.proc.poll() is None  # our child: reaped here (a killed one is not left a zombie)
+        return _alive(int(self.announced["pid"]))
 
     def restart(self) -> dict[str, Any]:
         """Start the daemon again when it is gone (the gateway found it unreachable)."""
-        if not _alive(int(self.announced["pid"])):
+        if not self._running():
             (self.home / "node.json").unlink(missing_ok=True)
             self.announced = self._start()
         return self.info()

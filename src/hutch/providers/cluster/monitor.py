@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from hutch._version import __version__
 from hutch.errors import HutchError, UnavailableError
@@ -23,10 +24,33 @@ from hutch.providers.cluster.nodes import Node
 
 log = logging.getLogger("hutch.cluster")
 GATEWAY_LABEL = "hutch.gateway.sandbox"  # on each node sandbox: the gateway's id for it
-NODES_TIMEOUT = 30.0
+T = TypeVar("T")
+NODES_TIMEOUT = 15.0  # a round waits this long for Ray's answer
 
 OnEvent = Callable[[str, str, "str | None", dict[str, Any]], None]
 OnNode = Callable[[dict[str, Any]], None]
+
+
+def in_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """``fn(*args)`` in a daemon thread of its own: a Ray call that hangs (a head that is down)
+    never holds up the event loop, the default executor, or the daemon's exit."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(exc) if exc is not None else fut.set_result(value)
+
+    def run() -> None:
+        try:
+            value, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 (handed to the awaiting task, whatever it is)
+            value, exc = None, e
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=run, daemon=True, name="hutch-ray").start()
+    return fut
 
 
 class Monitor:
@@ -45,6 +69,8 @@ class Monitor:
         self._task: asyncio.Task[None] | None = None
         self._round_done = asyncio.Event()
         self._starting: dict[str, asyncio.Task[None]] = {}
+        self._ray_call: asyncio.Future[list[RayNode]] | None = None
+        self._ray_since = time.monotonic()
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -85,10 +111,11 @@ class Monitor:
 
     async def round(self) -> None:
         try:
-            ray_nodes = await asyncio.wait_for(asyncio.to_thread(self.driver.nodes), NODES_TIMEOUT)
+            ray_nodes = await self._ray_nodes()
             self.head_error = None
         except (TimeoutError, HutchError) as exc:
-            self.head_error = exc.message if isinstance(exc, HutchError) else "no answer in time"
+            waited = time.monotonic() - self._ray_since
+            self.head_error = exc.message if isinstance(exc, HutchError) else f"no answer for {waited:.0f} s"
             ray_nodes = None
         alive: dict[str, bool] = {}
         for rn in ray_nodes or []:
@@ -98,6 +125,20 @@ class Monitor:
             else:
                 alive.setdefault(rn.name, False)
         await asyncio.gather(*(self._check(node, alive.get(node.name)) for node in list(self.nodes.values())))
+
+    async def _ray_nodes(self) -> list[RayNode]:
+        """Ray's nodes, within NODES_TIMEOUT. A call to a head that is down can block for minutes
+        (``ray.init`` retries): it is left to finish in its thread and the next rounds wait on the
+        same call instead of piling up threads."""
+        if self._ray_call is None:
+            self._ray_call = in_thread(self.driver.nodes)
+            self._ray_since = time.monotonic()
+        call = self._ray_call
+        await asyncio.wait({call}, timeout=NODES_TIMEOUT)
+        if not call.done():
+            raise TimeoutError
+        self._ray_call = None
+        return call.result()
 
     def _know(self, rn: RayNode) -> None:
         node = self.nodes.get(rn.name)
@@ -114,7 +155,7 @@ class Monitor:
 
     async def _connect(self, node: Node, rn: RayNode, restart: bool = False) -> None:
         try:
-            info = await asyncio.to_thread(self.driver.daemon, rn, restart)
+            info = await in_thread(self.driver.daemon, rn, restart)
             if info.get("version") != __version__:
                 node.state, node.version = "refused", str(info.get("version"))
                 node.error = (
@@ -144,18 +185,21 @@ class Monitor:
             except HutchError as exc:
                 node.error = exc.message
         if node.state == "refused":
-            pass
+            if ray_alive is False or (ray_alive is None and self.head_error is None):
+                node.state, node.error = "lost", "Ray reports the node dead"
         elif ok:
             if node.state == "lost":
                 await self._returned(node)
             node.state, node.error, node.last_ok = "ready", None, now
         elif ray_alive is False or (ray_alive is None and self.head_error is None):
             await self._lose(node, "Ray reports the node dead")
-        elif node.client is not None and now - node.last_ok > self.detect:
-            await self._lose(node, f"its daemon has not answered for {self.detect:g} s")
-        elif node.client is not None and node.state != "lost":
-            node.state = "unreachable"
-            if ray_alive and node.name not in self._starting:  # the Ray node lives: start its daemon again
+        else:
+            if node.client is not None and now - node.last_ok > self.detect:
+                await self._lose(node, f"its daemon has not answered for {self.detect:g} s")
+            elif node.client is not None and node.state != "lost":
+                node.state = "unreachable"
+            if ray_alive and node.client is not None and node.name not in self._starting:
+                # the Ray node lives but its daemon does not answer: its actor starts it again
                 rn = RayNode(node.ray_id, node.name, True, node.resources)
                 self._starting[node.name] = asyncio.get_running_loop().create_task(self._connect(node, rn, restart=True))
         if (node.state, node.error) != before:
@@ -203,7 +247,7 @@ class Monitor:
         self.watchers.pop(sandbox_id, None)
 
     async def close(self) -> None:
-        tasks = [t for t in (self._task, *self._starting.values()) if t is not None]
+        tasks = [t for t in (self._task, self._ray_call, *self._starting.values()) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
