@@ -143,9 +143,12 @@ def netd(upstream: Upstream) -> Iterator[Daemon]:
             subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
-@pytest.fixture
-def sbx(netd: Daemon) -> Iterator[Sandbox]:
-    box = Sandbox.create(allow_hosts=["allowed.test", "*.allowed.test"], allow_ports=[8080], settings=netd.settings)
+@pytest.fixture(params=["bwrap", "gvisor"])
+def sbx(netd: Daemon, request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """An allowlist sandbox under each runtime (gvisor: its own network stack, the agent's relay to the proxy)."""
+    box = Sandbox.create(
+        allow_hosts=["allowed.test", "*.allowed.test"], allow_ports=[8080], settings=netd.settings, runtime=request.param
+    )
     try:
         yield box
     finally:
@@ -455,11 +458,12 @@ def test_bad_network_input_is_refused_before_anything_is_made(netd: Daemon) -> N
     assert exc.value.kind == "invalid"
 
 
-def test_the_network_comes_back_after_a_daemon_restart(upstream: Upstream) -> None:
+@pytest.mark.parametrize("runtime", ["bwrap", "gvisor"])
+def test_the_network_comes_back_after_a_daemon_restart(upstream: Upstream, runtime: str) -> None:
     home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
     d = Daemon(home, HUTCH_EGRESS_HOSTS=str(upstream.hosts)).start()
     try:
-        box = Sandbox.create(allow_hosts=["allowed.test"], allow_ports=[8080], settings=d.settings)
+        box = Sandbox.create(allow_hosts=["allowed.test"], allow_ports=[8080], settings=d.settings, runtime=runtime)  # type: ignore[arg-type]
         assert curl(box, "http://allowed.test:8080/before")[1] == "upstream allowed /before\n"
         d.kill9()  # the proxy's accepting side dies with it; the port stays the sandbox's
         d = Daemon(home, HUTCH_EGRESS_HOSTS=str(upstream.hosts)).start()

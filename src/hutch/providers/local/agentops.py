@@ -6,6 +6,7 @@ Mixed into :class:`hutch.providers.local.LocalProvider`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -19,6 +20,27 @@ from hutch.providers.local.agent import wire
 from hutch.providers.local.channel import Channel
 from hutch.providers.local.egress import PORT, Egress
 from hutch.providers.local.placeholders import Vault
+
+NET, EGRESS = "/.hutch/net", "egress.sock"  # gvisor: where the proxy's unix socket is inside, and its name
+
+
+def relay_socket(net: Path) -> socket.socket:
+    """The proxy's unix socket in a gvisor sandbox's ``net`` directory (made anew: a restarted daemon's),
+    for the sandbox's agent and gofer only (the directory's owner and group)."""
+    path = net / EGRESS
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(str(path))
+        st = net.stat()
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, 0o660)
+        sock.listen(256)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def _with_socket(agent_socket: str, request: dict[str, Any]) -> tuple[socket.socket | None, str]:
@@ -55,7 +77,14 @@ class AgentOpsMixin:
     # -- network -----------------------------------------------------------------------
 
     async def _listen(self, sandbox_id: str, agent_socket: str, policy: NetworkPolicy) -> None:
-        """The proxy's listener, made by the agent inside the sandbox's network namespace."""
+        """The proxy's listener, made by the agent inside the sandbox's network namespace (gvisor: a unix
+        socket of the daemon's, which the agent's relay inside carries the port's connections to)."""
+        net = Path(agent_socket).parent.parent / "gvisor" / "net"
+        if net.is_dir():
+            await self.egress.open(sandbox_id, await asyncio.to_thread(relay_socket, net), policy)
+            async with Channel(agent_socket) as ch:
+                await ch.request({"type": "listen", "port": PORT, "forward": f"{NET}/{EGRESS}"}, timeout=10.0)
+            return
 
         def take() -> socket.socket:
             sock, why = _with_socket(agent_socket, {"type": "listen", "port": PORT})

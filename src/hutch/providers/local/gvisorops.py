@@ -44,9 +44,9 @@ OOM = "the cgroup's OOM killer ends the whole sandbox (the Sentry holds all of i
 SECCOMP = "gVisor: the workload's system calls are served by the Sentry; runsc confines the Sentry with its own seccomp filter"
 
 # What a gvisor sandbox can do: the local provider's, less exposing ports (a connection inside
-# cannot be handed out of the Sentry), a disk cap, the warm pool (its members are bwrap's), egress
-# (not built yet: refused) and a per-process pids limit (the host sees the Sentry's tasks, not the
-# workload's processes); an OOM kill takes the whole sandbox.
+# cannot be handed out of the Sentry), a disk cap, the warm pool (its members are bwrap's),
+# placeholder secrets, and a per-process pids limit (the host sees the Sentry's tasks, not the
+# workload's processes); an OOM kill takes the whole sandbox. Egress goes through the agent's relay.
 CAPABILITIES = Capabilities(
     mounts=True,
     limits=frozenset({"memory", "cpus"}),
@@ -57,7 +57,7 @@ CAPABILITIES = Capabilities(
     interactive=True,
     users=True,
     host_ca=True,
-    network=False,
+    network=True,
     workspace=True,
     pause=True,
     watch=True,
@@ -77,7 +77,7 @@ def _skeleton(top: Path, files: dict[str, bytes], points: list[tuple[str, bool]]
     top.mkdir()
     for d in ("usr", "etc", "proc", "dev", "sys", "tmp", "workspace", "root", "home/sandbox", ".hutch/agent"):
         (top / d).mkdir(mode=0o755, parents=True, exist_ok=True)
-    for d in (".hutch/ctl", ".hutch/runs", ".hutch/rt"):
+    for d in (".hutch/ctl", ".hutch/runs", ".hutch/rt", ".hutch/net"):
         (top / d).mkdir(mode=0o755, exist_ok=True)
     out = [gvisor.bind("/usr", "/usr", True)]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -165,7 +165,7 @@ class GvisorMixin:
     layout: Any  # LocalProvider's property: the cgroup layout
     _teardown: Callable[[dict[str, Any], str], Any]
     _planned: Callable[[SandboxRecord], dict[str, Any]]
-    _listen_gvisor: Callable[[str, str, Any], Any]
+    _listen: Callable[[str, str, Any], Any]
 
     def runsc(self) -> gvisor.Runsc:
         self.settings.home.mkdir(parents=True, exist_ok=True)
@@ -266,7 +266,15 @@ class GvisorMixin:
             shared = shared_workspace(rec)
             data["workspace_path"] = shared or str(ws)
             mounts.append(gvisor.bind(shared or ws, "/workspace", bool(shared and rec.data.get("workspace_readonly"))))
+            # the egress proxy's unix socket, made by the daemon: the agent's user reaches it inside (the Sentry
+            # checks), the gofer (the range's first uid, its group) on the host
+            net = gv / "net"
+            net.mkdir()
+            os.chmod(net, 0o550)
+            if self.root:
+                os.chown(net, uid + plan.uid, uid)
             mounts += [gvisor.bind(ctl, "/.hutch/ctl", False), gvisor.bind(rdir, "/.hutch/runs", False)]
+            mounts.append(gvisor.bind(net, "/.hutch/net", False))
             mounts += [gvisor.bind(real, target, ro) for real, target, ro in binds]
             argv = [*runtime.argv(), "-I", "-S", "-B", hostpython.SANDBOX_DIR, "/.hutch/ctl/agent.sock", "-1"]
             argv += userns.agent_args(plan)
@@ -330,7 +338,7 @@ class GvisorMixin:
             upper = root.upper if root is not None else None
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))
             if rec.spec.network.mode != "none":
-                await self._listen_gvisor(rec.id, str(ctl / "agent.sock"), rec.spec.network)
+                await self._listen(rec.id, str(ctl / "agent.sock"), rec.spec.network)
             data |= {
                 "init_pid": pid,
                 "init_start": start_time(pid),

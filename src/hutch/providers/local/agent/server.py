@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-from . import files, procs, wire
+from . import files, procs, relay, wire
 from .conn import Connection
 from .output import RUNS_DIR, RunDir, Transcript
 from .supervisor import Supervisor
@@ -134,6 +134,7 @@ class Agent:
         self.secrets: dict[str, str] = {}  # in every run's environment, redacted from its output
         self.configured = False
         self.listener: socket.socket | None = None  # the egress proxy's port in this network namespace
+        self.relay = 0  # gvisor: the pid of the relay carrying that port's connections to the daemon (relay.py)
         self.runs: dict[str, int] = {}  # run id -> supervisor pid, kept across daemon restarts
         self.spare: Spare | None = None  # the one waiting on the exec socket
         self.links: dict[int, Spare] = {}  # socketpair fd -> spare (waiting, or started and not yet named its run)
@@ -297,9 +298,19 @@ class Agent:
             listener.bind(("127.0.0.1", int(req["port"])))
             listener.listen(256)
             self.listener = listener  # kept open: the port stays the proxy's even while the daemon restarts
-        socket.send_fds(conn.sock, [wire.message(wire.ok())], [self.listener.fileno()])
+        forward = req.get("forward")
+        if not forward:
+            socket.send_fds(conn.sock, [wire.message(wire.ok())], [self.listener.fileno()])
+            return
+        if not (self.relay and procs.alive(self.relay)):
+            self.relay = relay.start(self.listener, str(forward), [self.server, conn.sock])
+        conn.send(wire.ok())
 
     def unlisten(self, conn: Connection, _: Any) -> None:
+        if self.relay:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.relay, signal.SIGKILL)  # its copy of the port goes with it: connections are refused
+            self.relay = 0
         if self.listener is not None:
             self.listener.close()
             self.listener = None
