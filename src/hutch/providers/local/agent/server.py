@@ -303,7 +303,7 @@ class Agent:
             socket.send_fds(conn.sock, [wire.message(wire.ok())], [self.listener.fileno()])
             return
         if not (self.relay and procs.alive(self.relay)):
-            self.relay = relay.start(self.listener, str(forward), [self.server, conn.sock])
+            self.relay = relay.start(self.listener, str(forward), [self.server, self.exec_listener, conn.sock])
         conn.send(wire.ok())
 
     def unlisten(self, conn: Connection, _: Any) -> None:
