@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 from hutch.errors import InvalidError
 
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing import Literal, Unpack
 
     from hutch.wire.oneshot import RunOnceRequest, UploadFile
     from hutch.wire.runs import AttachStart, ExecRequest
@@ -289,7 +289,7 @@ def sandbox_spec(
         spec["host_ca"] = True
     runtime = runtime or defaults.default_runtime(spec["provider"])
     if runtime:
-        spec["runtime"] = runtime
+        spec["runtime"] = cast("Literal['bwrap', 'gvisor']", runtime)  # the daemon checks the value
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
     if options:
         spec["provider_options"] = options

@@ -114,7 +114,7 @@ class SandboxSpec(TypedDict, total=False):
     network: NetworkPolicy
     image: str | None  # providers that boot images (unikraft): the OCI image
     user: str | None  # who runs inside: root, NAME, UID, NAME:GROUP or UID:GID (local: a range of uids mapped)
-    runtime: str | None  # local: how it isolates, bwrap (default) or gvisor (a user-space kernel)
+    runtime: Literal["bwrap", "gvisor"] | None  # local: how it isolates, bwrap (default) or gvisor (a user-space kernel)
     host_ca: bool  # local: the host's CA bundle trusted inside (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, PIP_CERT ...)
     provider_options: dict[str, str]  # {"metro": "fra", "ssh": "true"} for unikraft
     secrets: dict[str, str]  # request only: never stored or returned
