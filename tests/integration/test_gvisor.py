@@ -5,12 +5,16 @@ tests/contract (local+gvisor)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.conftest import Daemon, destroy_all
+from tests.conftest import Daemon, destroy_all, hutch_env
 
 from hutch import Sandbox
 from hutch.errors import InvalidError, UnavailableError
@@ -102,3 +106,18 @@ def test_a_missing_runsc_is_unavailable_with_the_install_command(hutch_home: Pat
             destroy_all(hutch_home)
         finally:
             d.stop()
+
+
+def test_doctor_shows_runsc_and_its_platform_or_why_not(hutch_home: Path) -> None:
+    def doctor(**extra: str) -> dict[str, Any]:
+        env = hutch_env(hutch_home, **extra)
+        done = subprocess.run([sys.executable, "-m", "hutch", "doctor", "--json"], env=env, capture_output=True, timeout=300)
+        (check,) = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "gvisor"]
+        return check
+
+    found = doctor()
+    assert found["ok"] and "runsc" in found["detail"] and "platform" in found["detail"], found
+    missing = doctor(HUTCH_RUNSC=str(hutch_home / "no-such-runsc"))  # optional while bwrap is the default
+    assert missing["ok"] and "only --runtime gvisor needs it" in missing["detail"] and "apt-get install runsc" in missing["fix"]
+    needed = doctor(HUTCH_RUNSC=str(hutch_home / "no-such-runsc"), HUTCH_RUNTIME="gvisor")
+    assert not needed["ok"], needed

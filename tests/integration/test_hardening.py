@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.conftest import Daemon, hutch_env
@@ -103,8 +104,9 @@ def test_state_files_are_private(daemon: Daemon) -> None:
     assert ws.stat().st_mode & 0o077 == 0
 
 
-def test_sandbox_root_is_read_only_and_shm_is_capped(daemon: Daemon) -> None:
-    sbx = Sandbox.create(settings=daemon.settings)
+@pytest.mark.parametrize("runtime", ["bwrap", "gvisor"])
+def test_sandbox_root_is_read_only_and_shm_is_capped(daemon: Daemon, runtime: str) -> None:
+    sbx = Sandbox.create(settings=daemon.settings, runtime=runtime)  # type: ignore[arg-type]
     r = sbx.exec("touch /newfile; echo $?; mkdir /.hutch/x; echo $?; touch /etc/x; echo $?")
     assert r.stdout.split() == ["1", "1", "1"], r.stdout + r.stderr
     r = sbx.exec("df -k /dev/shm /tmp | tail -2")
@@ -114,14 +116,20 @@ def test_sandbox_root_is_read_only_and_shm_is_capped(daemon: Daemon) -> None:
     assert ok.stdout == "hi\nhi\nhi\n"
 
 
-def test_workload_cannot_hijack_its_control_socket(daemon: Daemon) -> None:
-    sbx = Sandbox.create(settings=daemon.settings)
+@pytest.mark.parametrize("runtime", ["bwrap", "gvisor"])
+def test_workload_cannot_hijack_its_control_socket(daemon: Daemon, runtime: str) -> None:
+    # gvisor: also the egress proxy's unix socket its relay connects to (there with a network)
+    net: dict[str, Any] = {"allow_hosts": ["example.com"]} if runtime == "gvisor" else {}
+    sbx = Sandbox.create(settings=daemon.settings, runtime=runtime, **net)  # type: ignore[arg-type]
+    egress = "; rm -f /.hutch/net/egress.sock; echo rc=$?; touch /.hutch/net/x; echo rc=$?" if runtime == "gvisor" else ""
     r = sbx.exec(
         "rm -f /.hutch/ctl/agent.sock; echo rc=$?; rm -f /.hutch/ctl/exec.sock; echo rc=$?;"
-        " touch /.hutch/ctl/x; echo rc=$?; touch /dev/x; echo rc=$?"
+        " touch /.hutch/ctl/x; echo rc=$?; touch /dev/x; echo rc=$?" + egress
     )
     if os.geteuid() == 0:
-        assert r.stdout.split() == ["rc=1", "rc=1", "rc=1", "rc=1"], r.stdout + r.stderr
+        assert r.stdout.split() == ["rc=1"] * (6 if egress else 4), r.stdout + r.stderr
+    if egress:
+        assert (daemon.home / "sandboxes" / sbx.id / "gvisor" / "net" / "egress.sock").is_socket()
     assert sbx.exec("echo fine").stdout == "fine\n"  # the agent still answers
 
 

@@ -67,4 +67,3 @@ def test_every_byte_both_ways_and_end_of_file(loop: str) -> None:
     before = len(os.listdir("/proc/self/fd"))
     LOOPS[loop](_tunnel(8 * MIB))
     assert len(os.listdir("/proc/self/fd")) == before  # the duplicates and pipes are closed
-
