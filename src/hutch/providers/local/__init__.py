@@ -35,7 +35,7 @@ from hutch.providers.local.gvisorops import CAPABILITIES as GVISOR
 from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, start_time, wait_start
-from hutch.providers.local.images import kept, rootfs
+from hutch.providers.local.images import carry, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
 from hutch.providers.local.images.source import default_images, resolve_image
@@ -434,6 +434,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             if data.get("dir"):
                 rootfs.teardown(Path(data["dir"]))  # nothing of a create cut short stays mounted in it
                 disk.remove(Path(data["dir"]))
+                if not self.root and (data.get("user") or {}).get("map") == "subuid":  # files of its subordinate uids
+                    carry.purge(self.bwrap().path, Path(data["dir"]))
                 rmtree(Path(data["dir"]))
             self.uids.release(sandbox_id)
 

@@ -13,6 +13,7 @@ which a user namespace may make) and its ``user.overlay.*`` marks travel with th
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from hutch.providers.local import bwrap as bw
@@ -56,6 +57,24 @@ def jail_args(bwrap: str, ns_fd: int, upper_fd: int, fds: list[int]) -> list[str
     args = [bwrap, *userns.bwrap_args(ns_fd, plan), "--ro-bind", "/usr", "/usr", *bw.root_links()]
     args += [*seccomp.bwrap_args(fds)[0], "--dev", "/dev", "--bind-fd", str(upper_fd), "/upper", "--chdir", "/upper", "--"]
     return args
+
+
+def purge(bwrap: str, path: Path) -> None:
+    """Empty ``path`` in a jail of this user's own mapping. A normal user's sandbox with a range of
+    /etc/subuid leaves files of those uids wherever root inside chowned (its upper, its workspace),
+    which the user cannot remove from the host; root in a namespace of that mapping can."""
+    ns = userns.create(userns.user_mapping(), None)
+    fd = -1
+    try:
+        fd = open_upper(path)
+        with seccomp.fds() as filters:
+            args = [*jail_args(bwrap, ns, fd, filters), "/usr/bin/find", "/upper", "-mindepth", "1", "-delete"]
+            quiet = subprocess.DEVNULL
+            subprocess.run(args, pass_fds=[ns, fd, *filters], stdin=quiet, stdout=quiet, stderr=quiet, timeout=600, check=False)
+    finally:
+        os.close(ns)
+        if fd >= 0:
+            os.close(fd)
 
 
 def open_upper(path: Path) -> int:
