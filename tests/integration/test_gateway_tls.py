@@ -25,6 +25,8 @@ from tests.integration.test_remote import RemoteDaemon, cli
 
 from hutch import pki
 
+HEADER_TIMEOUT = 3  # the previews test's header deadline (production: 10 s)
+
 
 @pytest.fixture
 def tmp() -> Iterator[Path]:
@@ -33,8 +35,8 @@ def tmp() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _gateway(home: Path, *args: str) -> Iterator[RemoteDaemon]:
-    d = RemoteDaemon(home, "--listen", "127.0.0.1:0", *args).start()
+def _gateway(home: Path, *args: str, **env: str) -> Iterator[RemoteDaemon]:
+    d = RemoteDaemon(home, "--listen", "127.0.0.1:0", *args, **env).start()
     try:
         yield d
     finally:
@@ -159,7 +161,7 @@ def test_exposed_ports_through_the_gateway_path_and_host_routes(hutch_home: Path
 
     _json(cli(hutch_home, "gateway", "init", "--name", "127.0.0.1", "--json"))
     ca = str(hutch_home / "gateway" / "ca.pem")
-    for d in _gateway(hutch_home, "--preview-domain", "preview.test"):
+    for d in _gateway(hutch_home, "--preview-domain", "preview.test", HUTCH_HEADER_TIMEOUT=str(HEADER_TIMEOUT)):
         c = d.client()
         sid = c.create({})["id"]
         start_server(d, sid, 8000)
@@ -190,6 +192,9 @@ def test_exposed_ports_through_the_gateway_path_and_host_routes(hutch_home: Path
         with connect(ws_url, ssl=ctx, open_timeout=60) as ws:
             ws.send("over tls")
             assert ws.recv(timeout=60) == "echo:over tls"
+            time.sleep(HEADER_TIMEOUT + 2)  # the head's deadline is over long since: it no longer applies
+            ws.send("later")
+            assert ws.recv(timeout=60) == "echo:later"
         # .. in the path: refused; nothing listening: a 502 page at once
         assert _get(f"{d.url}/p/{sid}/8000/%2e%2e/%2e%2e/v1/sandboxes", ctx, {"Cookie": cookie})[0] == 400
         empty = c.expose(sid, 9000, public=True)

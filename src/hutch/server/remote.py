@@ -145,6 +145,7 @@ class SlowClients(HttpToolsProtocol):
     def connection_made(self, transport: Any) -> None:
         self._deadline: asyncio.TimerHandle | None = None
         self._body: tuple[float, int, Pace] | None = None  # (when its deadline started, bytes since, its pace)
+        self._upgraded = False
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             head = (
@@ -184,6 +185,8 @@ class SlowClients(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         fresh = self.cycle is None or self.cycle.response_complete
         super().data_received(data)
+        if self._upgraded:  # a WebSocket's now (handle_websocket_upgrade)
+            return
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:  # a request is in (its head was complete)
             if fresh:  # its head came just now: its body's clock starts
@@ -201,6 +204,14 @@ class SlowClients(HttpToolsProtocol):
         elif self._deadline is None:  # the start of the next request's head
             self._body = None
             self._arm(self.header_timeout)
+
+    def handle_websocket_upgrade(self, *args: Any) -> None:
+        """The head of a WebSocket handshake is complete and the connection is the WebSocket
+        protocol's from here on: no deadline of this protocol may close it later."""
+        self._upgraded = True
+        self._disarm()
+        self._body = None
+        super().handle_websocket_upgrade(*args)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
