@@ -150,6 +150,19 @@ def test_keys_scopes_and_ownership(gw: Gateway) -> None:
     assert a.snapshots()[0]["name"] == "alice-snap"  # bob's delete took his own
     a.destroy("web")
     b.destroy("web")
+    # tenants too: each key's "agent" is a workspace of its own
+    ta = a.create({"tenant": "agent", "limits": {"memory": "256M"}})
+    a.write_file(ta["id"], "/workspace/mine", b"alice's")
+    tb = b.create({"tenant": "agent", "limits": {"memory": "256M"}})
+    assert b.exec(tb["id"], {"command": ["ls", "-A", "/workspace"]})["stdout"] == ""
+    assert [t["owner"] for t in b.tenants()] == [bob_id]
+    b.destroy(tb["id"])
+    assert b.delete_tenant("agent")["existed"] is True
+    a.destroy(ta["id"])
+    again = a.create({"tenant": "agent", "limits": {"memory": "256M"}})
+    assert a.read_file(again["id"], "/workspace/mine")[0] == b"alice's"  # hers survived bob's delete
+    a.destroy(again["id"])
+    a.delete_tenant("agent")
 
     # the actor of each request is in its events
     events = a.events(sbx["id"])

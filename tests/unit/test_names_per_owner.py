@@ -16,6 +16,7 @@ import pytest
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
 from hutch.errors import ConflictError, NotFoundError
 from hutch.models import SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
+from hutch.service import Service
 from hutch.store import MIGRATIONS, Store
 
 ALICE = Actor("key_alice", "alice", frozenset({"read", "write"}))
@@ -139,9 +140,53 @@ def test_the_migration_keeps_what_was_there(tmp_path: Path) -> None:
     )
     conn.execute(insert, ("s", "/p", None))
     conn.execute(insert, ("t", "/q", "key_alice"))
+    conn.execute("INSERT INTO tenants (name, provider, created_at, owner) VALUES ('lab', 'fake', 1.0, 'key_alice')")
     conn.commit()
     conn.close()
     store = Store(path)
     assert "0012_names_per_owner" in store.db.migrations()
     assert store.snapshots.get("s").path == "/p"  # the local user's, as before
     assert {(s.name, s.owner) for s in store.snapshots.all()} == {("s", "owner"), ("t", ALICE.id)}
+    [lab] = store.tenants.all()
+    assert (lab["owner"], lab["name"], lab["storage"]) == (ALICE.id, "lab", "lab")  # its workspace stays where it is
+    assert store.tenants.ensure("lab", "fake", BOB.id) == f"lab@{BOB.id}"
+    assert store.tenants.ensure("lab", "fake", OWNER.id) == f"lab@{OWNER.id}"  # "lab" is alice's place already
+
+
+def test_tenants_are_each_keys_own_with_workspaces_apart(service: Service) -> None:
+    """Two keys' tenants named ``agent``: two workspaces (the provider keeps each under its own
+    storage key), each key sees, reuses and deletes only its own; an admin must say which."""
+    from tests.unit.test_workspaces_fake import fake, run
+
+    with acting(OWNER):
+        alice = service.keys.actor(service.keys.create("alice")["id"])
+        bob = service.keys.actor(service.keys.create("bob")["id"])
+    with acting(alice):
+        a, _ = run(service.workspaces.ensure(SandboxSpec(provider="fake", tenant="agent")))
+    fake(service).sandboxes[a.id]["/workspace/notes"] = b"alice's"
+    with acting(bob):
+        b, created = run(service.workspaces.ensure(SandboxSpec(provider="fake", tenant="agent")))  # no conflict
+        assert created and "/workspace/notes" not in fake(service).sandboxes[b.id]  # not alice's workspace
+        assert [(t["name"], t["owner"], t["sandbox"]) for t in service.workspaces.tenants()] == [("agent", bob.id, b.id)]
+        assert "storage" not in service.workspaces.tenants()[0]
+    assert a.tenant_storage == f"agent@{alice.id}" and b.tenant_storage == f"agent@{bob.id}"
+    with acting(TOKEN), pytest.raises(ConflictError, match="several keys have a tenant named 'agent'"):
+        run(service.workspaces.delete_tenant("agent"))
+    with acting(alice):
+        done = run(service.workspaces.delete_tenant("agent"))
+        assert done["existed"] and done["destroyed"] == [a.id]
+        again, _ = run(service.workspaces.ensure(SandboxSpec(provider="fake", tenant="agent")))
+        assert "/workspace/notes" not in fake(service).sandboxes[again.id]  # a new workspace
+    with acting(bob):
+        assert service.get(b.id).state == SandboxState.running  # bob's tenant and sandbox untouched
+        assert [t["sandbox"] for t in service.workspaces.tenants()] == [b.id]
+
+
+def test_the_local_users_tenants_keep_their_place(service: Service) -> None:
+    from tests.unit.test_workspaces_fake import run
+
+    rec, _ = run(service.workspaces.ensure(SandboxSpec(provider="fake", tenant="dev")))
+    assert rec.tenant_storage == "dev"  # tenants/dev, as before names were per owner
+    legacy = box("x", OWNER.id)
+    legacy.spec = SandboxSpec(provider="fake", tenant="old")
+    assert legacy.tenant_storage == "old"  # a sandbox made before: its tenant's name

@@ -117,7 +117,7 @@ class WorkspaceProvider(TransferProvider, Protocol):
         ...
 
     async def delete_tenant(self, name: str) -> bool:
-        """Remove a tenant's kept workspace; True when there was one."""
+        """Remove a tenant's kept workspace (``name``: its storage key, SandboxRecord.tenant_storage); True when there was one."""
         ...
 
     async def export_root(self, rec: SandboxRecord, dest: Path) -> int | None:

@@ -183,7 +183,8 @@ class FakeProvider:
 
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         self.calls.append(("create", rec.id))
-        self.sandboxes[rec.id] = self.tenants.setdefault(rec.spec.tenant, {}) if rec.spec.tenant else {}
+        storage = rec.tenant_storage
+        self.sandboxes[rec.id] = self.tenants.setdefault(storage, {}) if storage else {}
         self.started[rec.id] = set(self.sandboxes[rec.id])
         self.secrets[rec.id] = dict(rec.spec.secrets)
         self.env[rec.id] = dict(rec.spec.env)  # the store keeps only the keys: held from create, like an agent

@@ -223,7 +223,9 @@ class Service:
         """Record a new sandbox within quotas; ``within``: more writes in its transaction (a pool member leaving)."""
         async with self._create_lock:
             self.access.check_create(rec.spec)
-            self.workspaces.check_tenant(rec.spec)
+            storage = self.workspaces.check_tenant(rec.spec)
+            if storage is not None:  # where the provider keeps the tenant's workspace (each owner's own)
+                rec.data["tenant_storage"] = storage
             self.store.sandboxes.insert(rec, within)
 
     def created(

@@ -97,52 +97,50 @@ class Workspaces:
         return await self.service.create(spec), True
 
     def _kept_sandboxes(self, spec: SandboxSpec) -> list[SandboxRecord]:
+        if spec.tenant:  # a tenant is its owner's own, an admin's too
+            mine = self.store.sandboxes.all(LIVE_STATES, owner=self.service.access.owner())
+            return [r for r in mine if r.spec.tenant == spec.tenant]
         live = self.store.sandboxes.all(LIVE_STATES, owner=self.service.access.owner_filter())
-        if spec.tenant:
-            return [r for r in live if r.spec.tenant == spec.tenant]
         return [r for r in live if r.spec.reuse_key == spec.reuse_key and r.spec.provider == spec.provider]
 
-    def check_tenant(self, spec: SandboxSpec) -> None:
-        """Before create: a tenant has at most one live sandbox; its provider must keep workspaces."""
+    def check_tenant(self, spec: SandboxSpec) -> str | None:
+        """Before create: a tenant has at most one live sandbox; its provider must keep workspaces.
+        The tenant is the actor's own (two keys may have one of the same name); its storage key."""
         if not spec.tenant:
-            return
+            return None
         workspace_provider(self.service.provider(spec.provider))
-        self._tenant(spec.tenant)  # another key's tenant: refused
         for rec in self._kept_sandboxes(spec):
             raise ConflictError(
                 f"tenant {spec.tenant!r} already has a live sandbox {rec.id}",
                 hint=f"use it (hutch exec {rec.id} -- ...), or destroy it first: hutch destroy {rec.id}",
             )
-        self.store.tenants.ensure(spec.tenant, spec.provider, self.service.access.owner())
-
-    def _tenant(self, name: str) -> None:
-        """A tenant of another key (unless admin) is refused: its workspace is that key's."""
-        with contextlib.suppress(NotFoundError):
-            tenant = self.store.tenants.get(name)
-            if not self.service.access.visible(tenant.get("owner")):
-                raise ConflictError(f"tenant {name!r} belongs to another key", hint="choose another tenant name")
+        return self.store.tenants.ensure(spec.tenant, spec.provider, self.service.access.owner())
 
     def tenants(self) -> list[dict[str, Any]]:
-        live = {r.spec.tenant: r for r in self.store.sandboxes.all(LIVE_STATES) if r.spec.tenant}
+        live = {(r.owner, r.spec.tenant): r for r in self.store.sandboxes.all(LIVE_STATES) if r.spec.tenant}
         mine = [t for t in self.store.tenants.all() if self.service.access.visible(t.get("owner"))]
-        return [t | {"sandbox": live[t["name"]].id if t["name"] in live else None} for t in mine]
+        out = []
+        for t in mine:
+            rec = live.get((t["owner"], t["name"]))
+            out.append({k: v for k, v in t.items() if k != "storage"} | {"sandbox": rec.id if rec else None})
+        return out
 
     async def delete_tenant(self, name: str) -> dict[str, Any]:
         """Idempotent teardown: an unknown tenant is a success that says so (``existed: false``)."""
         try:
-            tenant = self.store.tenants.get(check_name(name, "tenant"))
+            tenant = self.store.tenants.get(check_name(name, "tenant"))  # the actor's own (an admin: any)
             if not self.service.access.visible(tenant.get("owner")):
                 raise NotFoundError(f"no tenant {name!r}")
         except NotFoundError:
             return {"tenant": name, "deleted": True, "existed": False, "destroyed": []}
         destroyed = []
-        for rec in self.store.sandboxes.all(LIVE_STATES):
+        for rec in self.store.sandboxes.all(LIVE_STATES, owner=tenant["owner"]):
             if rec.spec.tenant == name:
                 await self.service.destroy(rec.id)
                 destroyed.append(rec.id)
         provider = workspace_provider(self.service.provider(tenant["provider"]))
-        await provider.delete_tenant(name)
-        self.store.tenants.delete(name)
+        await provider.delete_tenant(tenant["storage"])
+        self.store.tenants.delete(tenant["owner"], name)
         self.store.events.append("tenant_deleted", None, tenant=name, destroyed=destroyed)
         return {"tenant": name, "deleted": True, "existed": True, "destroyed": destroyed}
 

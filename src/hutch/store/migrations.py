@@ -297,6 +297,24 @@ CREATE TABLE e2b_processes (
 );
 """
 
+# tenants per owner (store/workspaces.py), each with where its provider keeps it: a tenant made
+# before keeps its place (storage = its name)
+TENANTS_PER_OWNER_SQL = """
+CREATE TABLE tenants_owned (
+    owner TEXT NOT NULL,
+    name TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    storage TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (owner, name)
+);
+INSERT INTO tenants_owned (owner, name, provider, storage, created_at)
+    SELECT COALESCE(owner, 'owner'), name, provider, name, created_at FROM tenants;
+DROP TABLE tenants;
+ALTER TABLE tenants_owned RENAME TO tenants;
+CREATE UNIQUE INDEX tenants_storage ON tenants(storage);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("0001_initial", INITIAL_SQL),
     ("0002_run_details", RUN_DETAILS_SQL),
@@ -312,4 +330,5 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("0013_ports", PORTS_SQL),
     ("0014_nodes", NODES_SQL),
     ("0015_e2b_processes", E2B_PROCESSES_SQL),
+    ("0016_tenants_per_owner", TENANTS_PER_OWNER_SQL),
 ]

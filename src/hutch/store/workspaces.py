@@ -63,30 +63,54 @@ class SnapshotTable:
 
 
 class TenantTable:
+    """Tenants, each its owner's own (like snapshots): two keys may both have a tenant ``agent``.
+    ``storage`` is where its provider keeps it (hutch.models.tenant_storage): the name for the
+    local user's (and for every tenant made before names were per owner), ``NAME@OWNER`` for
+    a key's, so two keys' tenants of one name never share a workspace."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def ensure(self, name: str, provider: str, owner: str | None = None) -> None:
-        """Record the tenant unless it is already known."""
+    def ensure(self, name: str, provider: str, owner: str | None = None) -> str:
+        """Record the tenant unless it is already known; its storage key."""
+        owner = owner or OWNER_ID
         with self.db.transaction() as conn:
+            row = conn.execute("SELECT storage FROM tenants WHERE owner = ? AND name = ?", (owner, name)).fetchone()
+            if row is not None:
+                return str(row["storage"])
+            taken = conn.execute("SELECT 1 FROM tenants WHERE storage = ?", (name,)).fetchone() is not None
+            storage = name if owner == OWNER_ID and not taken else f"{name}@{owner}"
             conn.execute(
-                "INSERT OR IGNORE INTO tenants (name, provider, created_at, owner) VALUES (?, ?, ?, ?)",
-                (name, provider, time.time(), owner),
+                "INSERT INTO tenants (owner, name, provider, storage, created_at) VALUES (?, ?, ?, ?, ?)",
+                (owner, name, provider, storage, time.time()),
             )
+            return storage
 
     def all(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in self.db.conn().execute("SELECT * FROM tenants ORDER BY name")]
+        return [dict(r) for r in self.db.conn().execute("SELECT * FROM tenants ORDER BY name, owner")]
 
     def get(self, name: str) -> dict[str, Any]:
-        row = self.db.conn().execute("SELECT * FROM tenants WHERE name = ?", (name,)).fetchone()
+        """By name, among the actor's own; an admin's finds its own first, else the one tenant of
+        that name, and when several keys have one, says which (``conflict``)."""
+        actor = current()
+        conn = self.db.conn()
+        row = conn.execute("SELECT * FROM tenants WHERE owner = ? AND name = ?", (actor.id, name)).fetchone()
+        if row is None and actor.admin:
+            rows = conn.execute("SELECT * FROM tenants WHERE name = ? ORDER BY owner LIMIT 11", (name,)).fetchall()
+            if len(rows) > 1:
+                raise ConflictError(
+                    f"several keys have a tenant named {name!r} (owners {', '.join(r['owner'] for r in rows[:10])})",
+                    hint="names are each key's own: act as the key that made it",
+                )
+            row = rows[0] if rows else None
         if row is None:
             raise NotFoundError(f"no tenant {name!r}", hint="list tenants with: hutch tenant list")
         return dict(row)
 
-    def delete(self, name: str) -> bool:
-        """False when there was no such tenant."""
+    def delete(self, owner: str, name: str) -> bool:
+        """False when ``owner`` had no such tenant."""
         with self.db.transaction() as conn:
-            return conn.execute("DELETE FROM tenants WHERE name = ?", (name,)).rowcount > 0
+            return conn.execute("DELETE FROM tenants WHERE owner = ? AND name = ?", (owner, name)).rowcount > 0
 
 
 class ManifestTable:

@@ -232,15 +232,15 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         top = sdir / "disk" if rec.spec.limits.disk is not None else sdir  # the capped filesystem holds what it writes
-        if rec.spec.tenant:  # kept with the tenant's workspace (images/kept.py)
-            top = tenant_dir(self.settings, rec.spec.tenant)
+        if rec.tenant_storage:  # kept with the tenant's workspace (images/kept.py)
+            top = tenant_dir(self.settings, rec.tenant_storage)
         root = ImageRoot(image, top / "root", runtime) if image is not None and runtime is not None else None
         ns_fd: int | None = None
         stack = contextlib.ExitStack()
         try:
             own = (uid + plan.uid, uid + plan.gid) if plan and self.root else (uid, uid)  # the user's, seen from here
             cap = (rec.spec.limits.disk, uid) if rec.spec.limits.disk is not None else None
-            ws, ctl, rdir = await asyncio.to_thread(make_dirs, self.settings, self.root, sdir, own, rec.spec.tenant, cap)
+            ws, ctl, rdir = await asyncio.to_thread(make_dirs, self.settings, self.root, sdir, own, rec.tenant_storage, cap)
             if plan is not None:  # its own user namespace, a range of uids mapped: made before bwrap joins it
                 ns_fd = await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None)
                 fds.append(ns_fd)

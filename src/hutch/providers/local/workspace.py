@@ -120,8 +120,8 @@ class WorkspaceMixin:
     def workspace_dir(self, rec: SandboxRecord) -> Path:
         if rec.data.get("workspace_path"):  # where create bound it (a sub-agent: its parent's)
             return Path(rec.data["workspace_path"])
-        if rec.spec.tenant:
-            return tenant_dir(self.settings, rec.spec.tenant) / "workspace"
+        if rec.tenant_storage:
+            return tenant_dir(self.settings, rec.tenant_storage) / "workspace"
         return self.settings.sandboxes_dir / rec.id / "workspace"
 
     def _jail(
