@@ -326,12 +326,6 @@ class SandboxRecord(BaseModel):
     # need one: state in_memory with origin, source and fingerprint, or missing); never stored
     credential: CredentialStatus | None = None
 
-    @property
-    def tenant_storage(self) -> str | None:
-        """Where its provider keeps its tenant's workspace (the Service's choice, in ``data``;
-        a sandbox made before tenants were per owner: the tenant's name)."""
-        return str(self.data.get("tenant_storage") or "") or self.spec.tenant
-
     @model_validator(mode="after")
     def _ssh(self) -> SandboxRecord:
         if self.ssh is None and isinstance(self.data.get("ssh"), dict):

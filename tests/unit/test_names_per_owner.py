@@ -16,6 +16,7 @@ import pytest
 from hutch.actors import OWNER, TOKEN, Actor, reset_current, set_current
 from hutch.errors import ConflictError, NotFoundError
 from hutch.models import SandboxRecord, SandboxSpec, SandboxState, SnapshotRecord, new_id
+from hutch.provider import tenant_storage
 from hutch.service import Service
 from hutch.store import MIGRATIONS, Store
 
@@ -169,7 +170,7 @@ def test_tenants_are_each_keys_own_with_workspaces_apart(service: Service) -> No
         assert created and "/workspace/notes" not in fake(service).sandboxes[b.id]  # not alice's workspace
         assert [(t["name"], t["owner"], t["sandbox"]) for t in service.workspaces.tenants()] == [("agent", bob.id, b.id)]
         assert "storage" not in service.workspaces.tenants()[0]
-    assert a.tenant_storage == f"agent@{alice.id}" and b.tenant_storage == f"agent@{bob.id}"
+    assert tenant_storage(a) == f"agent@{alice.id}" and tenant_storage(b) == f"agent@{bob.id}"
     with acting(TOKEN), pytest.raises(ConflictError, match="several keys have a tenant named 'agent'"):
         run(service.workspaces.delete_tenant("agent"))
     with acting(alice):
@@ -186,7 +187,7 @@ def test_the_local_users_tenants_keep_their_place(service: Service) -> None:
     from tests.unit.test_workspaces_fake import run
 
     rec, _ = run(service.workspaces.ensure(SandboxSpec(provider="fake", tenant="dev")))
-    assert rec.tenant_storage == "dev"  # tenants/dev, as before names were per owner
+    assert tenant_storage(rec) == "dev"  # tenants/dev, as before names were per owner
     legacy = box("x", OWNER.id)
     legacy.spec = SandboxSpec(provider="fake", tenant="old")
-    assert legacy.tenant_storage == "old"  # a sandbox made before: its tenant's name
+    assert tenant_storage(legacy) == "old"  # a sandbox made before: its tenant's name

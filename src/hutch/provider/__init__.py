@@ -49,6 +49,7 @@ from hutch.provider.optional import (
     UsageProvider,
     WatchingProvider,
     WorkspaceProvider,
+    tenant_storage,
 )
 from hutch.provider.registry import BUILTINS, load_provider, option_owners, provider_names
 from hutch.provider.require import (
@@ -121,6 +122,7 @@ __all__ = [
     "provider_names",
     "ranged_reads",
     "ssh_provider",
+    "tenant_storage",
     "transfer_provider",
     "usage_provider",
     "watching_provider",

@@ -106,6 +106,13 @@ class TransferProvider(Protocol):
         ...
 
 
+def tenant_storage(rec: SandboxRecord) -> str | None:
+    """Where a provider keeps the workspace of ``rec``'s tenant: the Service's choice (each
+    owner's tenants apart), in its ``data``; a sandbox made before tenants were per owner: the
+    tenant's name."""
+    return str(rec.data.get("tenant_storage") or "") or rec.spec.tenant
+
+
 @runtime_checkable
 class WorkspaceProvider(TransferProvider, Protocol):
     """``capabilities.workspace``: transfer, and workspaces kept and copied by the provider

@@ -30,7 +30,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import InvalidError, NotFoundError, PermissionDeniedError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
-from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone, Usage
+from hutch.provider import Capabilities, CheckResult, CopyReport, Death, ExecSpec, OnGone, Usage, tenant_storage
 
 SHELLS = {"sh", "bash", "dash"}
 VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
@@ -183,7 +183,7 @@ class FakeProvider:
 
     async def create(self, rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
         self.calls.append(("create", rec.id))
-        storage = rec.tenant_storage
+        storage = tenant_storage(rec)
         self.sandboxes[rec.id] = self.tenants.setdefault(storage, {}) if storage else {}
         self.started[rec.id] = set(self.sandboxes[rec.id])
         self.secrets[rec.id] = dict(rec.spec.secrets)

@@ -23,7 +23,7 @@ from typing import Any, cast
 from hutch.config import Settings
 from hutch.errors import CapacityError, ConflictError, HutchError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxState
-from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage
+from hutch.provider import Capabilities, CheckResult, ExecSpec, OnGone, Usage, tenant_storage
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpython, mounts, placeholders, seccomp, userns, view
 from hutch.providers.local.agent import wire
@@ -232,15 +232,15 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         top = sdir / "disk" if rec.spec.limits.disk is not None else sdir  # the capped filesystem holds what it writes
-        if rec.tenant_storage:  # kept with the tenant's workspace (images/kept.py)
-            top = tenant_dir(self.settings, rec.tenant_storage)
+        if storage := tenant_storage(rec):  # kept with the tenant's workspace (images/kept.py)
+            top = tenant_dir(self.settings, storage)
         root = ImageRoot(image, top / "root", runtime) if image is not None and runtime is not None else None
         ns_fd: int | None = None
         stack = contextlib.ExitStack()
         try:
             own = (uid + plan.uid, uid + plan.gid) if plan and self.root else (uid, uid)  # the user's, seen from here
             cap = (rec.spec.limits.disk, uid) if rec.spec.limits.disk is not None else None
-            ws, ctl, rdir = await asyncio.to_thread(make_dirs, self.settings, self.root, sdir, own, rec.tenant_storage, cap)
+            ws, ctl, rdir = await asyncio.to_thread(make_dirs, self.settings, self.root, sdir, own, tenant_storage(rec), cap)
             if plan is not None:  # its own user namespace, a range of uids mapped: made before bwrap joins it
                 ns_fd = await asyncio.to_thread(userns.create, plan.mapping, uid if self.root else None)
                 fds.append(ns_fd)

@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from hutch.errors import CapacityError, ConflictError, InternalError, InvalidError, UnavailableError
 from hutch.models import SandboxRecord
-from hutch.provider import CopyReport
+from hutch.provider import CopyReport, tenant_storage
 from hutch.providers.local import bwrap as bw
 from hutch.providers.local import seccomp, userns
 from hutch.providers.local.helpers import Finished, Helpers, Job
@@ -120,8 +120,8 @@ class WorkspaceMixin:
     def workspace_dir(self, rec: SandboxRecord) -> Path:
         if rec.data.get("workspace_path"):  # where create bound it (a sub-agent: its parent's)
             return Path(rec.data["workspace_path"])
-        if rec.tenant_storage:
-            return tenant_dir(self.settings, rec.tenant_storage) / "workspace"
+        if storage := tenant_storage(rec):
+            return tenant_dir(self.settings, storage) / "workspace"
         return self.settings.sandboxes_dir / rec.id / "workspace"
 
     def _jail(
