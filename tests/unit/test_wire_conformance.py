@@ -27,6 +27,8 @@ CLAIMED_ONLY = {("GET", "/v1/providers/{name}/inventory"), ("POST", "/v1/cleanup
 # a commit needs a sandbox made from a stored image (the local provider): tests/integration/test_commit.py checks its answer
 IMAGE_SANDBOX_ONLY = {("POST", "/v1/images/commit")}
 REGISTRY_ONLY = {("POST", "/v1/images/pull")}  # needs a registry: tests/integration/test_images.py checks its frames
+# answered by a cluster gateway only (hutch serve --cluster: tests/integration/test_cluster.py); here each must be an error
+CLUSTER_ONLY = {("GET", "/v1/cluster"), ("GET", "/v1/cluster/nodes"), ("POST", "/v1/cluster/nodes/{name}/drain")}
 
 
 class Checked:
@@ -191,8 +193,11 @@ def test_every_answer_of_the_daemon_is_its_wire_body(app_client: Any, settings: 
         c.call("DELETE", "/v1/sandboxes/{ref}", ref=ref)
     gone = c.call("DELETE", "/v1/sandboxes/{ref}", ref=sid)
     assert gone["existed"] and c.call("DELETE", "/v1/sandboxes/{ref}", ref=sid)["existed"] is False
+    for method, template in sorted(CLUSTER_ONLY):  # this daemon is not a cluster's gateway
+        err = c.call(method, template, ok=False, **({"name": "n1", "json": {}} if method == "POST" else {}))
+        assert err["error"]["kind"] == "unavailable", err
     c.call("POST", "/v1/shutdown")
-    missing = {(r.method, r.path) for r in ROUTES} - c.answered - CLAIMED_ONLY - IMAGE_SANDBOX_ONLY - REGISTRY_ONLY
+    missing = {(r.method, r.path) for r in ROUTES} - c.answered - CLAIMED_ONLY - IMAGE_SANDBOX_ONLY - REGISTRY_ONLY - CLUSTER_ONLY
     assert missing == set(), "routes this test does not call: add them"
 
 
