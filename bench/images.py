@@ -69,6 +69,7 @@ def main() -> None:
     daemons: list[Daemon] = []
     try:
         layout = work / "layout"
+
         def image(name: str) -> None:  # busybox + 48 MiB of incompressible data in 4 layers
             layers = [layer_tar({"etc/hello.txt": b"hi\n"})] + [
                 layer_tar({f"data/blob{i}.bin": os.urandom(12 * MB)}, busybox=False) for i in range(4)

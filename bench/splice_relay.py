@@ -92,7 +92,7 @@ def main() -> int:
     args = ap.parse_args()
     samples: dict[str, list[tuple[float, float]]] = {"splice": [], "copy": []}
     for i in range(args.rounds):
-        for kind in (("splice", "copy") if i % 2 == 0 else ("copy", "splice")):
+        for kind in ("splice", "copy") if i % 2 == 0 else ("copy", "splice"):
             samples[kind].append(uvloop.run(one(args.mib, kind == "splice")))
     med = {}
     for k, v in samples.items():

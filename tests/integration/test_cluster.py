@@ -177,6 +177,20 @@ def test_cluster_commands(front: Front) -> None:
     assert unknown.returncode != 0 and json.loads(unknown.stdout)["error"]["kind"] == "not_found"
 
 
+def test_a_ray_task_reaches_the_gateway_and_prefers_its_node(front: Front) -> None:
+    """bench/cluster.py's job, small: Ray tasks pinned one per node, each making its sandbox with
+    hutch.Sandbox.create() from inside the task; each sandbox lands on its task's node."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    try:
+        import cluster as bench
+    finally:
+        sys.path.pop(0)
+    doc = bench.run_job(front.cluster, front.home, snippets=9, tasks=3, pin=True)
+    results = doc["results"]
+    assert sorted(r["task_node"] for r in results) == sorted(n.ip for n in front.cluster.nodes)
+    assert all(r["sandbox_node"] == r["task_node"] and r["ok"] == r["n"] == 3 for r in results), results
+
+
 def test_a_gateway_that_is_not_a_cluster_says_unavailable(daemon: Any) -> None:
     env = hutch_env(daemon.home)
     res = subprocess.run([sys.executable, "-m", "hutch", "cluster", "status", "--json"], env=env, capture_output=True, text=True)

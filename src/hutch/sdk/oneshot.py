@@ -4,6 +4,7 @@ here are the request and the result, shared by the sync and the async twin."""
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Literal, TypedDict
 
 from hutch.client.oneshot import Outcome
@@ -95,7 +96,26 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         git_depth=c.get("git_depth"),
         git_secret=c.get("git_secret"),
     )
-    return sandbox_spec(defaults, **spec_args(c.get("manifest"), flags))
+    spec = sandbox_spec(defaults, **spec_args(c.get("manifest"), flags))
+    node = ray_node()
+    if node is not None and PREFER_NODE not in spec.get("labels", {}):
+        spec["labels"] = {**spec.get("labels", {}), PREFER_NODE: node}
+    return spec
+
+
+PREFER_NODE = "hutch.prefer-node"  # a cluster gateway places the sandbox there when it has room
+
+
+def ray_node() -> str | None:
+    """The address of the Ray node this code runs on, inside a Ray task or actor (None elsewhere):
+    a cluster gateway then prefers that node. Ray is never imported here, only looked at."""
+    ray = sys.modules.get("ray")
+    try:
+        if ray is None or not ray.is_initialized():
+            return None
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # noqa: BLE001 (a Ray of another shape: no preference, never a failed create)
+        return None
 
 
 def request(

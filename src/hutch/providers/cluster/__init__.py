@@ -33,6 +33,7 @@ from hutch.providers.cluster.nodes import choose, find
 from hutch.providers.cluster.spool import Spool
 
 PLACEMENTS = ("spread", "pack")
+PREFER_LABEL = "hutch.prefer-node"  # set by the SDK inside a Ray task: the node it runs on
 STARTING_WAIT = 120.0  # a create waits this long for nodes still starting before it is refused (capacity)
 # the gateway's own parts of a spec (names, expiry, approvals ...) stay here; the node makes a plain local sandbox
 NOT_SENT = {"name", "provider_options", "ttl", "idle_timeout", "on_expire", "tenant", "reuse_key", "require_approval"}
@@ -173,12 +174,12 @@ class ClusterProvider:
         await mon.first_round()
         mode = rec.spec.provider_options.get("placement") or self.settings.cluster_placement
         memory, pids = rec.spec.limits.memory, rec.spec.limits.pids
+        # a node asked for, else the one the caller runs on (the SDK in a Ray task labels it)
+        prefer = rec.spec.provider_options.get("node") or rec.spec.labels.get(PREFER_LABEL)
         deadline = time.monotonic() + STARTING_WAIT
         while True:
             try:
-                node = choose(
-                    list(mon.nodes.values()), memory, pids, mode, mon.default_sandboxes, rec.spec.provider_options.get("node")
-                )
+                node = choose(list(mon.nodes.values()), memory, pids, mode, mon.default_sandboxes, prefer)
                 break
             except CapacityError:  # nodes still starting (a gateway just started): wait for them, a while
                 if time.monotonic() > deadline or not any(n.state in ("starting", "unreachable") for n in mon.nodes.values()):
