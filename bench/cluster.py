@@ -1,6 +1,6 @@
 """Scoring code snippets in sandboxes from a Ray job, through a cluster gateway, on 1, 2 and 3 nodes.
 
-    sudo .venv/bin/python bench/cluster.py [--snippets 1000] [--tasks 6]
+    sudo python3 bench/cluster.py [--snippets 1000] [--tasks 6]
 
 Builds a 3-node Ray cluster on this machine, each node in a network namespace of its own
 (tests/raycluster.py), and a gateway (``hutch serve --cluster``) in the head's. For k = 1, 2,
