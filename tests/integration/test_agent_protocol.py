@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -122,6 +123,36 @@ def test_an_exec_sent_the_old_way_is_refused_naming_the_protocol(hutch_home: Pat
         with d.client() as c:
             assert c.exec(sbx["id"], {"command": ["ls", "/workspace"]})["stdout"] == ""  # nothing ran
             assert c.exec(sbx["id"], {"command": ["echo", "fine"]})["stdout"] == "fine\n"  # the agent lives on
+    finally:
+        try:
+            destroy_all(hutch_home)
+        finally:
+            d.stop()
+            sweep(hutch_home)
+
+
+def test_an_idle_spare_leaves_and_the_next_exec_forks_one(hutch_home: Path) -> None:
+    """With spare_idle 1 s, an idle sandbox is down to its agent alone; an exec then still runs
+    with the sandbox's environment and secrets (kept by the agent), and its spare leaves again."""
+    d = Daemon(hutch_home, HUTCH_SPARE_IDLE="1", HUTCH_POOL_SIZE="0").start()
+    try:
+        with d.client() as c:
+            sbx = c.create({"env": {"FOO": "bar"}, "secrets": {"TOKEN": "s3cret-value"}})["id"]
+
+            def agents() -> int:  # the agent, its spare, any run's supervisor (pid 1, bwrap, names it too)
+                return sum(1 for p in c.ps(sbx) if p["pid"] != 1 and "/.hutch/agent" in p["command"])
+
+            def settle_to(n: int) -> None:
+                deadline = time.monotonic() + 120
+                while agents() != n:
+                    assert time.monotonic() < deadline, f"{agents()} agent processes, not {n}"
+                    time.sleep(0.1)
+
+            settle_to(1)
+            for _ in range(2):
+                out = c.exec(sbx, {"command": "echo $FOO $TOKEN"})
+                assert out["exit_code"] == 0 and out["stdout"].startswith("bar ") and "s3cret" not in out["stdout"], out
+                settle_to(1)
     finally:
         try:
             destroy_all(hutch_home)

@@ -337,7 +337,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets | armed.placeholders}
+                configure = self._configure(env | rec.spec.env, rec.spec.secrets | armed.placeholders)
                 await ch.request(configure, timeout=10.0)
             upper = root.upper if root is not None else None  # what it has at start: what hutch diff compares with
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))

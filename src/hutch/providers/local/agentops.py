@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
 from hutch.providers.local import runs
@@ -70,9 +71,14 @@ def _with_socket(agent_socket: str, request: dict[str, Any]) -> tuple[socket.soc
 
 
 class AgentOpsMixin:
+    settings: Settings
     egress: Egress
     _planned: Callable[[SandboxRecord], dict[str, Any]]
     _raw: Callable[[dict[str, Any], bytes, bytes, bool], RawOutput]
+
+    def _configure(self, env: dict[str, str], secrets: dict[str, str]) -> dict[str, Any]:
+        """The agent's ``configure``: the sandbox's environment and secrets, how long a spare waits."""
+        return {"type": "configure", "env": env, "secrets": secrets, "spare_idle": self.settings.spare_idle}
 
     # -- network -----------------------------------------------------------------------
 

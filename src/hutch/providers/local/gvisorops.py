@@ -166,6 +166,7 @@ class GvisorMixin:
     _teardown: Callable[[dict[str, Any], str], Any]
     _planned: Callable[[SandboxRecord], dict[str, Any]]
     _listen: Callable[[str, str, Any], Any]
+    _configure: Callable[[dict[str, str], dict[str, str]], dict[str, Any]]
 
     def runsc(self) -> gvisor.Runsc:
         self.settings.home.mkdir(parents=True, exist_ok=True)
@@ -333,7 +334,7 @@ class GvisorMixin:
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
             async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = {"type": "configure", "env": env | rec.spec.env, "secrets": rec.spec.secrets}
+                configure = self._configure(env | rec.spec.env, rec.spec.secrets)
                 await ch.request(configure, timeout=10.0)
             upper = root.upper if root is not None else None
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))

@@ -28,6 +28,7 @@ class PoolMixin:
     _layout: cgroups.Layout | None
     _listen: Callable[[str, str, NetworkPolicy], Awaitable[None]]
     _cgroup: Callable[[SandboxRecord], cgroups.SandboxCgroup]
+    _configure: Callable[[dict[str, str], dict[str, str]], dict[str, Any]]
 
     def _cgroup_mode(self) -> str:
         if self._layout is None:
@@ -56,7 +57,7 @@ class PoolMixin:
                 raise UnavailableError(f"cannot set the pool member's limits: {exc}", hint="run hutch doctor") from exc
         try:
             async with Channel(data["socket"]) as ch:  # also proves that the member still answers
-                configure = {"type": "configure", "env": base | rec.spec.env, "secrets": rec.spec.secrets}
+                configure = self._configure(base | rec.spec.env, rec.spec.secrets)
                 await ch.request(configure, timeout=10.0)
         except OSError as exc:
             raise UnavailableError(f"the pool member does not answer: {exc}", hint="run hutch doctor") from exc

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 CONNECT_TIMEOUT = 5.0
 KILL_HEAR = 2.0  # how long a kill of a run the agent does not know waits for a spare to name it
+SPARE_IDLE = 60.0  # an unused spare leaves after this (configure's spare_idle; 0: never): an idle sandbox holds one process less
 PIDS_LIMIT = wire.error(
     "capacity",
     "cannot start a process: the sandbox is at its pids limit",
@@ -137,6 +138,8 @@ class Agent:
         self.relay = 0  # gvisor: the pid of the relay carrying that port's connections to the daemon (relay.py)
         self.runs: dict[str, int] = {}  # run id -> supervisor pid, kept across daemon restarts
         self.spare: Spare | None = None  # the one waiting on the exec socket
+        self.spare_since = 0.0  # when it was forked (monotonic)
+        self.spare_idle = SPARE_IDLE
         self.links: dict[int, Spare] = {}  # socketpair fd -> spare (waiting, or started and not yet named its run)
         self.handlers: dict[str, Callable[[Connection, Any], None]] = {
             "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid(), protocol=wire.PROTOCOL)),
@@ -158,7 +161,7 @@ class Agent:
         except OSError:  # EAGAIN at the pids limit: try again at the next exec
             self.spare = None
             return
-        self.spare = spare
+        self.spare, self.spare_since = spare, time.monotonic()
         self.links[spare.sock.fileno()] = spare
 
     def retire(self) -> None:
@@ -215,7 +218,12 @@ class Agent:
             for fd in want - watched:
                 poller.register(fd, select.POLLIN)
             watched = want
-            ready = {fd for fd, _ in poller.poll()}
+            timeout = None  # an unused spare leaves at spare_idle: the next exec forks one (exec_without_spare)
+            if self.spare is not None and self.spare_idle > 0:
+                timeout = max(0.0, self.spare_since + self.spare_idle - time.monotonic()) * 1000
+            ready = {fd for fd, _ in poller.poll(timeout)}
+            if not ready and self.spare is not None and time.monotonic() >= self.spare_since + self.spare_idle:
+                self.retire()
             for fd in ready & set(self.links):  # spares first: ``runs`` and ``kill`` then know their runs
                 self.from_spare(self.links[fd])
             if self.exec_listener.fileno() in ready and self.spare is None:
@@ -285,6 +293,8 @@ class Agent:
         secrets = dict(req["secrets"] or {}) if "secrets" in req else self.secrets
         changed = not self.configured or (env, secrets) != (self.env, self.secrets)
         self.env, self.secrets, self.configured = env, secrets, True
+        if isinstance(req.get("spare_idle"), (int, float)):
+            self.spare_idle = float(req["spare_idle"])
         if changed:  # the spare was forked with the old ones: it goes before the answer, its successor after
             self.retire()
         conn.send(wire.ok())

@@ -49,7 +49,8 @@ Requests (daemon to agent: the first frame of a connection)
     ping       {}                                        ok: pid (the agent's), protocol (PROTOCOL)
     configure  env: {str: str}, secrets: {str: str}      ok. The sandbox's base environment
                (secrets optional: kept as they are      and secrets: every later run gets
-               when absent)                             both; secrets are redacted from output
+               when absent), spare_idle: seconds        both; secrets are redacted from output.
+               (optional, default 60; 0: never)         An unused spare leaves after spare_idle
     listen     port: int                                 ok, with one descriptor attached: a TCP
                                                         socket listening on 127.0.0.1:port in the
                                                         sandbox's network namespace (kept open;
