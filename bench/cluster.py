@@ -79,12 +79,44 @@ def run_job(cluster: Any, home: Path, snippets: int, tasks: int, pin: bool) -> d
     return doc
 
 
+def numbers(client: Any, names: list[str], place: int) -> None:
+    """Create -> first result on the gateway's own node against a remote one (medians of 5, same
+    run), then ``place`` sandboxes created 10 at a time over every node: time to all ready."""
+    import statistics
+    from concurrent.futures import ThreadPoolExecutor
+
+    def first(node: str) -> float:
+        t = time.perf_counter()
+        rec = client.create({"provider_options": {"node": node}})
+        client.exec(rec["id"], {"command": ["true"]})
+        took = time.perf_counter() - t
+        client.destroy(rec["id"])
+        return took
+
+    local = statistics.median(first(names[0]) for _ in range(5))
+    remote = statistics.median(first(names[1]) for _ in range(5))
+    print(f"create -> first result: gateway's node {local * 1000:.0f} ms, another node {remote * 1000:.0f} ms (medians of 5)")
+    t = time.perf_counter()
+    with ThreadPoolExecutor(10) as pool:
+        made = list(pool.map(lambda _: client.create({"limits": {"memory": 64 << 20}}), range(place)))
+    took = time.perf_counter() - t
+    per: dict[str, int] = {}
+    for rec in made:
+        per[rec["node"]] = per.get(rec["node"], 0) + 1
+    print(f"{place} sandboxes placed and running in {took:.1f} s ({place / took:.1f}/s): {per}", flush=True)
+    with ThreadPoolExecutor(10) as pool:
+        list(pool.map(lambda rec: client.destroy(rec["id"]), made))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--job", nargs=2, metavar=("ADDRESS", "HOME"))
     parser.add_argument("--snippets", type=int, default=1000)
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--pin", action="store_true", help="spread the tasks over the nodes (one node each, in turn)")
+    parser.add_argument(
+        "--place", type=int, default=0, help="instead of the job: create -> first result, then N sandboxes placed"
+    )
     args = parser.parse_args()
     if args.job:
         print(json.dumps(job(args.job[0], args.job[1], args.snippets, args.tasks, args.pin)))
@@ -98,7 +130,7 @@ def main() -> None:
 
     root = Path(tempfile.mkdtemp(prefix="hr-", dir="/tmp"))
     root.chmod(0o755)
-    cluster = raycluster.start(root)
+    cluster = raycluster.start(root, resources=[{"hutch_sandboxes": 400.0}] * 3)
     home = root / "gw"
     home.mkdir()
     gateway = raycluster.Gateway(cluster, home).start()
@@ -108,6 +140,10 @@ def main() -> None:
         while sum(n["state"] == "ready" for n in client.cluster_nodes()) < 3 and time.monotonic() < end:
             time.sleep(1)
         names = [n.ip for n in cluster.nodes]
+        if args.place:
+            print(f"load {os.getloadavg()[0]:.1f}", flush=True)
+            numbers(client, names, args.place)
+            return
         print(f"load {os.getloadavg()[0]:.1f}; {args.snippets} snippets in {args.tasks} tasks", flush=True)
         print("| nodes | wall (s) | snippets/s | sandboxes per node | tasks on the node of their sandbox |")
         print("|---|---|---|---|---|")
