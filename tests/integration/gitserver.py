@@ -1,7 +1,9 @@
 """Git repositories for the workspace-source tests: bare repositories made with the real git,
 served over HTTP by ``git http-backend`` (CGI, behind a small http.server) inside a network
 namespace the test creates, as tests/integration/test_network.py builds its upstreams (a veth
-pair on a random /30 of 198.18.0.0/15, names mapped by the proxy's hosts file)."""
+pair on a random /30 of 198.18.0.0/15, names mapped by the proxy's hosts file): plain HTTP on
+port 8080, HTTPS on 8443 with a certificate of a CA made here (the daemon trusts it through
+``HUTCH_EGRESS_CA``, as tests/integration/test_placeholders.py's upstreams)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# argv: root, address, port, token, log. /private/... needs Basic x-access-token:TOKEN.
+from tests.integration.testca import ca_pem, make_ca, server_pem
+
+# argv: root, address, port, token, log, cert (a PEM of certificate and key, or - for plain HTTP),
+# gate. /private/... needs Basic x-access-token:TOKEN; while the file ``gate`` exists, an
+# authenticated request is logged, then held until it is removed (a test looks at the client then).
 SERVER = r"""
-import base64, http.server, socketserver, subprocess, sys
-root, addr, port, token, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+import base64, http.server, os, socketserver, ssl, subprocess, sys, time
+root, addr, port, token, log, cert, gate = sys.argv[1:8]
+port = int(port)
 WANT = "Basic " + base64.b64encode(("x-access-token:" + token).encode()).decode()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -46,6 +53,9 @@ class H(http.server.BaseHTTPRequestHandler):
         auth = self.headers.get("Authorization", "")
         with open(log, "a") as f:
             f.write("%s %s auth=%s\n" % (self.command, path, "ok" if auth == WANT else ("bad" if auth else "none")))
+        deadline = time.monotonic() + 300
+        while auth == WANT and os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if path.startswith("/private/") and auth != WANT:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="git"')
@@ -80,7 +90,12 @@ class H(http.server.BaseHTTPRequestHandler):
 class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
-S((addr, port), H).serve_forever()
+server = S((addr, port), H)
+if cert != "-":
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
 """
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
@@ -135,10 +150,17 @@ class GitHost:
     hosts: Path  # the proxy's hosts file: git.test -> addr
     log: Path  # one line per request: METHOD PATH auth=ok|bad|none
     token: str
+    tls_port: int  # HTTPS, with a certificate for git.test of the CA in ``ca``
+    ca: Path
+    gate: Path  # while it exists, authenticated requests are held (after they are logged)
 
     @property
     def base(self) -> str:
         return f"http://git.test:{self.port}"
+
+    @property
+    def tls_base(self) -> str:
+        return f"https://git.test:{self.tls_port}"
 
     def requests(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -146,7 +168,8 @@ class GitHost:
 
 @contextlib.contextmanager
 def git_host(root: Path, tmp: Path) -> Iterator[GitHost]:
-    """``git http-backend`` serving ``root`` on port 8080 of a namespace made here (and removed)."""
+    """``git http-backend`` serving ``root`` on ports 8080 (HTTP) and 8443 (HTTPS) of a namespace
+    made here (and removed)."""
     tag = secrets.token_hex(3)
     ns, hv, nv = f"hutch-g{tag}", f"gh{tag}", f"gn{tag}"
     base = random.randrange(0, 2 * 256 * 64) * 4
@@ -154,7 +177,7 @@ def git_host(root: Path, tmp: Path) -> Iterator[GitHost]:
     host_addr = ".".join(map(str, [*net[:3], net[3] + 1]))
     addr = ".".join(map(str, [*net[:3], net[3] + 2]))
     token = "tok-" + secrets.token_hex(12)
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         ip("netns", "add", ns)
         ip("link", "add", hv, "type", "veth", "peer", "name", nv)
@@ -165,22 +188,27 @@ def git_host(root: Path, tmp: Path) -> Iterator[GitHost]:
         ip("-n", ns, "link", "set", nv, "up")
         ip("-n", ns, "link", "set", "lo", "up")
         (tmp / "gitserver.py").write_text(SERVER)
-        log = tmp / "git-requests.log"
-        argv = [sys.executable, str(tmp / "gitserver.py"), str(root), addr, "8080", token, str(log)]
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv])
+        ca = make_ca("git test CA")
+        (tmp / "ca.pem").write_bytes(ca_pem(ca))
+        (tmp / "git.pem").write_bytes(server_pem(ca, ["git.test"]))
+        log, gate = tmp / "git-requests.log", tmp / "gate"
+        for port, cert in ((8080, "-"), (8443, str(tmp / "git.pem"))):
+            argv = [sys.executable, str(tmp / "gitserver.py"), str(root), addr, str(port), token, str(log), cert, str(gate)]
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *argv]))
         hosts = tmp / "hosts"
         hosts.write_text(f"{addr} git.test\n")
         deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection((addr, 8080), timeout=0.5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and proc.poll() is None, "the git server did not start"
-                time.sleep(0.05)
-        yield GitHost(addr, 8080, hosts, log, token)
+        for port, proc in zip((8080, 8443), procs, strict=True):
+            while True:
+                try:
+                    socket.create_connection((addr, port), timeout=0.5).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and proc.poll() is None, "the git server did not start"
+                    time.sleep(0.05)
+        yield GitHost(addr, 8080, hosts, log, token, 8443, tmp / "ca.pem", gate)
     finally:
-        if proc is not None:
+        for proc in procs:
             proc.kill()
             proc.wait(5)
         with contextlib.suppress(subprocess.CalledProcessError):

@@ -1,7 +1,9 @@
 """--git-repo against real git: local repositories cloned on the host and pushed in, remote
 ones served by ``git http-backend`` in a network namespace and cloned inside the sandbox
 through its egress proxy (the host allowed for the clone only), a private one with a token
-secret that lands nowhere, bad refs and clones over the cap leaving no sandbox behind."""
+secret that lands nowhere, the same token as a placeholder secret the proxy puts into git's
+Basic credentials (over HTTP and HTTPS) while the sandbox holds only the placeholder, bad refs
+and clones over the cap leaving no sandbox behind."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 import pytest
 from tests.conftest import Daemon, destroy_all, sweep
 from tests.integration.gitserver import GitHost, Repo, git_host, make_repo
+from tests.integration.sandboxmem import memory_holds, sandbox_pids
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def host(repos: dict[str, Repo]) -> Iterator[GitHost]:
 @pytest.fixture(scope="module")
 def gitd(host: GitHost) -> Iterator[Daemon]:
     home = Path(tempfile.mkdtemp(prefix="hutch-test-"))
-    d = Daemon(home, HUTCH_EGRESS_HOSTS=str(host.hosts)).start()
+    d = Daemon(home, HUTCH_EGRESS_HOSTS=str(host.hosts), HUTCH_EGRESS_CA=str(host.ca)).start()
     try:
         yield d
     finally:
@@ -184,13 +188,81 @@ def test_a_private_repository_takes_a_token_secret_that_lands_nowhere(
     assert any(line.endswith("auth=ok") for line in host.requests())
     config = sh(gitd, sid, "cat .git/config; git config --list --show-origin || true")
     assert host.token not in config and f"url = {url}" in config
-    texts = [json.dumps(events(gitd, sid)), cli(gitd, "get", "--json", sid).stdout, cli(gitd, "logs", sid).stdout]
-    texts.append((gitd.home / "test-daemon.log").read_text())
-    with sqlite3.connect(gitd.home / "hutch.db") as db:
+    assert_nowhere_outside(gitd, sid, host.token)
+    assert sh(gitd, sid, "grep -rl " + host.token[:12] + " .git || echo none") == "none\n"
+
+
+def assert_nowhere_outside(d: Daemon, sid: str, token: str) -> None:
+    """The token is in no event, record, log or row of the daemon's database."""
+    texts = [json.dumps(events(d, sid)), cli(d, "get", "--json", sid).stdout, cli(d, "logs", sid).stdout]
+    texts.append((d.home / "test-daemon.log").read_text())
+    with sqlite3.connect(d.home / "hutch.db") as db:
         texts.append("\n".join(db.iterdump()))
     for text in texts:
-        assert host.token not in text
-    assert sh(gitd, sid, "grep -rl " + host.token[:12] + " .git || echo none") == "none\n"
+        assert token not in text
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_a_placeholder_token_is_put_in_by_the_proxy_and_the_sandbox_never_holds_it(
+    gitd: Daemon, host: GitHost, scheme: str
+) -> None:
+    base, port = (host.base, host.port) if scheme == "http" else (host.tls_base, host.tls_port)
+    url = f"{base}/private/secret.git"
+    argv = [sys.executable, "-m", "hutch", "create", "--json", "--git-repo", url, "--secret", "TOK=env:GIT_TOKEN_T",
+            "--git-secret", "TOK", "--secret-host", "TOK=git.test", "--allow-host", "git.test",
+            "--allow-port", str(port)]  # fmt: skip
+    before, had = len(host.requests()), set(live(gitd))
+    host.gate.touch()  # git's authenticated request is held at the server while its processes are looked at
+    env = {**gitd.env, "GIT_TOKEN_T": host.token}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(line.endswith("auth=ok") for line in host.requests()[before:]):
+            assert time.monotonic() < deadline and proc.poll() is None, "no authenticated request arrived"
+            time.sleep(0.1)
+        (sid,) = set(live(gitd)) - had
+        pids = sandbox_pids(gitd.home, sid)
+        gits = [pid for pid in pids if Path(f"/proc/{pid}/comm").read_text().startswith("git")]
+        assert gits, "git is not running in the sandbox"
+        # git (the process that sent the credentials) and every other process hold the placeholder, never the token
+        assert not [pid for pid in pids if memory_holds(pid, host.token.encode())]
+        assert [pid for pid in gits if memory_holds(pid, b"hutch-secret-TOK-")]
+    finally:
+        host.gate.unlink(missing_ok=True)
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert json.loads(out)["id"] == sid
+    assert sh(gitd, sid, "cat a.txt") == "two\n"
+    got = host.requests()[before:]
+    assert any(line.endswith("auth=ok") for line in got) and not any(line.endswith("auth=bad") for line in got), got
+    found = events(gitd, sid)
+    subs = [e["data"] for e in found if e["type"] == "secret_substituted"]
+    assert subs and all((s["host"], s["secret"], s["port"]) == ("git.test", "TOK", port) for s in subs), subs
+    assert not [e for e in found if e["type"] == "secret_exfiltration_blocked"]
+    started = next(e["data"] for e in found if e["type"] == "git_clone_started")
+    assert started["network"] == "already allowed"
+    # inside: the placeholder only, in the environment and the clone's config, and in no file
+    r = cli(gitd, "exec", "--no-redact", sid, "--", "sh", "-c", 'printf %s "$TOK"; cat /proc/self/environ .git/config')
+    assert r.returncode == 0 and r.stdout.startswith("hutch-secret-TOK-") and host.token not in r.stdout, r.stderr
+    assert f"url = {url}" in r.stdout
+    # (searched for a part of it: the whole never goes in, not even here)
+    found_files = sh(gitd, sid, f'grep -rl {host.token[:12]} /workspace /tmp "$HOME" 2>/dev/null || echo none')
+    assert found_files == "none\n"
+    assert_nowhere_outside(gitd, sid, host.token)
+
+
+def test_a_placeholder_token_bound_to_another_host_is_refused(gitd: Daemon, host: GitHost, repos: dict[str, Repo]) -> None:
+    secret = ["--secret", "TOK=env:GIT_TOKEN_T", "--git-secret", "TOK", "--allow-host", "git.test"]
+    elsewhere = [*secret, "--secret-host", "TOK=api.example.com", "--allow-host", "api.example.com"]
+    before = len(host.requests())
+    err = failed_create(gitd, "--git-repo", f"{host.base}/private/secret.git", *elsewhere, GIT_TOKEN_T=host.token)
+    assert "placeholder bound to api.example.com, not to the repository's host git.test" in err, err
+    assert "hint:" in err and "--secret-host TOK=git.test" in err and host.token not in err
+    assert host.requests()[before:] == []  # refused before anything was made or sent
+    err = failed_create(
+        gitd, "--git-repo", str(repos["public"].path), *secret, "--secret-host", "TOK=git.test", GIT_TOKEN_T=host.token
+    )
+    assert "is cloned on this host" in err and "--secret-host TOK" in err
 
 
 def test_a_remote_clone_over_the_cap_fails_cleanly(gitd: Daemon, host: GitHost) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
 import json
 import os
 import random
@@ -29,11 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from tests.conftest import Daemon, destroy_all, sweep
+from tests.integration.sandboxmem import memory_holds, sandbox_pids
+from tests.integration.testca import ca_pem, make_ca, server_pem
 
 from hutch import HutchError, Sandbox
 
@@ -75,44 +72,6 @@ def ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
-def _ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return key, cert
-
-
-def _server_pem(ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], names: list[str]) -> bytes:
-    ca_key, ca_cert = ca
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=2))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = cert.public_bytes(serialization.Encoding.PEM)
-    return pem + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-
-
 @dataclass
 class Upstream:
     dir: Path
@@ -144,11 +103,11 @@ def upstream() -> Iterator[Upstream]:
         ip("-n", ns, "addr", "add", f"{addr}/30", "dev", nv)
         ip("-n", ns, "link", "set", nv, "up")
         ip("-n", ns, "link", "set", "lo", "up")
-        good, bad = _ca("secret test CA"), _ca("some other CA")
-        (tmp / "good.pem").write_bytes(_server_pem(good, ["api.secret.test", "other.secret.test"]))
-        (tmp / "bad.pem").write_bytes(_server_pem(bad, ["wrong.secret.test"]))
-        ca_pem = good[1].public_bytes(serialization.Encoding.PEM)
-        (tmp / "ca.pem").write_bytes(ca_pem)
+        good, bad = make_ca("secret test CA"), make_ca("some other CA")
+        (tmp / "good.pem").write_bytes(server_pem(good, ["api.secret.test", "other.secret.test"]))
+        (tmp / "bad.pem").write_bytes(server_pem(bad, ["wrong.secret.test"]))
+        good_ca = ca_pem(good)
+        (tmp / "ca.pem").write_bytes(good_ca)
         (tmp / "server.py").write_text(SERVER)
         servers = {"tls": (8443, "good.pem"), "wrong": (9443, "bad.pem"), "plain": (8080, "-")}
         logs = {name: tmp / f"{name}.log" for name in servers}
@@ -166,7 +125,7 @@ def upstream() -> Iterator[Upstream]:
                 except OSError:
                     assert time.monotonic() < deadline, "upstream servers did not start"
                     time.sleep(0.05)
-        yield Upstream(tmp, ca_pem, logs)
+        yield Upstream(tmp, good_ca, logs)
     finally:
         for proc in procs:
             proc.kill()
@@ -231,41 +190,6 @@ def placeholder_of(sbx: Sandbox) -> str:
     assert code == 0, err
     assert re.fullmatch(r"hutch-secret-TOKEN-[0-9a-f]{32}", out), out
     return out
-
-
-def sandbox_pids(home: Path, sandbox_id: str) -> list[int]:
-    from hutch.providers.local import cgroups
-
-    layout = cgroups.detect()
-    parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
-    pids: set[int] = set()
-    for parent in parents:
-        procs = parent / sandbox_id / "cgroup.procs"
-        if procs.exists():
-            pids |= {int(p) for p in procs.read_text().split()}
-    return sorted(pids)
-
-
-def memory_holds(pid: int, needle: bytes) -> bool:
-    """Does any readable mapping of ``pid`` hold ``needle``? (read as root, from the host)"""
-    found = False
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
-        with open(f"/proc/{pid}/mem", "rb", 0) as mem:
-            for line in maps:
-                span, perms = line.split()[:2]
-                if "r" not in perms:
-                    continue
-                start, end = (int(x, 16) for x in span.split("-"))
-                if end - start > 1 << 30:
-                    continue
-                try:
-                    mem.seek(start)
-                    if needle in mem.read(end - start):
-                        found = True
-                except (OSError, ValueError, OverflowError):
-                    continue
-    return found
 
 
 def test_the_bound_host_gets_the_value_and_the_sandbox_only_a_placeholder(secd: Daemon, box: Sandbox, upstream: Upstream) -> None:

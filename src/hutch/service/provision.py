@@ -6,8 +6,10 @@ provider's workspace import; any other URL is cloned inside the sandbox, through
 proxy, with the repository's host allowed for the clone only (``git_clone_started`` says so;
 the policy is put back after). A token comes from one of the sandbox's secrets and reaches
 git through a credential helper reading an environment variable: never argv, never
-``.git/config``, never an event. Both clones run under one shell script that watches the
-clone's size and stops it past the cap.
+``.git/config``, never an event. A token that is a placeholder secret (``--secret-host``
+bound to the repository's host) reaches git as its placeholder only: the egress proxy puts
+the value into git's Basic credentials toward that host, so the sandbox never holds it.
+Both clones run under one shell script that watches the clone's size and stops it past the cap.
 
 Anything that fails destroys the sandbox (no half-made sandbox is left) and the error says
 what git or the command said.
@@ -27,7 +29,7 @@ from urllib.parse import urlsplit
 
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.models import RawOutput, SandboxRecord, SandboxSpec, new_id
-from hutch.netpolicy import NetworkPolicy
+from hutch.netpolicy import NetworkPolicy, host_matches
 from hutch.provider import ExecSpec, network_provider, transfer_provider
 from hutch.seeds import SETUP_TIMEOUT, GitSource
 from hutch.units import format_size
@@ -109,11 +111,7 @@ class Provision:
                 hint=f"add --secret {git.secret} (from $ {git.secret}, env:VAR or file:PATH)".replace("$ ", "$"),
             )
         if git.secret and git.secret in spec.secret_hosts:
-            raise InvalidError(
-                f"the clone's secret {git.secret} is a placeholder (--secret-host): git sends it base64-encoded in "
-                "Basic authentication, where the proxy cannot put the value in",
-                hint=f"give the clone a secret of its own, without --secret-host (e.g. --secret GIT_{git.secret}=...)",
-            )
+            self._check_placeholder(git, spec.secret_hosts[git.secret])
         if git.local:
             self.svc.access.host_files("--git-repo with a local repository")
             path = Path(urlsplit(git.url).path)
@@ -123,6 +121,25 @@ class Provision:
             raise InvalidError(
                 f"only http(s) repositories are cloned through the sandbox's proxy, not {git.url}",
                 hint="use the repository's https:// URL, or clone it here and give its path",
+            )
+
+    @staticmethod
+    def _check_placeholder(git: GitSource, hosts: list[str]) -> None:
+        """A placeholder token (``--secret-host``) goes to the repository's host only: git in the
+        sandbox sends the placeholder in Basic credentials, the proxy puts the value in there."""
+        name = git.secret
+        if git.local:
+            raise InvalidError(
+                f"the clone's secret {name} is a placeholder (--secret-host), but {git.url} is cloned on this host, "
+                "where no proxy puts a value in",
+                hint=f"drop --secret-host {name} (a local repository needs no token), or use the repository's URL",
+            )
+        host = (urlsplit(git.url).hostname or "").lower()
+        if not any(host_matches(host, pattern) for pattern in hosts):
+            raise InvalidError(
+                f"the clone's secret {name} is a placeholder bound to {', '.join(hosts)}, not to the repository's "
+                f"host {host}: the proxy would block the clone's credentials",
+                hint=f"bind it to the repository's host: --secret-host {name}={host} (and --allow-host {host})",
             )
 
     async def run(self, rec: SandboxRecord, spec: SandboxSpec) -> SandboxRecord:
@@ -178,7 +195,7 @@ class Provision:
     async def _clone(self, rec: SandboxRecord, spec: SandboxSpec) -> None:
         git = spec.git
         assert git is not None
-        password = spec.secrets.get(git.secret) if git.secret else None
+        password = self._token(rec, spec)
         redact = {git.secret: password} if git.secret and password else {}
         env = _clone_env(git, password)
         cap_kib = str(max(1, git.cap >> 10))
@@ -218,6 +235,23 @@ class Provision:
             )
         facts = dict(line.split("=", 1) for line in out.decode(errors="replace").splitlines() if "=" in line)
         events.append("git_cloned", rec.id, url=git.url, ref=git.ref, commit=facts.get("commit"), kib=facts.get("kib"))
+
+    @staticmethod
+    def _token(rec: SandboxRecord, spec: SandboxSpec) -> str | None:
+        """What git in the sandbox gets: the secret's value, or its placeholder when the secret
+        is one (the proxy puts the value into the Basic credentials toward the bound host)."""
+        git = spec.git
+        if git is None or not git.secret:
+            return None
+        if git.secret not in spec.secret_hosts:
+            return spec.secrets.get(git.secret)
+        held = (rec.data.get("placeholders") or {}).get(git.secret)
+        if not held:  # never the value instead: the sandbox must not see it
+            raise UnavailableError(
+                f"the sandbox holds no placeholder for the clone's secret {git.secret}",
+                hint=f"drop --secret-host {git.secret}, or create the sandbox on a provider with placeholder secrets",
+            )
+        return str(held)
 
     @staticmethod
     def _opening(net: NetworkPolicy, host: str, port: int) -> NetworkPolicy | None:
