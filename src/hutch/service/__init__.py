@@ -32,6 +32,7 @@ from hutch.models import (
     ExecRequest,
     ExecResult,
     FileEntry,
+    NetworkPolicy,
     SandboxRecord,
     SandboxSpec,
     SandboxState,
@@ -260,11 +261,13 @@ class Service:
             raise no_egress(provider, rec.spec.network)
         await network_provider(provider).set_network(rec)
 
-    async def policy(self, ref: str, approval: str | None = None, **changes: Any) -> SandboxRecord:
-        """Change a live sandbox's network policy; new connections see it at once."""
+    async def policy(
+        self, ref: str, approval: str | None = None, replace: NetworkPolicy | None = None, **changes: Any
+    ) -> SandboxRecord:
+        """Change a live sandbox's network policy (``replace``: for this whole one); new connections see it at once."""
         rec = self.live(ref)
         before = rec.spec.network
-        after = apply_change(before, **changes)
+        after = replace if replace is not None else apply_change(before, **changes)
         if after == before:
             return self.get(rec.id)
         self.lifecycle.check_policy_change(rec, after)

@@ -289,13 +289,18 @@ class Workspaces:
             raise NotFoundError(f"no snapshot {name!r}", hint="list snapshots with: hutch snapshot list")
         return snap
 
-    async def snapshot_restore(self, name: str, new_name: str | None = None) -> SandboxRecord:
+    async def snapshot_restore(
+        self, name: str, new_name: str | None = None, changes: dict[str, Any] | None = None
+    ) -> SandboxRecord:
+        """A new sandbox from snapshot ``name``: its source's spec (``changes``: these fields instead)."""
         snap = self._snapshot(name)
         if not Path(snap.path).is_file():
             raise NotFoundError(f"snapshot {name!r} has lost its archive {snap.path}", hint=f"hutch snapshot delete {name}")
         spec = SandboxSpec(name=new_name, provider=snap.provider)
         with contextlib.suppress(NotFoundError):
             spec = self.store.sandboxes.get(snap.sandbox_id).spec.model_copy(update={"name": new_name} | UNCOPIED)
+        if changes:
+            spec = SandboxSpec.model_validate(spec.model_dump(exclude_unset=True) | changes)
         workspace_provider(self.service.provider(spec.provider))
         root = root_archive(Path(snap.path))
         rec = await self.service.create(spec, root_seed={"tar": str(root)} if root.is_file() else None, provision=False)

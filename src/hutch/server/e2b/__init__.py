@@ -3,7 +3,8 @@
 An adapter: it calls the same Service as every other route, never a provider. Its parts:
 :mod:`.control` (``/e2b/api``, REST), :mod:`.envd` (``/e2b/envd``: Connect calls and
 ``/files``), :mod:`.ports` (a sandbox's other ports: the code interpreter's),
-:mod:`.auth` (who a request is), :mod:`.connect` (the Connect wire)."""
+:mod:`.copies` (fork, snapshots, network updates), :mod:`.network` (E2B's egress rules as a
+hutch policy), :mod:`.auth` (who a request is), :mod:`.connect` (the Connect wire)."""
 
 from __future__ import annotations
 

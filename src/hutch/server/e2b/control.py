@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from hutch.errors import HutchError, InvalidError, NotFoundError
 from hutch.models import LIVE_STATES, NetworkPolicy, SandboxRecord, SandboxSpec, SandboxState
 from hutch.server.e2b.auth import Tokens, e2b_id, hutch_id, sandbox_of
+from hutch.server.e2b.copies import Copies
 from hutch.service import Service
 
 ENVD_VERSION = "0.5.7"  # the envd features the adapter serves (the SDK gates features on it)
@@ -30,6 +31,7 @@ MAX_TIMEOUT = 86400
 MAX_LIST = 1000
 CPU_WINDOW = 0.5  # seconds between the two CPU readings of get_metrics
 UNSUPPORTED = ("mcp", "volumeMounts", "iam", "network", "autoResume")
+UNSUPPORTED_WHY = {"network": "create it, then call update_network (hutch applies it as the sandbox's policy)"}
 
 
 def e2b_error(status: int, message: str) -> JSONResponse:
@@ -51,10 +53,18 @@ class Control:
     def __init__(self, service: Service, tokens: Tokens) -> None:
         self.svc = service
         self.tokens = tokens
+        self.copies = Copies(self)
 
     def template_of(self, rec: SandboxRecord) -> str:
         image = rec.spec.image
         return "base" if image is None or image == (self.svc.settings.e2b_base_image or None) else image
+
+    def has_image(self, template: str) -> bool:
+        try:
+            self.svc.images.inspect(template)
+        except HutchError:
+            return False
+        return True
 
     def image_of(self, template: str) -> str | None:
         if template == "base":
@@ -111,12 +121,14 @@ class Control:
             raise InvalidError("templateID must be a non-empty string")
         for name in UNSUPPORTED:
             if body.get(name) not in (None, {}, [], False):
-                raise InvalidError(f"{name} is not supported by hutch's E2B API", hint="see docs/e2b.md")
+                why = UNSUPPORTED_WHY.get(name, "see docs/e2b.md")
+                raise InvalidError(f"{name} is not supported by hutch's E2B API at create", hint=why)
         timeout = body.get("timeout", DEFAULT_TIMEOUT)
         if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= MAX_TIMEOUT:
             raise InvalidError(f"timeout must be a whole number of seconds between 1 and {MAX_TIMEOUT}")
+        restore = template != "base" and self.copies.is_snapshot(template) and not self.has_image(template)
         fields: dict[str, Any] = {
-            "image": self.image_of(template),
+            "image": None if restore else self.image_of(template),
             "ttl": float(timeout),
             "labels": body.get("metadata") or {},
             "env": body.get("envVars") or {},
@@ -131,6 +143,8 @@ class Control:
             spec = SandboxSpec.model_validate(fields)
         except ValidationError as exc:
             raise InvalidError(f"invalid sandbox: {exc.errors()[0]['msg']}") from None
+        if restore:  # Sandbox.create(snapshot_id)
+            return await self.copies.restore(template, fields)
         rec = await self.svc.create(spec)
         return self.created(rec)
 
@@ -244,11 +258,17 @@ def router(service: Service, tokens: Tokens) -> APIRouter:
 async def route(c: Control, method: str, parts: list[str], request: Request) -> Response:
     if parts and parts[0] == "v2":
         parts = parts[1:]
+    if parts == ["snapshots"] and method == "GET":
+        return JSONResponse(c.copies.snapshots(dict(request.query_params)))
+    if len(parts) == 2 and parts[0] == "templates" and method == "DELETE":  # delete_snapshot
+        if not await c.copies.delete_snapshot(urllib.parse.unquote(parts[1])):
+            return e2b_error(404, f"snapshot {parts[1]!r} not found (hutch's E2B API deletes only snapshots)")
+        return Response(status_code=204)
     if not parts or parts[0] != "sandboxes":
         return e2b_error(
             404,
-            f"{method} /{'/'.join(parts)} is not part of hutch's E2B API (templates, volumes, "
-            "secrets and snapshots are not supported; see docs/e2b.md)",
+            f"{method} /{'/'.join(parts)} is not part of hutch's E2B API (templates, volumes and "
+            "secrets are not supported: templates are hutch images, hutch image pull/import; see docs/e2b.md)",
         )
     if len(parts) == 1 and method == "POST":
         return JSONResponse(await c.create(await _json(request)), status_code=201)
@@ -280,7 +300,11 @@ async def route(c: Control, method: str, parts: list[str], request: Request) -> 
     if action == "logs" and method == "GET":
         c.mine(sandbox_id)
         return JSONResponse({"logs": [], "logEntries": []})
-    if action in ("fork", "snapshots", "network"):
-        c.mine(sandbox_id)
-        return e2b_error(400, f"{action} is not supported by hutch's E2B API (see docs/e2b.md)")
+    if action == "fork" and method == "POST":
+        return JSONResponse(await c.copies.fork(sandbox_id, await _json(request)), status_code=201)
+    if action == "snapshots" and method == "POST":
+        return JSONResponse(await c.copies.snapshot(sandbox_id, await _json(request)), status_code=201)
+    if action == "network" and method == "PUT":
+        await c.copies.network(sandbox_id, await _json(request))
+        return Response(status_code=204)
     return e2b_error(404, f"{method} /sandboxes/{'/'.join(parts[1:])} is not part of hutch's E2B API")
