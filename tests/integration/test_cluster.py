@@ -26,6 +26,7 @@ import hutch
 from hutch.client import Client
 from hutch.config import Settings
 from hutch.errors import CapacityError, UnavailableError
+from hutch.providers.cluster.monitor import GATEWAY_LABEL
 
 pytestmark = pytest.mark.integration
 DEADLINE = 240.0
@@ -175,6 +176,104 @@ def test_cluster_commands(front: Front) -> None:
     assert undone.returncode == 0 and json.loads(undone.stdout)["drained"] is False
     unknown = front.cli("cluster", "drain", "10.99.0.9", "--json")
     assert unknown.returncode != 0 and json.loads(unknown.stdout)["error"]["kind"] == "not_found"
+
+
+UPSTREAM = r"""
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"upstream on the head " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer((sys.argv[1], 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"""
+
+
+def test_network_policy_is_the_nodes_own_and_changes_live(front: Front) -> None:
+    """A worker node's egress proxy enforces the policy; hutch policy changes it live."""
+    head, worker = front.cluster.head, front.cluster.nodes[1]
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", head.ns, sys.executable, "-c", UPSTREAM, head.ip], stdout=subprocess.PIPE, text=True
+    )
+    c = front.client
+    rec = None
+    try:
+        assert server.stdout is not None
+        url = f"http://{head.ip}:{int(server.stdout.readline())}/hi"
+        spec: Any = {"network": {"mode": "allowlist", "allow_hosts": ["allowed.test"]}, "provider_options": {"node": worker.ip}}
+        rec = c.create(spec)
+        assert rec["node"] == worker.ip and rec["spec"]["network"]["allow_hosts"] == ["allowed.test"]
+
+        def curl() -> str:
+            res = c.exec(rec["id"], {"command": ["curl", "-sS", "-i", "-m", "20", url]})
+            return out(res) + out(res, "stderr")
+
+        first = curl()
+        assert "403 Forbidden" in first and "ip_literal" in first, first  # the node's proxy answered
+        port = int(url.split(":")[2].split("/")[0])
+        changed = c.policy(rec["id"], {"cidrs": [f"{head.ip}/32"], "ports": [port], "remove_hosts": ["allowed.test"]})
+        assert changed["spec"]["network"]["cidrs"] == [f"{head.ip}/32"] and changed["spec"]["network"]["allow_hosts"] == []
+        assert "upstream on the head /hi" in curl()
+        # the node's proxy recorded its decisions; the gateway relays them under its own ids
+        def relayed() -> list[Any] | None:
+            got = list(c.events(rec["id"], types=["egress_denied", "egress_allowed"]))
+            return got if len(got) >= 2 else None
+
+        egress = until(relayed, "the node's egress events on the gateway")
+        assert [(e["type"], e["data"]["node"]) for e in egress] == [("egress_denied", worker.ip), ("egress_allowed", worker.ip)]
+        assert egress[0]["data"]["reason"] == "ip_literal" and str(egress[0]["run_id"]).startswith("run_")
+        assert c.get(rec["id"])["egress"] == {"allowed": 1, "denied": 1}
+        c.policy(rec["id"], {"mode": "none"})
+        res = c.exec(rec["id"], {"command": ["sh", "-c", f"curl -sS -m 10 -x http://127.0.0.1:3128 {url}"]})
+        assert res["exit_code"] == 7 and "upstream" not in out(res)  # the node closed its listener
+        assert [e["type"] for e in c.events(rec["id"])].count("policy_changed") == 2
+    finally:
+        server.kill()
+        server.wait()
+        if rec is not None:
+            c.destroy(rec["id"])
+
+
+def test_pause_resume_push_and_pull_on_a_remote_node(front: Front, tmp_path: Path) -> None:
+    worker = front.cluster.nodes[2]
+    c = front.client
+    rec = c.create({"provider_options": {"node": worker.ip}})
+    try:
+        assert rec["node"] == worker.ip
+        src = tmp_path / "src"
+        (src / "sub").mkdir(parents=True)
+        (src / "a.txt").write_text("alpha\n")
+        (src / "sub" / "b.sh").write_text("#!/bin/sh\necho beta\n")
+        (src / "sub" / "b.sh").chmod(0o755)
+        assert c.push(rec["id"], str(src))["files_sent"] >= 2
+        res = c.exec(rec["id"], {"command": ["sh", "-c", "cat a.txt; ./sub/b.sh"], "cwd": "/workspace"})
+        assert out(res) == "alpha\nbeta\n"
+        (src / "a.txt").unlink()
+        (src / "c.txt").write_text("gamma\n")
+        summary = c.push(rec["id"], str(src), delete=True, force=True)  # 1 of 2 files: over the guard
+        assert (summary["files_sent"], summary["deleted"]) == (1, 1), summary
+        res = c.exec(rec["id"], {"command": ["ls", "/workspace"]})
+        assert out(res).split() == ["c.txt", "sub"]
+        dest = tmp_path / "pulled"
+        c.pull(rec["id"], str(dest))
+        assert (dest / "c.txt").read_text() == "gamma\n" and (dest / "sub" / "b.sh").stat().st_mode & 0o777 == 0o755
+        assert c.pause(rec["id"])["state"] == "paused"
+        assert c.get(rec["id"])["state"] == "paused"
+        node = Client(Settings.load(home=worker.home), autostart=False)  # the node's own daemon froze its sandbox
+        assert [r["state"] for r in node.list(labels={GATEWAY_LABEL: rec["id"]})] == ["paused"]
+        assert c.resume(rec["id"])["state"] == "running"
+        assert out(c.exec(rec["id"], {"command": ["echo", "thawed"]})) == "thawed\n"
+    finally:
+        c.destroy(rec["id"])
+    ran = front.cli("run", "--sync", str(src), "--pull", "--", "sh", "-c", "cat c.txt > made.txt")  # a one-shot sandbox
+    assert ran.returncode == 0, ran.stderr
+    assert (src / "made.txt").read_text() == "gamma\n"
 
 
 def test_a_ray_task_reaches_the_gateway_and_prefers_its_node(front: Front) -> None:

@@ -7,9 +7,9 @@ get`` shows it). Every later call goes to that node's daemon over HTTPS with the
 own credentials. Runs stream through the gateway and are spooled here (partial output of a
 lost node stays readable). Node loss is followed by :mod:`~hutch.providers.cluster.monitor`.
 
+Network policies, pause and push/pull are the node's own (:mod:`~hutch.providers.cluster.ops`).
 Not built (declared absent, so the Service refuses them with ``invalid`` before anything is
-made): interactive runs, network policies other than ``none``, workspaces (push, pull,
-snapshots, fork, tenants), pause, exposed ports, images, mounts.
+made): interactive runs, snapshots, fork, tenants, exposed ports, images, mounts.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import base64
 import contextlib
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from hutch.config import Settings
@@ -26,6 +27,7 @@ from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableErr
 from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
 from hutch.provider.core import Capabilities, CheckResult, ExecSpec
 from hutch.provider.optional import OnGone
+from hutch.providers.cluster import ops
 from hutch.providers.cluster.driver import Driver
 from hutch.providers.cluster.http import NodeClient, run, sandbox
 from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, in_thread, unavailable
@@ -84,6 +86,9 @@ class ClusterProvider:
         events=True,
         ranged_reads=True,
         nodes=True,
+        network=True,
+        pause=True,
+        transfer=True,
     )
     option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
 
@@ -92,6 +97,9 @@ class ClusterProvider:
         self.driver = Driver(settings.cluster) if settings.cluster else None
         self.monitor = Monitor(self.driver, settings.cluster_detect, settings.cluster_node_sandboxes) if self.driver else None
         self.spool = Spool(settings.home / "cluster" / "sandboxes", settings.output_cap)
+        self.relay = ops.Relay(self.spool.runs)
+        if self.monitor is not None:
+            self.monitor.on_ready = self.relay.pull
 
     # -- the cluster -------------------------------------------------------------------------
 
@@ -101,6 +109,7 @@ class ClusterProvider:
         return self.monitor
 
     def bind_events(self, on_event: OnEvent) -> None:
+        self.relay.on_event = on_event
         if self.monitor is not None:
             self.monitor.on_event = on_event
 
@@ -203,6 +212,7 @@ class ClusterProvider:
         if node is None or node.state == "lost":
             return False
         node.placed.setdefault(rec.id, (rec.spec.limits.memory, rec.spec.limits.pids))
+        self.relay.ids[str(rec.data.get("node_sandbox"))] = rec.id
         mon.follow(rec.id, on_gone)
         return True
 
@@ -226,6 +236,7 @@ class ClusterProvider:
     async def destroy(self, rec: SandboxRecord) -> bool:
         mon = self._mon()
         mon.unfollow(rec.id)
+        self.relay.ids.pop(str(rec.data.get("node_sandbox")), None)
         node = mon.nodes.get(str(rec.data.get("node")))
         existed = False
         if node is not None and node.client is not None and node.state != "lost" and "node_sandbox" in rec.data:
@@ -357,3 +368,25 @@ class ClusterProvider:
         client, node_sandbox = self._where(rec)
         entries = await client.json("GET", sandbox(node_sandbox) + "/ls", params={"path": path})
         return [FileEntry(**e) for e in entries]
+
+    # -- network, pause, workspace transfer: the node's own ---------------------------------------
+
+    async def set_network(self, rec: SandboxRecord) -> None:
+        client, node_sandbox = self._where(rec)
+        await ops.set_network(client, node_sandbox, rec.spec.network)
+
+    async def pause(self, rec: SandboxRecord) -> str:
+        client, node_sandbox = self._where(rec)
+        return await ops.pause(client, node_sandbox)
+
+    async def resume(self, rec: SandboxRecord) -> None:
+        client, node_sandbox = self._where(rec)
+        await ops.resume(client, node_sandbox)
+
+    async def export_workspace(self, rec: SandboxRecord, dest: Path) -> int:
+        client, node_sandbox = self._where(rec)
+        return await ops.export_workspace(client, node_sandbox, dest)
+
+    async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
+        client, node_sandbox = self._where(rec)
+        await ops.import_workspace(client, node_sandbox, src, delete)

@@ -12,6 +12,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -81,5 +82,17 @@ class NodeClient:
                 async for line in resp.aiter_lines():
                     if line.strip():
                         yield json.loads(line)
+        except httpx.HTTPError as exc:
+            raise self.unreachable(exc) from None
+
+    @asynccontextmanager
+    async def raw_stream(self, method: str, url: str, **kw: Any) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A byte answer (a tar), chunk by chunk."""
+        try:
+            async with self.http.stream(method, url, timeout=httpx.Timeout(None, connect=5.0), **kw) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    raise HutchError.from_dict(resp.json())
+                yield resp.aiter_bytes()
         except httpx.HTTPError as exc:
             raise self.unreachable(exc) from None

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from hutch._version import __version__
@@ -66,6 +66,7 @@ class Monitor:
         self.rounds = 0
         self.on_event: OnEvent = lambda *a: None
         self.on_node: OnNode = lambda doc: None
+        self.on_ready: Callable[[Node], Awaitable[None]] | None = None  # each round, for each node that answered
         self._task: asyncio.Task[None] | None = None
         self._round_done = asyncio.Event()
         self._starting: dict[str, asyncio.Task[None]] = {}
@@ -191,6 +192,8 @@ class Monitor:
             if node.state == "lost":
                 await self._returned(node)
             node.state, node.error, node.last_ok = "ready", None, now
+            if self.on_ready is not None:
+                await self.on_ready(node)
         elif ray_alive is False or (ray_alive is None and self.head_error is None):
             await self._lose(node, "Ray reports the node dead")
         else:
