@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,65 @@ def test_doctor_shows_runsc_and_its_platform_or_why_not(hutch_home: Path) -> Non
     assert missing["ok"] and "only --runtime gvisor needs it" in missing["detail"] and "apt-get install runsc" in missing["fix"]
     needed = doctor(HUTCH_RUNSC=str(hutch_home / "no-such-runsc"), HUTCH_RUNTIME="gvisor")
     assert not needed["ok"], needed
+
+
+NEEDS_PIDFD = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+int main(void) {
+    long fd = syscall(SYS_pidfd_open, getpid(), 0);  /* runsc 20221219 does not implement it */
+    if (fd < 0) { perror("pidfd_open"); return 3; }
+    puts("pidfd_open works");
+    return 0;
+}
+"""
+
+
+def test_a_program_needing_a_system_call_gvisor_lacks_fails_and_runscs_log_names_the_call(
+    daemon: Daemon, sbx: Sandbox, tmp_path: Path
+) -> None:
+    src = tmp_path / "needs_pidfd.c"
+    src.write_text(NEEDS_PIDFD)
+    subprocess.run(["gcc", "-static", "-O", "-o", str(tmp_path / "needs_pidfd"), str(src)], check=True, timeout=300)
+    binary = (tmp_path / "needs_pidfd").read_bytes()
+    sbx.files.write("/workspace/needs_pidfd", binary, mode=0o755)
+    r = sbx.exec("/workspace/needs_pidfd")
+    assert r.exit_code == 3 and "pidfd_open: Function not implemented" in r.stderr, (r.exit_code, r.stdout, r.stderr)
+    logs = daemon.home / "sandboxes" / sbx.id / "gvisor" / "log"  # where docs/security.md says to look
+    deadline = time.monotonic() + 60
+    while not any("Unsupported syscall pidfd_open(" in p.read_text(errors="replace") for p in logs.glob("*.boot.txt")):
+        assert time.monotonic() < deadline, sorted(p.name for p in logs.iterdir())
+        time.sleep(0.2)
+    assert sbx.exec("echo the sandbox carries on").stdout == "the sandbox carries on\n"
+    assert sbx.refresh()["state"] == "running"
+    host = Sandbox.create(settings=daemon.settings)  # the daemon is fine, and the host's kernel has the call
+    host.files.write("/workspace/needs_pidfd", binary, mode=0o755)
+    assert host.exec("/workspace/needs_pidfd").stdout == "pidfd_open works\n"
+
+
+def test_the_egress_relay_holds_no_socket_of_the_agent_but_the_proxys_port(daemon: Daemon) -> None:
+    """The relay is forked from the agent: a spare's link it kept open would hide the agent's
+    death from that spare (no EOF). Inside gVisor /proc shows every process's sockets."""
+    box = Sandbox.create(settings=daemon.settings, runtime="gvisor", allow_hosts=["up.test"], allow_ports=[80])
+    code = r"""
+import json, os
+port = [l.split() for l in open("/proc/net/tcp").read().splitlines()[1:] if l.split()[1] == "0100007F:0C38"]
+listener = f"socket:[{port[0][9]}]"
+procs = {}
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    fds = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            fds.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    procs[pid] = {"ppid": open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1], "socks": sorted(f for f in fds if f.startswith("socket:"))}
+print(json.dumps({"listener": listener, "procs": procs}))
+"""
+    seen = json.loads(box.exec(["python3", "-c", code]).stdout)
+    procs, listener = seen["procs"], seen["listener"]
+    holders = [p for p, v in procs.items() if listener in v["socks"]]
+    (relay,) = [p for p in holders if procs[p]["ppid"] in holders]  # the agent's child holding the port
+    assert procs[relay]["socks"] == [listener], seen

@@ -208,3 +208,69 @@ def test_an_image_sandbox_as_an_unprivileged_user(nobody_env: tuple[dict[str, st
     finally:
         _stop(cli, home)
         subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home), str(base)], check=False)
+
+
+def _descendants(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{name}/stat").read_text()
+            kids.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        found = kids.get(todo.pop(), [])
+        out += found
+        todo += found
+    return out
+
+
+def _mentioning(text: str) -> list[int]:
+    """Processes whose command line mentions ``text``."""
+    out = []
+    for name in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError):
+            if text.encode() in Path(f"/proc/{name}/cmdline").read_bytes():
+                out.append(int(name))
+    return out
+
+
+def test_a_gvisor_create_as_an_unprivileged_user_is_refused_before_anything_is_made(
+    nobody_env: tuple[dict[str, str], Path],
+) -> None:
+    """Without delegated cgroups nothing bounds a Go Sentry's memory (rlimits cannot): gvisor is
+    refused with the way to get them, and the refusal leaves no process, directory or uid entry."""
+    env, home = nobody_env
+    env = {**env, "HUTCH_POOL_SIZE": "0"}  # no pool members starting while the daemon's processes are counted
+    py = _python_for(NOBODY)
+    pre = _as_nobody if os.geteuid() == 0 else None
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([py, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=180, preexec_fn=pre)
+
+    try:
+        checks = {c["name"]: c for c in json.loads(cli("doctor", "--json").stdout)["checks"]}
+        if checks["cgroups"]["ok"] and "falling back" not in checks["cgroups"]["detail"]:
+            pytest.fail(f"this user has delegated cgroups, so gvisor should work: {checks['cgroups']}")  # not here
+        assert "needs cgroups" in checks["gvisor"]["detail"] and "Delegate=yes" in (checks["gvisor"]["fix"] or "")
+        assert json.loads(cli("list", "--all", "--json").stdout) == []  # starts the user's daemon
+        daemon = int((home / "hutchd.pid").read_text())
+        before = sorted(_descendants(daemon))  # the daemon's own helpers
+        r = cli("create", "--runtime", "gvisor", "--name", "gv", "--memory", "256M", "--json")
+        assert r.returncode == 1, r.stdout + r.stderr
+        err = json.loads(r.stdout)["error"]
+        assert err["kind"] == "unavailable" and "the gvisor runtime needs cgroups" in err["message"], err
+        assert "Delegate=yes" in err["hint"], err
+        assert sorted(_descendants(daemon)) == before, "the refused create left processes behind"
+        assert _mentioning(str(home / "sandboxes")) == [] and _mentioning("hutch-runsc-probe") == []
+        assert not (home / "sandboxes").exists() or list((home / "sandboxes").iterdir()) == []
+        assert json.loads(cli("list", "--json").stdout) == []  # nothing live; the history keeps the failed create
+        (failed,) = json.loads(cli("list", "--all", "--json").stdout)
+        assert failed["state"] == "failed" and "needs cgroups" in failed["error"], failed
+        registry = Path("/var/lib/hutch/uids/registry.json")
+        if registry.exists():  # a user's daemon takes no host uids; nothing of this home may be in root's registry
+            assert str(home) not in registry.read_text()
+        r = cli("create", "--name", "bw", "--json")  # the daemon is fine: bwrap still works for this user
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        _stop(cli, home)
+        subprocess.run(["rm", "-rf", str(home.parent if os.geteuid() == 0 else home)], check=False)

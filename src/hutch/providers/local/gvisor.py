@@ -230,7 +230,10 @@ def tmpfs(target: str, size: int, mode: str = "1777") -> dict[str, Any]:
     return {"destination": target, "type": "tmpfs", "source": "tmpfs", "options": options}
 
 
-def run_argv(found: Runsc, state: Path, bundle_dir: Path, pid_file: Path, container: str) -> list[str]:
-    """``runsc run --detach``: returns once the sandbox runs; the Sentry and its gofer stay behind."""
+def run_argv(found: Runsc, state: Path, bundle_dir: Path, pid_file: Path, container: str, logs: Path) -> list[str]:
+    """``runsc run --detach``: returns once the sandbox runs; the Sentry and its gofer stay behind. Their
+    logs (info level) go to ``logs``: the Sentry's (``*.boot.txt``) names each system call it does not
+    implement (``Unsupported syscall NAME(...)``), the reason a workload's program got ENOSYS."""
     flags = [f"--root={state}", f"--platform={found.platform}", "--network=none", "--host-uds=all", "--ignore-cgroups"]
+    flags.append(f"--debug-log={logs}/")
     return [found.path, *flags, "run", "--detach", f"--bundle={bundle_dir}", f"--pid-file={pid_file}", container]

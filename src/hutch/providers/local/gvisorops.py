@@ -172,9 +172,18 @@ class GvisorMixin:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         return gvisor.find(self.settings.gvisor_platform, self.settings.home)
 
+    def _gvisor_cgroups(self) -> None:
+        """rlimits cannot bound a Go Sentry's memory: without cgroups (a user without delegation) gvisor is refused."""
+        if self.layout.mode == "none":
+            raise UnavailableError(
+                f"the gvisor runtime needs cgroups for its limits ({self.layout.problem})",
+                hint="run hutch as root, or in a delegated cgroup: systemd-run --user --scope -p Delegate=yes hutch serve",
+            )
+
     def gvisor_check(self) -> tuple[bool, str, str | None]:
         """doctor's line: runsc and its platform; a failure fails doctor only where gvisor is the default runtime."""
         try:
+            self._gvisor_cgroups()
             found = self.runsc()
         except HutchError as exc:
             needed = self.settings.runtime == "gvisor"
@@ -182,12 +191,8 @@ class GvisorMixin:
         return True, f"{found.describe()}; network none, limits by cgroups; {OOM}", None
 
     async def _start_gvisor(self, rec: SandboxRecord, agent_files: dict[str, bytes]) -> tuple[dict[str, Any], dict[str, str]]:
+        self._gvisor_cgroups()  # first: no runsc probe for a create that cannot be made
         found = await asyncio.to_thread(self.runsc)  # missing, too old or no platform: refused before anything is made
-        if self.layout.mode == "none":
-            raise UnavailableError(
-                f"the gvisor runtime needs cgroups for its limits ({self.layout.problem})",
-                hint="run hutch as root, or in a delegated cgroup: systemd-run --user --scope -p Delegate=yes hutch serve",
-            )
         image = await asyncio.to_thread(self.images.resolve, rec.spec.image, rec.owner) if rec.spec.image else None
         # its own users, a range as root: the image's (its USER, else root), else uid 1000 sandbox; as a user, root (you)
         want = rec.spec.user or (rootfs.user_of(image) if image is not None else str(bw.SANDBOX_UID) if self.root else "root")
@@ -283,10 +288,11 @@ class GvisorMixin:
             config = gvisor.bundle(root_path, readonly, argv, env, mounts, caps)
             (gv / "config.json").write_text(json.dumps(config))
             os.chmod(gv / "config.json", 0o644)
-            state = gv / "state"
+            state, logs = gv / "state", gv / "log"
             state.mkdir(mode=0o700)
+            logs.mkdir(mode=0o700)
             if self.root:
-                for d in (gv, state):
+                for d in (gv, state, logs):
                     os.chown(d, uid, uid)
             limits = rec.spec.limits
             host_tasks = limits.pids * PIDS_FACTOR + PIDS_OVERHEAD
@@ -301,7 +307,7 @@ class GvisorMixin:
                 )
             enforcement |= {"seccomp": SECCOMP, "oom": OOM, "runtime": f"gvisor: {found.describe()}"}
             container = rec.id.replace("_", "-")
-            run = gvisor.run_argv(found, state, gv, gv / "pid", container)
+            run = gvisor.run_argv(found, state, gv, gv / "pid", container, logs)
             tools = {t: shutil.which(t, path="/usr/bin:/bin:/usr/sbin:/sbin") for t in ("nsenter", "unshare")}
             if not all(tools.values()):
                 raise UnavailableError("nsenter and unshare are needed for the gvisor runtime", hint="install util-linux")

@@ -49,7 +49,7 @@ def start(listener: socket.socket, path: str, close: list[socket.socket]) -> int
         return pid
     code = 0
     try:
-        for sock in close:  # the agent's own sockets are not the relay's
+        for sock in close:  # the agent's own sockets and its spares' links are not the relay's
             sock.close()
         while True:
             try:

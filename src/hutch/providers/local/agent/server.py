@@ -313,7 +313,8 @@ class Agent:
             socket.send_fds(conn.sock, [wire.message(wire.ok())], [self.listener.fileno()])
             return
         if not (self.relay and procs.alive(self.relay)):
-            self.relay = relay.start(self.listener, str(forward), [self.server, self.exec_listener, conn.sock])
+            links = [spare.sock for spare in self.links.values()]  # a spare sees EOF when the agent dies
+            self.relay = relay.start(self.listener, str(forward), [self.server, self.exec_listener, conn.sock, *links])
         conn.send(wire.ok())
 
     def unlisten(self, conn: Connection, _: Any) -> None:
