@@ -176,7 +176,8 @@ for pid in (p for p in os.listdir("/proc") if p.isdigit()):
             fds.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             pass
-    procs[pid] = {"ppid": open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1], "socks": sorted(f for f in fds if f.startswith("socket:"))}
+    ppid = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()[1]
+    procs[pid] = {"ppid": ppid, "socks": sorted(f for f in fds if f.startswith("socket:"))}
 print(json.dumps({"listener": listener, "procs": procs}))
 """
     seen = json.loads(box.exec(["python3", "-c", code]).stdout)
