@@ -276,6 +276,41 @@ def test_pause_resume_push_and_pull_on_a_remote_node(front: Front, tmp_path: Pat
     assert (src / "made.txt").read_text() == "gamma\n"
 
 
+def test_snapshots_forks_and_tenants_through_the_gateway(front: Front) -> None:
+    worker = front.cluster.nodes[1]
+    c = front.client
+    made: list[str] = []
+    try:
+        rec = c.create({"provider_options": {"node": worker.ip}})
+        made.append(rec["id"])
+        c.write_file(rec["id"], "/workspace/a.txt", b"alpha\n", 0o600)
+        c.snapshot_save(rec["id"], "cl-snap")
+        restored = c.snapshot_restore("cl-snap")
+        made.append(restored["id"])
+        assert c.read_file(restored["id"], "/workspace/a.txt") == (b"alpha\n", False)
+        c.snapshot_delete("cl-snap")
+        forked = c.fork(rec["id"])
+        assert (forked["created"], forked["failed"]) == (1, 0), forked
+        child = forked["children"][0]
+        made.append(child["sandbox"])
+        assert c.get(child["sandbox"])["node"] == worker.ip and child["method"] == f"tar on node {worker.ip}"
+        c.write_file(child["sandbox"], "/workspace/a.txt", b"changed in the fork\n", 0o600)
+        assert c.read_file(rec["id"], "/workspace/a.txt") == (b"alpha\n", False)  # a copy, not a share
+        # a tenant's workspace is kept on the gateway when its sandbox goes, and comes back on another node
+        first = c.create({"tenant": "cl-tenant", "provider_options": {"node": worker.ip}})
+        c.write_file(first["id"], "/workspace/kept.txt", b"kept\n", 0o600)
+        c.destroy(first["id"])
+        other = front.cluster.nodes[2].ip
+        again = c.create({"tenant": "cl-tenant", "provider_options": {"node": other}})
+        made.append(again["id"])
+        assert again["node"] == other and c.read_file(again["id"], "/workspace/kept.txt") == (b"kept\n", False)
+    finally:
+        for ref in made:
+            c.destroy(ref)
+    assert c.delete_tenant("cl-tenant")["existed"]
+    assert not (front.home / "cluster" / "tenants" / "cl-tenant.tar").exists()
+
+
 def test_a_ray_task_reaches_the_gateway_and_prefers_its_node(front: Front) -> None:
     """bench/cluster.py's job, small: Ray tasks pinned one per node, each making its sandbox with
     hutch.Sandbox.create() from inside the task; each sandbox lands on its task's node."""

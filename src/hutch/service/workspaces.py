@@ -347,7 +347,9 @@ class Workspaces:
                 self._check_source(src)
                 name = f"{name_prefix}{i}" if name_prefix is not None else None
                 spec = src.spec.model_copy(update={"name": name} | UNCOPIED)
-                seed = {"sandbox": src.id, "data": src.data} if src.data.get("image_id") else None  # its writable root too
+                # its writable root too; on a cluster, its node (the child is placed beside it)
+                seeded = src.data.get("image_id") or self.service.provider(src.provider).capabilities.nodes
+                seed = {"sandbox": src.id, "data": src.data} if seeded else None
                 try:
                     child = await self.service.create(spec, root_seed=seed, provision=False)
                 except HutchError as exc:

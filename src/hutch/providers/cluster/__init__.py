@@ -9,7 +9,9 @@ lost node stays readable). Node loss is followed by :mod:`~hutch.providers.clust
 
 Network policies, pause and push/pull are the node's own (:mod:`~hutch.providers.cluster.ops`).
 Not built (declared absent, so the Service refuses them with ``invalid`` before anything is
-made): interactive runs, snapshots, fork, tenants, exposed ports, images, mounts.
+made): interactive runs, exposed ports, images, mounts. Snapshots, forks and tenants' kept
+workspaces are tars through this gateway (a fork's child is placed beside its source when
+there is room; a tenant's workspace is kept here when its sandbox goes, for any node).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from hutch.config import Settings
 from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableError
 from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
 from hutch.provider.core import Capabilities, CheckResult, ExecSpec
-from hutch.provider.optional import OnGone
+from hutch.provider.optional import CopyReport, OnGone, tenant_storage
 from hutch.providers.cluster import ops
 from hutch.providers.cluster.driver import Driver
 from hutch.providers.cluster.http import NodeClient, run, sandbox
@@ -89,6 +91,7 @@ class ClusterProvider:
         network=True,
         pause=True,
         transfer=True,
+        workspace=True,
     )
     option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
 
@@ -185,6 +188,8 @@ class ClusterProvider:
         memory, pids = rec.spec.limits.memory, rec.spec.limits.pids
         # a node asked for, else the one the caller runs on (the SDK in a Ray task labels it)
         prefer = rec.spec.provider_options.get("node") or rec.spec.labels.get(PREFER_LABEL)
+        seed = rec.data.get("root_seed") or {}
+        prefer = prefer or (seed.get("data") or {}).get("node")  # a fork's child: beside its source, when it has room
         deadline = time.monotonic() + STARTING_WAIT
         while True:
             try:
@@ -203,7 +208,17 @@ class ClusterProvider:
         except BaseException:
             node.placed.pop(rec.id, None)
             raise
-        data = {"node": node.name, "node_id": node.ray_id, "node_sandbox": made["id"]}
+        data = {k: v for k, v in rec.data.items() if k != "root_seed"}  # the Service's own (tenant_storage)
+        data |= {"node": node.name, "node_id": node.ray_id, "node_sandbox": made["id"]}
+        kept = self._tenant_tar(rec)
+        if kept is not None and kept.is_file():  # a tenant's workspace, kept here when its last sandbox went
+            try:
+                await ops.import_workspace(node.client, made["id"], kept, [])
+            except BaseException:
+                node.placed.pop(rec.id, None)
+                with contextlib.suppress(HutchError):
+                    await node.client.json("DELETE", sandbox(made["id"]))
+                raise
         return data, {k: f"{v} (on {node.name})" for k, v in dict(made.get("enforcement") or {}).items()}
 
     def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
@@ -240,6 +255,13 @@ class ClusterProvider:
         node = mon.nodes.get(str(rec.data.get("node")))
         existed = False
         if node is not None and node.client is not None and node.state != "lost" and "node_sandbox" in rec.data:
+            kept = self._tenant_tar(rec)
+            if kept is not None:  # the tenant's workspace stays on this gateway, for its next sandbox on any node
+                part = kept.with_suffix(".part")
+                with contextlib.suppress(HutchError):
+                    await ops.export_workspace(node.client, str(rec.data["node_sandbox"]), part)
+                    part.replace(kept)
+                part.unlink(missing_ok=True)
             done = await node.client.json("DELETE", sandbox(str(rec.data["node_sandbox"])))
             existed = bool(done.get("existed", True))
         if node is not None:
@@ -390,3 +412,32 @@ class ClusterProvider:
     async def import_workspace(self, rec: SandboxRecord, src: Path | None, delete: list[str]) -> None:
         client, node_sandbox = self._where(rec)
         await ops.import_workspace(client, node_sandbox, src, delete)
+
+    async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
+        """A tar of ``src``'s workspace from its node, through this gateway, into ``dst``'s."""
+        tmp = self.settings.home / "cluster" / f"clone-{dst.id}.tar"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            await self.export_workspace(src, tmp)
+            await self.import_workspace(dst, tmp, [])
+        finally:
+            tmp.unlink(missing_ok=True)
+        here, there = src.data.get("node"), dst.data.get("node")
+        return CopyReport(f"tar on node {here}" if here == there else f"tar from node {here} to node {there}")
+
+    def _tenant_tar(self, rec: SandboxRecord) -> Path | None:
+        storage = tenant_storage(rec)
+        if storage is None:
+            return None
+        path = self.settings.home / "cluster" / "tenants" / f"{storage}.tar"
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
+    async def delete_tenant(self, name: str) -> bool:
+        path = self.settings.home / "cluster" / "tenants" / f"{name}.tar"
+        existed = path.is_file()
+        path.unlink(missing_ok=True)
+        return existed
+
+    async def export_root(self, rec: SandboxRecord, dest: Path) -> int | None:
+        return None  # no images: no writable root
