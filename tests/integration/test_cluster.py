@@ -311,6 +311,18 @@ def test_snapshots_forks_and_tenants_through_the_gateway(front: Front) -> None:
     assert not (front.home / "cluster" / "tenants" / "cl-tenant.tar").exists()
 
 
+def test_an_interactive_run_on_a_remote_node(front: Front) -> None:
+    """hutch exec -i: the gateway feeds the node's attach WebSocket (the contract suite runs a terminal too)."""
+    c = front.client
+    rec = c.create({"provider_options": {"node": front.cluster.nodes[2].ip}})
+    try:
+        argv = [sys.executable, "-m", "hutch", "exec", "-i", rec["id"], "--", "sh", "-c", "read a; echo got $a; cat"]
+        done = subprocess.run(argv, input="typed\nrest\n", env=hutch_env(front.home), capture_output=True, text=True, timeout=300)
+        assert (done.returncode, done.stdout) == (0, "got typed\nrest\n"), done.stderr
+    finally:
+        c.destroy(rec["id"])
+
+
 def test_a_ray_task_reaches_the_gateway_and_prefers_its_node(front: Front) -> None:
     """bench/cluster.py's job, small: Ray tasks pinned one per node, each making its sandbox with
     hutch.Sandbox.create() from inside the task; each sandbox lands on its task's node."""

@@ -9,7 +9,7 @@ lost node stays readable). Node loss is followed by :mod:`~hutch.providers.clust
 
 Network policies, pause and push/pull are the node's own (:mod:`~hutch.providers.cluster.ops`).
 Not built (declared absent, so the Service refuses them with ``invalid`` before anything is
-made): interactive runs, exposed ports, images, mounts. Snapshots, forks and tenants' kept
+made): exposed ports, images, mounts. Interactive runs use the node's attach WebSocket. Snapshots, forks and tenants' kept
 workspaces are tars through this gateway (a fork's child is placed beside its source when
 there is room; a tenant's workspace is kept here when its sandbox goes, for any node).
 """
@@ -92,6 +92,7 @@ class ClusterProvider:
         pause=True,
         transfer=True,
         workspace=True,
+        interactive=True,
     )
     option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
 
@@ -290,7 +291,11 @@ class ClusterProvider:
         kept = {"stdout": bytearray(), "stderr": bytearray()}
         live = spec.stream and spec.on_output is not None
         done: dict[str, Any] | None = None
-        async for event in client.stream("POST", sandbox(node_sandbox) + "/exec", params={"stream": "true"}, json=body):
+        if spec.interactive is not None:  # input and a terminal while it runs: the node's attach WebSocket
+            events = ops.attach(client, node_sandbox, body, spec.interactive)
+        else:
+            events = client.stream("POST", sandbox(node_sandbox) + "/exec", params={"stream": "true"}, json=body)
+        async for event in events:
             kind = event.get("type")
             if kind == "run":
                 self.spool.begin(rec.id, spec.run_id, str(event["run_id"]))

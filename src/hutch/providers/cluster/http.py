@@ -37,7 +37,8 @@ class NodeClient:
     def __init__(self, name: str, url: str, token: str, ca_pem: str) -> None:
         self.name = name
         self.url = url
-        ctx = ssl.create_default_context(cadata=ca_pem)
+        ctx = self.ssl = ssl.create_default_context(cadata=ca_pem)
+        self.token = token
         self.http = httpx.AsyncClient(
             base_url=url, verify=ctx, timeout=TIMEOUT, headers={"authorization": f"Bearer {token}"}, trust_env=False
         )
@@ -95,4 +96,17 @@ class NodeClient:
                     raise HutchError.from_dict(resp.json())
                 yield resp.aiter_bytes()
         except httpx.HTTPError as exc:
+            raise self.unreachable(exc) from None
+
+    async def attach(self, url: str) -> Any:
+        """The node's attach WebSocket (an interactive run), open."""
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus
+
+        uri = "wss:" + self.url.partition(":")[2] + url
+        try:
+            return await connect(uri, ssl=self.ssl, additional_headers={"authorization": f"Bearer {self.token}"}, max_size=None)
+        except InvalidStatus as exc:
+            raise self.unreachable(RuntimeError(f"the attach was refused (HTTP {exc.response.status_code})")) from None
+        except OSError as exc:
             raise self.unreachable(exc) from None

@@ -8,6 +8,9 @@ is a plain local sandbox, so the node applies and enforces everything itself.
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import json
 import os
 import posixpath
@@ -20,6 +23,7 @@ from typing import Any
 
 from hutch.errors import HutchError
 from hutch.netpolicy import NetworkPolicy
+from hutch.provider.core import Interactive
 from hutch.providers.cluster.http import NodeClient, sandbox
 from hutch.providers.cluster.monitor import OnEvent
 from hutch.providers.cluster.nodes import Node
@@ -134,3 +138,46 @@ class Relay:
             node_run = event.get("run_id")
             run_id = self.runs(gid).get(str(node_run)) if node_run else None
             self.on_event(str(event["type"]), gid, run_id, dict(event.get("data") or {}) | {"node": node.name})
+
+
+async def attach(client: NodeClient, ref: str, body: dict[str, Any], live: Interactive) -> AsyncIterator[dict[str, Any]]:
+    """An interactive run on the node: its attach WebSocket, fed from ``live``'s inbox; the
+    node's events, as its NDJSON stream gives them. A hangup here leaves the node's socket,
+    so the node hangs the run up."""
+    ws = await client.attach(sandbox(ref) + "/attach")
+
+    async def pump() -> None:
+        while True:
+            msg = await live.inbox.get()
+            if "stdin" in msg:
+                await ws.send(json.dumps({"type": "stdin", "data": base64.b64encode(msg["stdin"]).decode()}))
+            elif "resize" in msg:
+                rows, cols = msg["resize"]
+                await ws.send(json.dumps({"type": "resize", "rows": rows, "cols": cols}))
+            elif msg.get("eof"):
+                await ws.send(json.dumps({"type": "eof"}))
+            elif msg.get("hangup"):
+                await ws.close()
+                return
+
+    feeder: asyncio.Task[None] | None = None
+    try:
+        await ws.send(json.dumps({"type": "start", "tty": live.tty, "rows": live.rows, "cols": live.cols} | body))
+        feeder = asyncio.create_task(pump())
+        async for raw in ws:
+            event = json.loads(raw)
+            yield event
+            if event.get("type") in ("exit", "error"):
+                break
+    except Exception as exc:
+        from websockets.exceptions import ConnectionClosed
+
+        if isinstance(exc, ConnectionClosed | OSError):
+            raise client.unreachable(exc) from None
+        raise
+    finally:
+        if feeder is not None:
+            feeder.cancel()
+            with contextlib.suppress(BaseException):
+                await feeder
+        await ws.close()
