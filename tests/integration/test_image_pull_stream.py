@@ -37,16 +37,20 @@ class Served(http.server.BaseHTTPRequestHandler):
     mode = ""
     state: dict[str, Any] = {}  # what the requests were (shared by the test)
     other = ""  # cross-host redirects go to this "host:port"
+    pause = threading.Event()  # "garbage-then-whole": what the cut waits for
 
-    def _send(self, code: int, body: bytes, start: int = 0, cut: bool = False) -> None:
+    def _send(self, code: int, body: bytes, start: int = 0, cut: bool = False, garbage: bool = False) -> None:
         self.send_response(code)
         self.send_header("content-length", str(len(body) - start))
         if code == 206:
             self.send_header("content-range", f"bytes {start}-{len(body) - 1}/{len(body)}")
         self.end_headers()
-        self.wfile.write(body[start : start + (len(body) - start) // 2] if cut else body[start:])
+        half = body[start : start + (len(body) - start) // 2]
+        self.wfile.write(bytes(len(half)) if garbage else half if cut else body[start:])
         if cut:
             self.wfile.flush()
+            if garbage:  # hold the connection until the unpack that follows has failed on the garbage
+                self.pause.wait(60)
             self.close_connection = True
 
     def do_GET(self) -> None:
@@ -77,9 +81,9 @@ class Served(http.server.BaseHTTPRequestHandler):
             self.send_header("content-length", "0")
             self.end_headers()
             return
-        if self.mode in ("cut", "cut-ignore-range") and n == 1:
-            self._send(200, body, cut=True)
-        elif self.mode == "cut-ignore-range" or not start:
+        if self.mode in ("cut", "cut-ignore-range", "garbage-then-whole") and n == 1:
+            self._send(200, body, cut=True, garbage=self.mode == "garbage-then-whole")
+        elif self.mode in ("cut-ignore-range", "garbage-then-whole") or not start:
             self._send(200, body)
         else:
             self._send(206, body, start)
@@ -197,3 +201,55 @@ def test_a_follower_ends_only_once_the_blob_is_stored(tmp_path: Path) -> None:
             f.read(100) if end == "reset" else (f.read(100), f.read(100))
         f.close()
         w.close()
+
+
+def test_a_reset_between_a_followers_check_and_its_read_abandons_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interleaving seen under load: the follower saw bytes to read, then the transfer started
+    over (the file truncated) before its read: that must raise AbandonedError, never look like an end."""
+    blobs = BlobStore(tmp_path)
+    data = os.urandom(1000)
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    w = blobs.writer(digest, len(data))
+    f = w.follow()
+    w.write(data[:600])
+    assert f.read(100) == data[:100]
+    real = os.preadv
+    hooked: list[int] = []
+
+    def reset_first(fd: int, buffers: Any, offset: int) -> int:
+        if not hooked:
+            hooked.append(offset)
+            w.reset()  # the writer's thread restarts the blob right now (the server ignored Range)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", reset_first)
+    with pytest.raises(AbandonedError):
+        f.read(100)
+    assert hooked == [100]
+    f.close()
+    w.close()
+
+
+def test_a_followed_unpack_that_fails_before_the_transfer_starts_over_is_not_the_pulls_answer(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first answer's bytes are garbage and its unpack fails on them while the connection is
+    still open; the server then cuts it and sends the whole blob again (ignoring Range): the pull
+    unpacks the stored, verified blob instead of answering with the failed unpack."""
+    host, state = serve("garbage-then-whole")
+    failed = threading.Event()
+    real = p._unpack
+
+    def watched(*args: Any) -> tuple[str, bool]:
+        try:
+            return real(*args)
+        except HutchError:
+            failed.set()
+            raise
+
+    monkeypatch.setattr(p, "_unpack", watched)
+    monkeypatch.setattr(Served, "pause", failed)
+    store, row, _ = _pull(tmp_path / "home", f"{host}/img:1")
+    assert failed.is_set() and state["ranges"] == [0, row["layers"][0]["size"] // 2]
+    assert _file_of(store, row) == DATA
+    assert not [f for f in tree_files(tmp_path / "home" / "images") if f.startswith("tmp/")]

@@ -87,12 +87,12 @@ class BlobWriter:
 
     def reset(self) -> None:
         """Start again from nothing (the server sent the whole blob instead of the rest)."""
-        os.ftruncate(self.fd, 0)
-        os.lseek(self.fd, 0, os.SEEK_SET)
-        with self._cond:
+        with self._cond:  # followers learn of the restart before the file shrinks (see Following.readinto)
+            self._restarts += 1  # what a follower read is gone
             self.hash = hashlib.sha256()
             self.offset = 0
-            self._restarts += 1  # what a follower read is gone
+            os.ftruncate(self.fd, 0)
+            os.lseek(self.fd, 0, os.SEEK_SET)
             self._cond.notify_all()
 
     def write(self, chunk: bytes | memoryview) -> None:
@@ -161,7 +161,9 @@ class BlobWriter:
 class Following(io.RawIOBase):
     """The blob a :class:`BlobWriter` is writing, read as it grows (from another thread than the
     writer's): a read waits for bytes, ends (returns 0) only once the blob is verified and stored,
-    and raises :class:`AbandonedError` when the transfer fails or starts over."""
+    and raises :class:`AbandonedError` when the transfer fails or starts over. A read checks the
+    restart count again after reading the file: a reset bumps it before it truncates, so bytes (or
+    a short read) from a file that was reset under the read are never returned."""
 
     def __init__(self, writer: BlobWriter) -> None:
         self.writer = writer
@@ -199,7 +201,10 @@ class Following(io.RawIOBase):
                     raise AbandonedError(f"the download of {w.digest} was not stored")
                 w._cond.wait(5.0)
         view = memoryview(buffer).cast("B")
-        n = os.preadv(self.fd, [view[: min(len(view), have)]], self.pos)
+        n = os.preadv(self.fd, [view[: min(len(view), have)]], self.pos)  # outside the lock: the writer goes on
+        with w._cond:  # a reset may have truncated (or rewritten) the file during that read: never an end
+            if w._restarts != self.restarts or n == 0:
+                raise AbandonedError(f"the download of {w.digest} started over")
         self.pos += n
         return n
 

@@ -4,8 +4,10 @@ The manifest (an index resolved to the host's platform), then the config, then t
 store does not have, at most ``parallel`` at a time, each verified as it streams and resumed
 with ``Range`` when its connection is cut, and unpacked while it downloads (a worker thread
 follows the partial blob, ``BlobWriter.follow``: the layer is kept only once the blob is
-verified and its tar hashes to the config's diff_id; a transfer that starts over is unpacked
-again from the stored blob); then :func:`~hutch.providers.local.images.build.build`
+verified and its tar hashes to the config's diff_id; when that unpack fails, for a transfer
+that started over or on bytes a retry replaced, the layer is unpacked again from the stored,
+verified blob, whose outcome is the pull's: a followed unpack's error is never the answer);
+then :func:`~hutch.providers.local.images.build.build`
 (in a worker thread). Progress goes to ``emit`` as events (``wire.ImagePullFrame``).
 A second pull of an image whose blobs are stored transfers no blob (only its manifest is asked
 for again: a tag may have moved).
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hutch.credentials import RegistryLogin
-from hutch.errors import InvalidError
+from hutch.errors import HutchError, InvalidError
 from hutch.imageref import RegistryRef
 from hutch.providers.local.images import manifests as m
 from hutch.providers.local.images.blobs import AbandonedError, BlobStore, BlobWriter, BusyError
@@ -146,8 +148,8 @@ async def pull(
             if unpacking is not None:
                 try:
                     await unpacking
-                except AbandonedError:  # the transfer started over: from the stored blob
-                    unpacking = None
+                except (AbandonedError, HutchError, OSError):  # it read bytes that were not yet verified
+                    unpacking = None  # (a restart, garbage a retry replaced): the stored, verified blob decides
             if unpacking is None:
                 await unpack(layer, diff_id)
             emit({"type": "layer", "digest": layer.digest, "size": layer.size, "status": "unpacked"})
