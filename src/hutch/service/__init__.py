@@ -53,6 +53,7 @@ from hutch.service.certs import Certificates
 from hutch.service.changes import Changes
 from hutch.service.claims import Claims, StepHook, no_step
 from hutch.service.cluster import Cluster
+from hutch.service.e2bprocs import E2bProcesses
 from hutch.service.events import Events
 from hutch.service.files import MAX_FILE, Files
 from hutch.service.hints import check_create, no_egress
@@ -109,6 +110,7 @@ class Service:
         self.sessions = Sessions(self)  # the dashboard's logins (in memory only), its sandboxes' resource use
         self.pool = Pool(self)  # started sandboxes handed out on create
         self.cluster = Cluster(self)  # a cluster gateway's nodes (hutch serve --cluster)
+        self.e2b_processes = E2bProcesses(self)  # the E2B adapter's pids (kept across restarts)
 
     def loaded(self) -> builtins.list[str]:
         """The providers made so far (a provider is made at its first use, or at start for what it adopts)."""

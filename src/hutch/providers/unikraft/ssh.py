@@ -21,6 +21,7 @@ import shutil
 import ssl
 import stat
 import sys
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,9 @@ USER = "root"
 
 def _asyncssh() -> Any:
     try:
-        import asyncssh
+        with warnings.catch_warnings():  # asyncssh names DSA types, which newer cryptography warns about on stderr
+            warnings.simplefilter("ignore")  # (CryptographyDeprecationWarning is a UserWarning)
+            import asyncssh
     except ImportError:
         raise InvalidError("the SSH path needs the asyncssh package", hint="pip install 'hutch[ssh]' (asyncssh>=2.14)") from None
     return asyncssh

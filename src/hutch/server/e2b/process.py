@@ -96,7 +96,7 @@ class Processes:
 
     def next_pid(self) -> int:
         if self._pids is None:  # after the pids a previous daemon handed out (the store keeps them)
-            self._pids = itertools.count(self.svc.store.e2b_processes.next_pid())
+            self._pids = itertools.count(self.svc.e2b_processes.next_pid())
         return next(self._pids)
 
     def find(self, sandbox_id: str, msg: dict[str, Any]) -> Proc:
@@ -104,7 +104,7 @@ class Processes:
         for proc in self.procs.get(sandbox_id, {}).values():
             if (pid is not None and proc.pid == pid) or (tag is not None and proc.tag == tag):
                 return proc
-        row = self.svc.store.e2b_processes.find(sandbox_id, pid, tag)
+        row = self.svc.e2b_processes.find(sandbox_id, pid, tag)
         if row is not None:  # started before a daemon restart: followed again through its run
             return self._revive(row)
         raise ConnectError("not_found", f"process with {'pid ' + str(pid) if pid else 'tag ' + repr(tag)} not found")
@@ -193,7 +193,7 @@ class Processes:
         proc = Proc(self.next_pid(), sandbox_id, shown, tag, pty is not None, inbox)
         proc.run_id = first.get("run_id", "")
         table[proc.pid] = proc
-        self.svc.store.e2b_processes.add(ProcessRow(sandbox_id, proc.pid, proc.run_id, tag, proc.pty, shown))
+        self.svc.e2b_processes.add(ProcessRow(sandbox_id, proc.pid, proc.run_id, tag, proc.pty, shown))
         q = self._subscribe(proc)
         proc.task = asyncio.get_running_loop().create_task(self._drive(proc, events, deadline))
         return self._follow(proc, q)
@@ -262,7 +262,7 @@ class Processes:
 
     def list(self, sandbox_id: str) -> dict[str, Any]:
         known = self.procs.get(sandbox_id, {})
-        for row in self.svc.store.e2b_processes.live_of(sandbox_id):
+        for row in self.svc.e2b_processes.live_of(sandbox_id):
             if row.pid not in known:  # a previous daemon's, still running
                 self._revive(row)
         live = [p for p in self.procs.get(sandbox_id, {}).values() if p.task is not None and not p.task.done()]
