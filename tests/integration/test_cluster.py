@@ -323,6 +323,57 @@ def test_an_interactive_run_on_a_remote_node(front: Front) -> None:
         c.destroy(rec["id"])
 
 
+FETCH = r"""
+import http.cookiejar, json, sys, urllib.request
+opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+out = []
+for url in sys.argv[1:]:
+    try:
+        with opener.open(url, timeout=60) as r:
+            out.append([r.status, r.read().decode()])
+    except urllib.error.HTTPError as e:
+        out.append([e.code, e.read().decode()])
+print(json.dumps(out))
+"""
+
+
+def test_an_exposed_port_on_a_remote_node_opens_on_the_gateway(front: Front) -> None:
+    """hutch expose on a cluster: a server in a sandbox on a worker node, reached through the
+    gateway's exposure (the gateway's loopback URL, in the gateway's own network namespace,
+    as on a local daemon); each connection travels the node's port WebSocket."""
+    c = front.client
+    worker = front.cluster.nodes[2]
+    rec = c.create({"provider_options": {"node": worker.ip}})
+
+    def fetch(*urls: str) -> list[list[Any]]:
+        argv = ["ip", "netns", "exec", front.cluster.head.ns, sys.executable, "-c", FETCH, *urls]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return list(json.loads(done.stdout))
+
+    try:
+        assert rec["node"] == worker.ip
+        c.write_file(rec["id"], "/workspace/site/index.html", b"served from " + worker.ip.encode(), 0o644)
+        server = ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1", "--directory", "/workspace/site"]
+        c.start(rec["id"], {"command": server})
+        private = c.expose(rec["id"], 8000)
+        assert private["url"].startswith("http://127.0.0.1:") and "hutch_preview=" in private["url"]
+        bare = private["url"].split("?")[0]
+        got = until(lambda: (r := fetch(private["url"], bare)) and r[0][0] == 200 and r, "the server up, through the gateway")
+        # the token traded for a cookie, then the page; the bare URL with that cookie too
+        assert got == [[200, f"served from {worker.ip}"]] * 2
+        assert fetch(bare)[0][0] == 401, "a private port without its token or cookie is refused"
+        cli = front.cli("expose", rec["id"], "8000", "--public", "--json")
+        assert cli.returncode == 0, cli.stderr
+        public = json.loads(cli.stdout)["url"]
+        assert fetch(public) == [[200, f"served from {worker.ip}"]]
+        missing = c.expose(rec["id"], 8001, public=True)["url"]  # nothing listens there: the node says so
+        [[status, page]] = fetch(missing)
+        assert status == 502 and "8001" in page
+    finally:
+        c.destroy(rec["id"])
+
+
 def test_a_ray_task_reaches_the_gateway_and_prefers_its_node(front: Front) -> None:
     """bench/cluster.py's job, small: Ray tasks pinned one per node, each making its sandbox with
     hutch.Sandbox.create() from inside the task; each sandbox lands on its task's node."""

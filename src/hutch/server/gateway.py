@@ -1,13 +1,19 @@
 """HTTP routes for the gateway's client certificates (``/v1/gateway/certificates``, admin
-scope) and a sandbox's exposed ports (``/v1/sandboxes/{ref}/ports``)."""
+scope), a sandbox's exposed ports (``/v1/sandboxes/{ref}/ports``) and the WebSocket that
+carries one connection to a port inside a sandbox (``/v1/sandboxes/{ref}/ports/{port}/connect``:
+how a cluster's gateway reaches its nodes' sandboxes, :mod:`hutch.providers.cluster.tunnel`)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, Field, StrictBool, StrictInt
 
+from hutch.errors import HutchError
+from hutch.providers.cluster.tunnel import relay
+from hutch.server.errors import error_body
 from hutch.service import Service
 from hutch.units import parse_duration
 
@@ -55,5 +61,31 @@ def router(service: Service) -> APIRouter:
     @r.delete("/v1/sandboxes/{ref}/ports/{port}")
     async def unexpose(ref: str, port: int) -> dict[str, Any]:
         return await ports.unexpose(ref, port)
+
+    @r.websocket("/v1/sandboxes/{ref}/ports/{port}/connect")
+    async def connect(ws: WebSocket, ref: str, port: int) -> None:
+        await ws.accept()
+        try:
+            sock = await ports.open(ref, port)
+        except HutchError as exc:
+            await ws.send_json({"type": "error"} | error_body(exc)[1])
+            await ws.close()
+            return
+
+        async def recv() -> bytes | str | None:
+            msg = await ws.receive()
+            if msg["type"] == "websocket.disconnect":
+                return None
+            return msg["bytes"] if msg.get("bytes") is not None else str(msg.get("text") or "")
+
+        try:
+            await ws.send_json({"type": "connected"})
+            await relay(sock, recv, ws.send_bytes, ws.send_text)
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            pass  # either side went away: both close
+        finally:
+            sock.close()
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await ws.close()
 
     return r

@@ -202,6 +202,15 @@ class Ports:
             raise NotFoundError(f"port {port} of sandbox {sandbox} is not exposed", hint=f"hutch expose {sandbox} {port}")
         return ex
 
+    async def open(self, ref: str, port: int) -> socket.socket:
+        """A connection to ``port`` inside sandbox ``ref``, exposed or not, for whoever may run
+        commands in it (its owner, an admin): a cluster's gateway reaches the ports of its
+        nodes' sandboxes this way (the node's ``/v1/sandboxes/{ref}/ports/{port}/connect``)."""
+        if not 0 < port < 65536:
+            raise InvalidError(f"no such port {port}", hint="a port from 1 to 65535")
+        rec = self.svc.live(ref)
+        return await ports_provider(self.svc.provider(rec.provider)).connect_port(rec, port)
+
     async def connect(self, ex: Exposed) -> socket.socket:
         """A new connection to the exposed port, inside its sandbox (activity, for --idle-timeout)."""
         try:

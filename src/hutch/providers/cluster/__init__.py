@@ -9,7 +9,8 @@ lost node stays readable). Node loss is followed by :mod:`~hutch.providers.clust
 
 Network policies, pause and push/pull are the node's own (:mod:`~hutch.providers.cluster.ops`).
 Not built (declared absent, so the Service refuses them with ``invalid`` before anything is
-made): exposed ports, images, mounts. Interactive runs use the node's attach WebSocket. Snapshots, forks and tenants' kept
+made): images, mounts. Interactive runs use the node's attach WebSocket, connections to
+exposed ports the node's port WebSocket (:mod:`~hutch.providers.cluster.tunnel`). Snapshots, forks and tenants' kept
 workspaces are tars through this gateway (a fork's child is placed beside its source when
 there is room; a tenant's workspace is kept here when its sandbox goes, for any node).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,6 +37,7 @@ from hutch.providers.cluster.http import NodeClient, run, sandbox
 from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, in_thread, unavailable
 from hutch.providers.cluster.nodes import choose, find
 from hutch.providers.cluster.spool import Spool
+from hutch.providers.cluster.tunnel import Tunnels
 
 PLACEMENTS = ("spread", "pack")
 PREFER_LABEL = "hutch.prefer-node"  # set by the SDK inside a Ray task: the node it runs on
@@ -93,6 +96,7 @@ class ClusterProvider:
         transfer=True,
         workspace=True,
         interactive=True,
+        ports=True,
     )
     option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
 
@@ -102,6 +106,7 @@ class ClusterProvider:
         self.monitor = Monitor(self.driver, settings.cluster_detect, settings.cluster_node_sandboxes) if self.driver else None
         self.spool = Spool(settings.home / "cluster" / "sandboxes", settings.output_cap)
         self.relay = ops.Relay(self.spool.runs)
+        self.tunnels = Tunnels()
         if self.monitor is not None:
             self.monitor.on_ready = self.relay.pull
 
@@ -271,6 +276,7 @@ class ClusterProvider:
         return existed
 
     async def close(self) -> None:
+        await self.tunnels.close()
         if self.monitor is not None:
             await self.monitor.close()
         if self.driver is not None:
@@ -401,6 +407,11 @@ class ClusterProvider:
     async def set_network(self, rec: SandboxRecord) -> None:
         client, node_sandbox = self._where(rec)
         await ops.set_network(client, node_sandbox, rec.spec.network)
+
+    async def connect_port(self, rec: SandboxRecord, port: int) -> socket.socket:
+        """A connection to ``port`` inside the sandbox, through its node's port WebSocket."""
+        client, node_sandbox = self._where(rec)
+        return await self.tunnels.open(client, node_sandbox, port)
 
     async def pause(self, rec: SandboxRecord) -> str:
         client, node_sandbox = self._where(rec)

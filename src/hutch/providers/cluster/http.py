@@ -98,8 +98,8 @@ class NodeClient:
         except httpx.HTTPError as exc:
             raise self.unreachable(exc) from None
 
-    async def attach(self, url: str) -> Any:
-        """The node's attach WebSocket (an interactive run), open."""
+    async def websocket(self, url: str) -> Any:
+        """One of the node's WebSockets (an interactive run's attach, a port's connection), open."""
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus
 
@@ -107,6 +107,6 @@ class NodeClient:
         try:
             return await connect(uri, ssl=self.ssl, additional_headers={"authorization": f"Bearer {self.token}"}, max_size=None)
         except InvalidStatus as exc:
-            raise self.unreachable(RuntimeError(f"the attach was refused (HTTP {exc.response.status_code})")) from None
+            raise self.unreachable(RuntimeError(f"the WebSocket {url} was refused (HTTP {exc.response.status_code})")) from None
         except OSError as exc:
             raise self.unreachable(exc) from None

@@ -144,7 +144,7 @@ async def attach(client: NodeClient, ref: str, body: dict[str, Any], live: Inter
     """An interactive run on the node: its attach WebSocket, fed from ``live``'s inbox; the
     node's events, as its NDJSON stream gives them. A hangup here leaves the node's socket,
     so the node hangs the run up."""
-    ws = await client.attach(sandbox(ref) + "/attach")
+    ws = await client.websocket(sandbox(ref) + "/attach")
 
     async def pump() -> None:
         while True:
