@@ -155,6 +155,36 @@ def test_placement_respects_each_nodes_room(front: Front) -> None:
     assert big.value.hint
 
 
+def test_the_sdk_and_the_cli_choose_the_node_and_the_placement(front: Front) -> None:
+    """Sandbox.create(node=, placement=), its async twin, and hutch create --node/--placement."""
+    import asyncio
+
+    worker = front.cluster.nodes[1].ip
+    made: list[str] = []
+    try:
+        first = hutch.Sandbox.create(settings=front.settings, node=worker)
+        made.append(first.id)
+        assert first.info["node"] == worker
+        packed = hutch.Sandbox.create(settings=front.settings, placement="pack")  # the fullest that fits: first's
+        made.append(packed.id)
+        assert packed.info["node"] == worker
+
+        async def spread() -> str:
+            sbx = await hutch.AsyncSandbox.create(settings=front.settings, placement="spread")
+            made.append(sbx.id)
+            await sbx.client.close()
+            return str(sbx.info["node"])
+
+        assert asyncio.run(spread()) != worker  # the emptiest: another node
+        cli = front.cli("create", "--node", worker, "--placement", "spread", "--json")
+        assert cli.returncode == 0, cli.stderr
+        made.append(json.loads(cli.stdout)["id"])
+        assert json.loads(cli.stdout)["node"] == worker  # a node asked for wins while it has room
+    finally:
+        for sid in made:
+            front.client.destroy(sid)
+
+
 def test_cluster_commands(front: Front) -> None:
     status = front.cli("cluster", "status", "--json")
     assert status.returncode == 0, status.stderr

@@ -220,3 +220,23 @@ def test_disk_is_a_limit_and_a_user_daemon_refuses_it() -> None:
     with pytest.raises(InvalidError, match="tenant"):
         disk.check(True, "t1")
     disk.check(True, None)
+
+
+def test_placement_and_node_reach_the_spec_from_the_cli_and_both_sdks(sent: dict[str, list[Any]], tuned: Settings) -> None:
+    """A cluster's provider options: ``--placement``/``--node``, ``Sandbox.create(placement=, node=)``
+    and its async twin send the same spec (the gateway places by them: tests/integration/test_cluster.py)."""
+    from hutch.sdk import AsyncSandbox, Sandbox
+
+    assert main(["create", "--placement", "pack", "--node", "10.0.0.2", "--json"]) == 0
+    Sandbox.create(placement="pack", node="10.0.0.2")
+
+    async def twin() -> None:
+        sbx = await AsyncSandbox.create(placement="pack", node="10.0.0.2", settings=tuned)
+        await sbx.client.close()
+
+    asyncio.run(twin())
+    cli, sdk, aio = sent["create"]
+    assert cli == sdk == aio and cli["provider_options"] == {"placement": "pack", "node": "10.0.0.2"}
+    adapter(wire.SandboxSpec).validate_python(cli)
+    assert main(["create", "--placement", "nowhere"]) != 0  # the CLI knows the two placements
+    assert "provider_options" not in build.sandbox_spec(tuned)  # nothing asked: nothing sent

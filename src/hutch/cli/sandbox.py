@@ -84,6 +84,18 @@ def create_options(f: Any) -> Any:
             help="Unikraft Cloud metro (fra, dal, sin, was, sfo) or endpoint root URL (default UKC_METRO, then fra).",
         ),
         click.option(
+            "--placement",
+            type=click.Choice(["spread", "pack"]),
+            help="On a cluster's gateway: spread (the emptiest node) or pack (the fullest that fits); "
+            "default: the gateway's own (hutch serve --placement).",
+        ),
+        click.option(
+            "--node",
+            metavar="NODE",
+            help="On a cluster's gateway: the node to place the sandbox on when it has room (else placement as usual); "
+            "hutch cluster nodes lists them.",
+        ),
+        click.option(
             "--tenant",
             metavar="NAME",
             help="Tenant mode: a persistent line whose /workspace survives destroy (until hutch tenant delete).",
@@ -186,6 +198,8 @@ def build_spec(
     git_depth: str | None = None,
     git_secret: str | None = None,
     git_max_size: int | None = None,
+    placement: str | None = None,
+    node: str | None = None,
 ) -> wire.SandboxSpec:
     """The spec of the command line's options (``K=V`` pairs, secrets read here) over the
     manifest's, built as every edge builds one: :func:`hutch.wire.build.sandbox_spec`."""
@@ -217,6 +231,8 @@ def build_spec(
         runtime=runtime,
         metro=metro,
         ssh=ssh,
+        placement=placement,
+        node=node,
         ttl=ttl,
         idle_timeout=idle,
         on_expire=on_expire,

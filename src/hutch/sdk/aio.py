@@ -57,8 +57,8 @@ class AsyncSandbox:
     async def create(cls, *, settings: Settings | None = None, **options: Unpack[oneshot.CreateOptions]) -> AsyncSandbox:
         """A new sandbox. ``options``: name, memory, pids, cpus, env, mounts, labels, workdir,
         provider, network, allow_hosts, allow_ports, allow_cidrs, secrets, secret_hosts, secret_body,
-        no_intercept, ttl, idle_timeout, on_expire, require_approval, image, runtime, unikraft_metro, tenant, setup,
-        git_repo, git_depth, git_secret, manifest (:class:`hutch.sdk.oneshot.CreateOptions`). ``manifest`` is a
+        no_intercept, ttl, idle_timeout, on_expire, require_approval, image, runtime, unikraft_metro, placement, node,
+        tenant, setup, git_repo, git_depth, git_secret, manifest (:class:`hutch.sdk.oneshot.CreateOptions`). ``manifest`` is a
         TOML file (docs/manifest.md) the other options win over; ``git_repo`` (``URL[#REF]``) makes /workspace a
         clone of it.
         With ``tenant`` the sandbox is one of a persistent line: its /workspace outlives destroy and is

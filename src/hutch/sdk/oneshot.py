@@ -44,6 +44,8 @@ class CreateOptions(TypedDict, total=False):
     runtime: Literal["bwrap", "gvisor"] | None
     disk: int | str | None
     unikraft_metro: str | None
+    placement: Literal["spread", "pack"] | None  # on a cluster's gateway: how it picks the node
+    node: str | None  # on a cluster's gateway: the node to place it on when it has room
     tenant: str | None
     manifest: str | None  # a TOML manifest file ("": ./hutch.toml); the other options win over it
     git_repo: str | None  # URL[#REF]: the workspace starts as a clone of it
@@ -90,6 +92,8 @@ def create_spec(defaults: SpecDefaults, c: CreateOptions) -> wire.SandboxSpec:
         image=c.get("image"),
         runtime=c.get("runtime"),
         metro=c.get("unikraft_metro"),
+        placement=c.get("placement"),
+        node=c.get("node"),
         tenant=c.get("tenant"),
         setup=c.get("setup") or (),
         git=git_source(repo, depth=c.get("git_depth") or 1, secret=c.get("git_secret")) if repo else None,

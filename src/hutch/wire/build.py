@@ -245,6 +245,8 @@ def sandbox_spec(
     runtime: str | None = None,
     metro: str | None = None,
     ssh: bool = False,
+    placement: str | None = None,
+    node: str | None = None,
     ttl: float | str | None = None,
     idle_timeout: float | str | None = None,
     on_expire: str | None = None,
@@ -291,6 +293,7 @@ def sandbox_spec(
     if runtime:
         spec["runtime"] = cast("Literal['bwrap', 'gvisor']", runtime)  # the daemon checks the value
     options = ({"metro": metro} if metro else {}) | ({"ssh": "true"} if ssh else {})
+    options |= ({"placement": placement} if placement else {}) | ({"node": node} if node else {})  # a cluster's
     if options:
         spec["provider_options"] = options
     if ttl:
