@@ -99,3 +99,30 @@ def test_making_a_key_needs_the_session_token_and_an_admin(gw: TestClient, servi
     assert gw.post("/ui/keys", data={"csrf": alice_csrf, "name": "evil", "scope": ["admin"]}).status_code == 403
     with acting(OWNER):
         assert "evil" not in {k["name"] for k in service.keys.list()}
+
+
+def test_a_cluster_sandbox_shows_its_node(gw: TestClient, service: Service) -> None:  # noqa: F811
+    """Where the dashboard lists sandboxes (the overview, its live fragment) and on the
+    sandbox's page: the node a cluster's sandbox lives on (its record's data)."""
+    now = time.time()
+    placed, plain = new_id("sbx"), new_id("sbx")
+    for sid, data in ((placed, {"node": "10.0.0.2", "node_sandbox": "sbx_elsewhere"}), (plain, {})):
+        rec = SandboxRecord(
+            id=sid,
+            provider="fake",
+            state=SandboxState.paused,
+            spec=SandboxSpec(provider="fake"),
+            created_at=now,
+            updated_at=now,
+            owner="owner",
+            data=data,
+        )
+        service.store.sandboxes.insert(rec)
+    login(gw, key(service, "root", admin=True))
+    for page in (gw.get("/").text, gw.get("/ui/fragments/sandboxes").text):
+        rows = {sid: body for sid, body in re.findall(r'<tr data-sandbox="([^"]+)"[^>]*>(.*?)</tr>', page, re.S)}
+        assert '<span class="node" title="the cluster node it runs on">on 10.0.0.2</span>' in rows[placed]
+        assert 'class="node"' not in rows[plain]
+    facts = gw.get(f"/ui/sandboxes/{placed}").text
+    assert "<dt>node</dt><dd>10.0.0.2</dd>" in facts
+    assert "<dt>node</dt>" not in gw.get(f"/ui/sandboxes/{plain}").text

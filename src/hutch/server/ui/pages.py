@@ -21,6 +21,12 @@ def limits(rec: SandboxRecord) -> str:
     return f"{cpus}{size(lim.memory)} · {lim.pids} pids"
 
 
+def provider_cell(rec: SandboxRecord) -> str:
+    """The provider, and the node a cluster's sandbox lives on (``hutch serve --cluster``)."""
+    node = f' <span class="node" title="the cluster node it runs on">on {e(rec.node)}</span>' if rec.node else ""
+    return e(rec.provider) + node
+
+
 def sandbox_rows(records: list[SandboxRecord], owners: Mapping[str, str], usage: Mapping[str, Mapping[str, Any]]) -> str:
     now = time.time()
     out = []
@@ -32,7 +38,7 @@ def sandbox_rows(records: list[SandboxRecord], owners: Mapping[str, str], usage:
             row(
                 f'<a href="{url("/ui/sandboxes/" + part(rec.id))}">{label}</a>',
                 f'<span class="state state-{e(rec.state.value)}">{e(rec.state.value)}</span>',
-                e(rec.provider),
+                provider_cell(rec),
                 e(rec.spec.image or ""),
                 e(limits(rec)),
                 f'<span title="{e(when(rec.created_at))}">{e(age(rec.created_at, now))}</span>',

@@ -27,6 +27,7 @@ def facts(rec: SandboxRecord, owner: str, use: Mapping[str, Any]) -> str:
         ("name", rec.name or ""),
         ("state", rec.state.value + (f": {rec.error}" if rec.error else "")),
         ("provider", rec.provider),
+        ("node", rec.node or ""),
         ("image", rec.spec.image or ""),
         ("limits", limits(rec)),
         ("owner", owner),
