@@ -44,6 +44,10 @@ SECRET_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # included) but '=', control characters (NUL, newline ...) and an empty name.
 ENV_NAME_RE = re.compile(rf"[^=\x00-\x1f\x7f]{{1,{MAX_ENV_NAME}}}")
 NAME_HINT = "names are 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+# --user: a name or a uid, then optionally a group name or a gid (at most 9 digits: below 2^31, never
+# negative; no '/', no newline: the agent looks names up in the sandbox's /etc/passwd and /etc/group)
+_ID = r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,9})"
+USER_RE = re.compile(rf"{_ID}(?::{_ID})?")
 
 
 def is_name(text: str | None) -> bool:
@@ -122,6 +126,15 @@ def check_action(action: str) -> None:
         f"unknown action {action!r}",
         hint=f"use {', '.join(APPROVAL_ACTIONS)} or exec:PATTERN (a shell glob over the command, e.g. 'exec:git push*')",
     )
+
+
+def check_user(user: str | None, flag: str = "--user") -> str | None:
+    """A user to run as: NAME, UID, NAME:GROUP or UID:GID (None: the sandbox's own)."""
+    if user is not None and not USER_RE.fullmatch(user):
+        raise InvalidError(
+            f"invalid {flag} {user[:80]!r}", hint=f"use NAME, UID, NAME:GROUP or UID:GID, e.g. {flag} root or {flag} 1000:1000"
+        )
+    return user
 
 
 def check_path(path: str, what: str = "path") -> str:

@@ -6,7 +6,6 @@ tests/unit/test_wire.py holds each model here to its wire body of the same name.
 from __future__ import annotations
 
 import posixpath
-import re
 import secrets
 import time
 from enum import StrEnum
@@ -44,6 +43,7 @@ from hutch.checks import (
     check_labels,
     check_path,
     check_secrets,
+    check_user,
     is_name,
     size_between,
 )
@@ -54,10 +54,6 @@ from hutch.netpolicy import normalize_host as normalize_host
 from hutch.seeds import GitSource, SeedFile, check_seeds
 from hutch.units import format_size, parse_duration
 from hutch.wire.pydantic import typeddict
-
-# --user: a name or a uid, then optionally a group name or a gid (uids below 2^31)
-_ID = r"(?:[A-Za-z_][A-Za-z0-9_.-]{0,31}|[0-9]{1,9})"
-USER_RE = re.compile(rf"{_ID}(?::{_ID})?")
 
 DEFAULT_MEMORY = 1 << 30
 DEFAULT_PIDS = 512
@@ -207,11 +203,7 @@ class SandboxSpec(secretpolicy.PlaceholderFields):
     @field_validator("user")
     @classmethod
     def _user(cls, v: str | None) -> str | None:
-        if v is not None and not USER_RE.fullmatch(v):
-            raise InvalidError(
-                f"invalid --user {v!r}", hint="use NAME, UID, NAME:GROUP or UID:GID, e.g. --user root or --user 1000:1000"
-            )
-        return v
+        return check_user(v)
 
     @field_validator("secrets")
     @classmethod
@@ -347,6 +339,12 @@ class ExecRequest(BaseModel):
     max_output: StrictInt = Field(default=DEFAULT_OUTPUT_CAP, ge=0, le=MAX_OUTPUT)
     secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
     redact: bool = True  # secret values in the output become [redacted:NAME]
+    user: str | None = None  # run as this user of the sandbox (NAME, UID, NAME:GROUP, UID:GID); None: its own
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str | None) -> str | None:
+        return check_user(v)
 
     @field_validator("secrets")
     @classmethod

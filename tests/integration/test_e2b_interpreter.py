@@ -110,7 +110,7 @@ def test_run_code_keeps_state_streams_results_and_errors(e2b: E2B) -> None:
     assert out["ctx"] in out["contexts"] and len(out["contexts"]) == 2
     assert out["after_remove"] == [c for c in out["contexts"] if c != out["ctx"]]
     assert out["gone"] == "NotFoundException"
-    assert out["users"] == ["root\n", "nobody\n"]  # a root sandbox runs user= through runuser
+    assert out["users"] == ["root\n", "nobody\n"]  # a root sandbox runs user= as that user (exec --user)
     # the hutch side: alice's sandbox from her image, the server one tagged run of it
     owner = e2b.owner()
     rec = owner.get(hutch_id(out["id"]))

@@ -44,6 +44,7 @@ HELPERS: dict[str, Callable[[Provider], object]] = {
     "ports": contract.ports_provider,
     "pool": contract.pool_provider,
     "nodes": contract.nodes_provider,
+    "exec_users": contract.exec_users_provider,
 }
 
 

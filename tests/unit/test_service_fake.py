@@ -354,3 +354,15 @@ def test_a_disk_cap_an_image_or_the_host_ca_is_refused_by_a_provider_without_it(
         create(service, host_ca=True)
     assert "drop --host-ca" in info.value.hint
     assert service.list() == []  # refused before anything was made
+
+
+def test_exec_user_on_a_provider_that_cannot_switch_users_is_refused_before_a_run(service: Service) -> None:
+    rec = create(service)
+    with pytest.raises(InvalidError) as info:
+        execute(service, rec.id, "id -u", user="root")
+    assert "cannot run a command as another user" in info.value.message and "runuser" in (info.value.hint or "")
+    assert service.store.runs.all(rec.id) == []  # nothing recorded, nothing ran
+    for bad in ("../etc", "a:b:c", "root\n", "-1", "1234567890", ""):
+        with pytest.raises(InvalidError) as info:
+            ExecRequest(command="id", user=bad)
+        assert "invalid --user" in info.value.message, bad

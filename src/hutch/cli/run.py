@@ -84,6 +84,7 @@ def exec_request(
     no_redact: bool = False,
     secrets: dict[str, str] | None = None,
     approval: str | None = None,
+    user: str | None = None,
 ) -> wire.ExecRequest:
     """The request of the command line's options, built as every edge builds one
     (:func:`hutch.wire.build.exec_request`)."""
@@ -107,6 +108,7 @@ def exec_request(
         secrets=secrets,
         redact=not no_redact,
         approval=approval,
+        user=user,
     )
 
 
@@ -131,6 +133,13 @@ def exec_request(
 @click.option("--tty", "-t", is_flag=True, help="Give the command a terminal (with -i: an interactive session).")
 @secret_option("Secret for this run: from $NAME, env:VAR or file:PATH; never stored, redacted from output.")
 @click.option("--approval", metavar="ID", help="An approved request (apr_...) for a command the sandbox requires approval for.")
+@click.option(
+    "--user",
+    "-u",
+    metavar="USER",
+    help="Run as this user of the sandbox: NAME, UID, NAME:GROUP or UID:GID, looked up in its /etc/passwd "
+    "(a sandbox that runs as root inside: --user root or an image's root).",
+)
 @exec_options
 @json_option
 @click.pass_obj
@@ -145,6 +154,7 @@ def exec_(
     interactive: bool,
     tty: bool,
     approval: str | None,
+    user: str | None,
     stream: bool,
     **kw: Any,
 ) -> None:
@@ -156,7 +166,7 @@ def exec_(
     """
     try:
         pairs = parse_pairs(env, "env", from_env=True)
-        req = exec_request(obj, command, pairs, **kw, secrets=resolve_secrets(secrets), approval=approval)
+        req = exec_request(obj, command, pairs, **kw, secrets=resolve_secrets(secrets), approval=approval, user=user)
         ref = sandbox
         if background:
             run = obj.client.start(ref, req)

@@ -23,6 +23,7 @@ from hutch.mcp.shapes import (
     Body,
     Command,
     Directory,
+    ExecUser,
     GitRepo,
     ManifestPath,
     MaxOutput,
@@ -179,6 +180,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         cwd: Annotated[str | None, Field(description="Working directory (default: the sandbox's workdir).")] = None,
         stdin: Annotated[str | None, Field(description="Text fed to the command's standard input.")] = None,
         max_output: MaxOutput = None,
+        user: ExecUser = None,
     ) -> CallToolResult:
         """Run a command in a sandbox and wait for it: exit_code, status, stdout and stderr (separate, capped).
 
@@ -186,7 +188,7 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         timed_out (exit_code 124), killed or oom_killed. stdout/stderr that are not UTF-8 come as base64
         (stdout_base64/stderr_base64 true)."""
         cap = max_output or default_cap
-        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, stdin=stdin, max_output=cap)
+        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, stdin=stdin, max_output=cap, user=user)
 
         async def work() -> Body:
             return cap_output(await client.exec(sandbox, req), cap)
@@ -266,12 +268,13 @@ def build_server(settings: Settings | None = None, max_output: int = DEFAULT_MAX
         ] = None,
         env: Annotated[dict[str, str] | None, Field(description="Extra environment variables for this command.")] = None,
         cwd: Annotated[str | None, Field(description="Working directory (default: the sandbox's workdir).")] = None,
+        user: ExecUser = None,
     ) -> CallToolResult:
         """Start a command in the background and return its run record at once (id, status running).
 
         Follow it with run_poll, wait for it with run_wait, stop it with run_kill. Its output is kept
         on disk even if this client goes away."""
-        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout)
+        req = build.exec_request(command, env=env, cwd=cwd, timeout=timeout, idle_timeout=idle_timeout, user=user)
         return await _call(client.start(sandbox, req))
 
     @app.tool(annotations=read_only)

@@ -43,6 +43,13 @@ GitRepo = Annotated[
     str | None,
     Field(description="URL[#REF]: /workspace starts as a clone of this repository (a local path, or http(s) through the proxy)."),
 ]
+ExecUser = Annotated[
+    str | None,
+    Field(
+        description="Run as this user of the sandbox (NAME, UID, NAME:GROUP or UID:GID, from its /etc/passwd); "
+        "the sandbox must run as root inside (user root, or an image's root). Default: the sandbox's own user."
+    ),
+]
 RunId = Annotated[str, Field(description="The run's id (run_...), from exec or exec_background.")]
 MaxOutput = Annotated[
     int | None,

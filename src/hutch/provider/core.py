@@ -44,7 +44,8 @@ class ExecSpec:
     which one fired. ``redact`` maps secret names to values to replace by
     ``[redacted:NAME]`` in the output (None: no redaction for this run). ``stream`` False
     is a background run nobody watches live. ``interactive`` is set only for providers
-    that declare ``interactive``."""
+    that declare ``interactive``; ``user`` (NAME, UID, NAME:GROUP or UID:GID, resolved inside
+    the sandbox) only for those that declare ``exec_users``."""
 
     run_id: str
     argv: list[str]
@@ -59,6 +60,7 @@ class ExecSpec:
     on_start: OnStart | None = None
     interactive: Interactive | None = None
     redact: dict[str, str] | None = None
+    user: str | None = None  # run as this user of the sandbox (only for providers that declare exec_users)
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Capabilities:
     usage: bool = False  # measures a live sandbox's memory, CPU time and processes (UsageProvider)
     pool: bool = False  # started sandboxes take a request's settings after start: a warm pool (PoolProvider)
     nodes: bool = False  # places sandboxes on the nodes of a cluster: hutch cluster (NodesProvider)
+    exec_users: bool = False  # runs one command as another user of the sandbox: exec --user (ExecUsersProvider)
     # runtimes (local: bwrap, gvisor): the one a spec without --runtime gets, and the others, each with
     # what a sandbox of it can do (never more than the provider declares above)
     default_runtime: str = ""

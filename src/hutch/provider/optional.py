@@ -348,6 +348,18 @@ class UsageProvider(Protocol):
 
 
 @runtime_checkable
+class ExecUsersProvider(Protocol):
+    """``capabilities.exec_users``: one run as another user of the sandbox (``exec --user``),
+    resolved inside the sandbox when the run starts (a user it does not know fails that run,
+    exit 126)."""
+
+    def check_exec_user(self, rec: SandboxRecord, user: str) -> None:
+        """Refuse (``invalid``, saying why and what to do) a sandbox whose runs cannot switch users,
+        before the run is recorded; ``user`` is already checked in form."""
+        ...
+
+
+@runtime_checkable
 class NodesProvider(Protocol):
     """``capabilities.nodes``: sandboxes live on the nodes of a cluster (``hutch cluster``)."""
 
@@ -382,6 +394,7 @@ PROTOCOLS: dict[str, type] = {
     "changes": ChangesProvider,
     "ports": PortsProvider,
     "usage": UsageProvider,
+    "exec_users": ExecUsersProvider,
     "pool": PoolProvider,
     "nodes": NodesProvider,
 }

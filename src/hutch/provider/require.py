@@ -14,6 +14,7 @@ from hutch.provider.optional import (
     ChangesProvider,
     ClaimsProvider,
     EventSource,
+    ExecUsersProvider,
     NetworkProvider,
     NodesProvider,
     OptionsProvider,
@@ -122,3 +123,9 @@ def nodes_provider(provider: Provider) -> NodesProvider:
     return _require(
         provider, "nodes", NodesProvider, "has no cluster nodes", "start the gateway with hutch serve --cluster RAY_ADDRESS"
     )
+
+
+def exec_users_provider(provider: Provider) -> ExecUsersProvider:
+    lacks = "cannot run a command as another user of a sandbox"
+    hint = "drop --user, or switch inside the command (runuser -u NAME -- CMD, where the sandbox runs as root)"
+    return _require(provider, "exec_users", ExecUsersProvider, lacks, hint)

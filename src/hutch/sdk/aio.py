@@ -168,7 +168,7 @@ class AsyncSandbox:
         self, command: str | builtins.list[str], *, background: bool = False, **options: Unpack[ExecOptions]
     ) -> ExecResult | AsyncRun:
         """Run a command: an :class:`ExecResult`, or an :class:`AsyncRun` with ``background=True``.
-        ``options``: env, cwd, timeout, idle_timeout, stdin, max_output, secrets, redact, approval
+        ``options``: env, cwd, timeout, idle_timeout, stdin, max_output, secrets, redact, approval, user
         (:class:`hutch.wire.build.ExecOptions`)."""
         if options.get("max_output") is None:
             options["max_output"] = self._cap

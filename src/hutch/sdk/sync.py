@@ -165,7 +165,7 @@ class Sandbox:
         self, command: str | builtins.list[str], *, background: bool = False, **options: Unpack[ExecOptions]
     ) -> ExecResult | Run:
         """Run a command. Returns an :class:`ExecResult`, or a :class:`Run` with ``background=True``.
-        ``options``: env, cwd, timeout, idle_timeout, stdin, max_output, secrets, redact, approval
+        ``options``: env, cwd, timeout, idle_timeout, stdin, max_output, secrets, redact, approval, user
         (:class:`hutch.wire.build.ExecOptions`).
 
         A non-zero exit never raises: read ``exit_code`` and ``status``.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from hutch.errors import CapacityError, HutchError, InvalidError, NotFoundError, TimeoutError_, UnavailableError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxRecord, SandboxState, new_id
-from hutch.provider import ExecSpec, Interactive
+from hutch.provider import ExecSpec, Interactive, exec_users_provider
 from hutch.service.adoption import WATCH_INTERVAL, Adoption
 from hutch.service.approvals import command_text
 from hutch.service.hints import no_terminal
@@ -138,12 +138,26 @@ class Runs(Adoption):
 
     # -- starting --------------------------------------------------------------------
 
+    def _check_user(self, rec: SandboxRecord, user: str) -> None:
+        """exec --user: the provider (and the sandbox's runtime) must switch users, and this sandbox must allow it."""
+        provider = self.svc.provider(rec.provider)
+        switching = exec_users_provider(provider)
+        caps = provider.capabilities.of_runtime(rec.spec.runtime)
+        if caps is None or not caps.exec_users:
+            raise InvalidError(
+                f"sandboxes of the {rec.spec.runtime} runtime cannot run a command as another user",
+                hint="drop --user, or switch inside the command (runuser -u NAME -- CMD, where the sandbox runs as root)",
+            )
+        switching.check_exec_user(rec, user)
+
     def _prepare(self, rec: SandboxRecord, req: ExecRequest, background: bool) -> tuple[str, list[str], bytes | None]:
         argv = req.argv()
         self.svc.access.run_started()  # the key's runs per minute
         self.svc.approvals.require(rec, "exec", req.approval, command_text(req.command))
         if req.idle_timeout is not None and req.idle_timeout <= 0:
             raise InvalidError("--idle-output-timeout must be positive")
+        if req.user is not None:
+            self._check_user(rec, req.user)
         stdin: bytes | None = None
         if req.stdin is not None:
             stdin = base64.b64decode(req.stdin) if req.stdin_base64 else req.stdin.encode()
@@ -206,6 +220,7 @@ class Runs(Adoption):
                 on_output=on_output if queue is not None else None,
                 interactive=interactive,
                 redact=req.secrets if req.redact else None,
+                user=req.user,
                 on_start=None if started is None else (lambda: _resolve(started)),
             )
             raw = await self.svc.provider(rec.provider).exec(rec, spec)

@@ -375,6 +375,7 @@ class ExecOptions(TypedDict, total=False):
     secrets: Mapping[str, str] | None  # in the environment, redacted from output
     redact: bool  # False: no redaction at all (default True)
     approval: str | None  # an approval id, when the sandbox's policy requires one
+    user: str | None  # run as this user of the sandbox (NAME, UID, NAME:GROUP, UID:GID); None: its own
 
 
 def exec_request(command: str | Sequence[str], *, background: bool = False, **options: Unpack[ExecOptions]) -> ExecRequest:
@@ -398,9 +399,11 @@ def exec_request(command: str | Sequence[str], *, background: bool = False, **op
         req["secrets"] = dict(secrets)
     if not options.get("redact", True):
         req["redact"] = False
-    approval = options.get("approval")
+    approval, user = options.get("approval"), options.get("user")
     if approval:
         req["approval"] = approval
+    if user is not None:
+        req["user"] = user
     return req
 
 

@@ -8,7 +8,8 @@ ExecRequest``, held to this one by tests/unit/test_wire.py). Past the Service th
 ``hutch.provider.ExecSpec`` whose fields keep these names: ``argv`` (``command``; a string
 runs as ``/bin/sh -c``), ``env`` (with ``secrets``), ``cwd``, ``stdin`` (bytes, decoded from
 ``stdin_base64``), ``timeout``, ``idle_timeout``, ``max_output`` and ``redact`` (the secrets
-to redact, or None for ``redact: false``), plus the run id and how it is watched.
+to redact, or None for ``redact: false``), ``user`` (None: the sandbox's own), plus the run id
+and how it is watched.
 """
 
 # No "from __future__ import annotations": Python 3.11 sees NotRequired/Required only in evaluated annotations.
@@ -63,6 +64,7 @@ class ExecRequest(TypedDict, total=False):
     secrets: dict[str, str]  # for this run only; never stored
     redact: bool  # secret values in the output become [redacted:NAME]
     approval: str | None  # an approved request (apr_...) for a command the policy gates
+    user: str | None  # run as this user of the sandbox: NAME, UID, NAME:GROUP or UID:GID (None: the sandbox's own)
 
 
 class ExecSummary(TypedDict):

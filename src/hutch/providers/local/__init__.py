@@ -78,6 +78,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         image_store=True,
         usage=True,
         pool=True,
+        exec_users=True,
         default_runtime="bwrap",
         runtimes=(("gvisor", GVISOR),),
     )
@@ -228,7 +229,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         fds: list[int] = [fd for fd, _, _ in mounts]
         identity = [*bw.HARDENING, "--uid", str(bw.SANDBOX_UID), "--gid", str(bw.SANDBOX_UID)]
         if plan is not None:
-            data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how}
+            data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how, "switch": True}
         cg: cgroups.SandboxCgroup | None = None
         proc: subprocess.Popen[bytes] | None = None
         top = sdir / "disk" if rec.spec.limits.disk is not None else sdir  # the capped filesystem holds what it writes
@@ -482,6 +483,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             "stream": spec.stream,
             "disk_cap": self.settings.disk_cap,
             "live_limit": None if spec.on_output is not None else spec.max_output,  # nobody watches live: send what is kept
+            **({"user": spec.user} if spec.user is not None else {}),  # looked up and switched to inside
         }
         inbox = None
         if (interactive := spec.interactive) is not None:

@@ -16,7 +16,7 @@ from typing import Any
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError, UnavailableError
 from hutch.models import FileEntry, NetworkPolicy, RawOutput, SandboxRecord
-from hutch.providers.local import runs
+from hutch.providers.local import runs, userns
 from hutch.providers.local.agent import wire
 from hutch.providers.local.channel import Channel
 from hutch.providers.local.egress import PORT, Egress
@@ -75,6 +75,10 @@ class AgentOpsMixin:
     egress: Egress
     _planned: Callable[[SandboxRecord], dict[str, Any]]
     _raw: Callable[[dict[str, Any], bytes, bytes, bool], RawOutput]
+
+    def check_exec_user(self, rec: SandboxRecord, user: str) -> None:
+        """ExecUsersProvider: only a sandbox whose agent is root in a namespace of its own users switches."""
+        userns.check_exec_user(rec.id, rec.data, user)
 
     def _configure(self, env: dict[str, str], secrets: dict[str, str]) -> dict[str, Any]:
         """The agent's ``configure``: the sandbox's environment and secrets, how long a spare waits."""

@@ -67,6 +67,7 @@ CAPABILITIES = Capabilities(
     changes=True,
     image_store=True,
     usage=True,
+    exec_users=True,
 )
 
 
@@ -214,7 +215,7 @@ class GvisorMixin:
                 check_reachable(real, uid)
         sdir = self.settings.sandboxes_dir / rec.id
         data: dict[str, Any] = dict(rec.data) | {"dir": str(sdir), "uid": uid, "runtime": "gvisor"}
-        data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how}
+        data["user"] = {"name": plan.user, "uid": plan.uid, "gid": plan.gid, "map": plan.mapping.how, "switch": True}
         top = sdir if not rec.spec.tenant else tenant_dir(self.settings, rec.spec.tenant)
         root = ImageRoot(image, top / "root", runtime) if image is not None else None
         ns_fd: int | None = None

@@ -361,3 +361,31 @@ def plan(user: str, root: bool, etc: Path | None, base: int | None = None) -> Pl
             hint="use --user root and switch inside (runuser -u NAME -- CMD), or run hutch as root",
         )
     return Plan(user, uid, gid, mapping, tuple(groups))
+
+
+def check_exec_user(sandbox_id: str, data: dict[str, object], user: str) -> None:
+    """Refuse ``exec --user`` where the sandbox's runs cannot switch users, saying why: a sandbox of one
+    mapped uid (no --user, no image), one whose agent gave up root at start (a non-root --user or image
+    USER), one whose namespace maps only root (a normal user without subordinate ids), one made before."""
+    own = data.get("user")
+    if not isinstance(own, dict):
+        raise InvalidError(
+            f"sandbox {sandbox_id} maps one uid (its user, uid 1000): it has no other user to run as",
+            hint="create the sandbox with users of its own (--user root, or an --image), then exec --user NAME",
+        )
+    if not own.get("switch"):
+        raise InvalidError(
+            f"sandbox {sandbox_id} was made by an earlier hutch whose agent cannot switch users",
+            hint="recreate the sandbox, or switch inside the command (runuser -u NAME -- CMD)",
+        )
+    if (own.get("uid"), own.get("gid")) != (0, 0):
+        raise InvalidError(
+            f"sandbox {sandbox_id} runs as {own.get('name')} (uid {own.get('uid')}): its agent gave up root when the "
+            "sandbox started, so its runs cannot become another user",
+            hint=f"create it with --user root and give --user {own.get('name')} to the runs that need that user",
+        )
+    if own.get("map") == "single" and user not in ("root", "0", "0:0", "root:root", "root:0", "0:root"):
+        raise InvalidError(
+            f"--user {user}: only root (you) is mapped in sandbox {sandbox_id}: no other user exists there",
+            hint=SUBID_HINT + " (newuidmap and newgidmap from the uidmap package), then recreate the sandbox",
+        )

@@ -177,9 +177,9 @@ class Processes:
         self._forget_ended(sandbox_id)
         if sum(1 for p in table.values() if p.end is None and p.error is None) >= MAX_PROCS:
             raise ConnectError("resource_exhausted", f"sandbox {sandbox_id} already runs {MAX_PROCS} processes")
-        prefix = await self.users.command_prefix(sandbox_id, user)  # user=: honoured where hutch can, refused otherwise
+        prefix, as_user = await self.users.command_prefix(sandbox_id, user)  # user=: honoured where hutch can, else refused
         try:
-            req = ExecRequest(command=[*prefix, config["cmd"], *args], env=envs, cwd=cwd, timeout=deadline)
+            req = ExecRequest(command=[*prefix, config["cmd"], *args], env=envs, cwd=cwd, timeout=deadline, user=as_user)
         except (HutchError, ValueError) as exc:
             raise invalid(f"invalid process: {exc}") from None
         inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(INBOX)

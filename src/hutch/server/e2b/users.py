@@ -3,9 +3,11 @@ envd calls, ``?username=`` on file URLs). hutch runs every command of a sandbox 
 sandbox's own user (``hutch create --user``, an image's user), so:
 
 - no user, or the sandbox's own (by name or uid): as always;
-- another user, for a command, in a sandbox whose user is root: the command runs through
-  ``runuser -u USER --`` (the image must have runuser and that user; if not, the command
-  fails saying so, as ``su`` would);
+- another user, for a command, in a sandbox whose user is root: the run is that user
+  (``exec --user``: looked up in the sandbox's /etc/passwd, no capabilities) where the
+  provider switches users itself; elsewhere the command runs through ``runuser -u USER --``
+  (the image must have runuser and that user; if not, the command fails saying so, as
+  ``su`` would);
 - anything else: ``permission_denied``, naming the sandbox's user, never silently ignored.
   File operations run as the sandbox's user, so they take only that user.
 
@@ -54,15 +56,20 @@ class Users:
     def forget(self, sandbox_id: str) -> None:
         self.known.pop(sandbox_id, None)
 
-    async def command_prefix(self, sandbox_id: str, user: str | None) -> list[str]:
-        """What a command for ``user`` starts with (``[]``: as the sandbox's user)."""
+    async def command_prefix(self, sandbox_id: str, user: str | None) -> tuple[list[str], str | None]:
+        """What a command for ``user`` starts with (``[]``: as the sandbox's user), and the run's user
+        (None: the sandbox's own)."""
         if not user:
-            return []
+            return [], None
         name, uid = await self.whoami(sandbox_id)
         if user in (name, str(uid)):
-            return []
+            return [], None
         if uid == 0:
-            return ["runuser", "-u", user, "--"]
+            rec = self.svc.live(sandbox_id, touch=False)
+            caps = self.svc.provider(rec.provider).capabilities.of_runtime(rec.spec.runtime)
+            if caps is not None and caps.exec_users:
+                return [], user
+            return ["runuser", "-u", user, "--"], None
         why = f"sandbox {sandbox_id} runs its commands as {name} (uid {uid}), not as {user!r}; {HINT}"
         raise ConnectError("permission_denied", why)
 

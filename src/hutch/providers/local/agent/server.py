@@ -51,6 +51,7 @@ def _take_exec(conn: Connection, env: dict[str, str], secrets: dict[str, str]) -
             os.close(fd)
         conn.send(wire.error("invalid", "the exec socket takes exec requests with a run id and a stdin descriptor"))
         return None
+    req["own_env"] = list(req.get("env") or {})
     req["env"] = {**env, **secrets, **(req.get("env") or {})}
     if req.get("redact") is not None:  # None: this run asked for --no-redact
         req["redact"] = {**secrets, **req["redact"]}

@@ -6,6 +6,7 @@ import os
 import subprocess
 
 from .output import Sink
+from .users import clear_inheritable, resolve
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,17 +77,28 @@ class Plumbing:
         """Start the command in a session of its own; the child's descriptors are closed here
         whether or not it started."""
         try:
+            env = req.get("env") or {}
+            uid = gid = groups = None
+            user = req.get("user")
+            if user:  # exec --user: that user's ids (every capability goes), its HOME unless the run set one
+                uid, gid, groups, login = resolve(user)
+                clear_inheritable()
+                own = req.get("own_env") or ()
+                env = {**env, **{k: v for k, v in login.items() if k not in own}}
             return subprocess.Popen(
                 req["argv"],
                 stdin=self.io["stdin"],
                 stdout=self.io["stdout"],
                 stderr=self.io["stderr"],
                 cwd=req.get("cwd") or "/workspace",
-                env=req.get("env") or {},
+                env=env,
                 start_new_session=True,
                 close_fds=True,
                 restore_signals=True,
                 preexec_fn=take_terminal if self.tty else None,
+                user=uid,
+                group=gid,
+                extra_groups=groups,
             )
         finally:
             for fd in self.child_ends:

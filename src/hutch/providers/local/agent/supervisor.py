@@ -33,6 +33,7 @@ from . import procs, wire
 from .hostlink import HostLink, Input
 from .output import Redactor
 from .spawn import Plumbing, spawn_failure
+from .users import UserError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -90,8 +91,11 @@ class Supervisor:
         argv, cwd = self.req["argv"], self.req.get("cwd") or "/workspace"
         try:
             self.proc = self.io.spawn(self.req)
-        except OSError as exc:
-            code, message = spawn_failure(exc, argv[0], cwd)
+        except (OSError, UserError) as exc:
+            if isinstance(exc, UserError):
+                code, message = 126, f"cannot run as {self.req.get('user')}: {exc}"
+            else:
+                code, message = spawn_failure(exc, argv[0], cwd)
             self.reason = "spawn"
             status = self._status(code, 0)
             status["spawn_error"] = message

@@ -130,6 +130,8 @@ if TYPE_CHECKING:
         tty: bool  # a terminal: stdout and stderr merged into O frames
         rows: int
         cols: int
+        user: str | None  # run as this user of the sandbox (NAME, UID, NAME:GROUP, UID:GID), looked up inside
+        own_env: list[str]  # (set by the agent) the names the run's own env set: a user's HOME never replaces them
 
     class Status(TypedDict, total=False):
         """How a run ended: the ``finished`` message, and the run's ``status`` file."""
