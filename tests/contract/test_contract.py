@@ -528,3 +528,17 @@ def test_push_pull_snapshot_fork_where_declared(target: Target, new: New, tmp_pa
         assert target.read(rec.id, "a.txt") == (b"alpha\n", False)  # a copy, not a share
     finally:
         target.destroy(child)
+
+
+def test_exec_as_another_user_where_declared(target: Target, shared: SandboxRecord, new: New) -> None:
+    """A sandbox without users of its own (the default) refuses exec --user before a run, everywhere; where
+    the provider switches users, a sandbox that runs as root inside runs one command as another uid."""
+    runs = target.runs(shared.id)
+    refused(target, lambda: target.exec(shared.id, ["id", "-u"], user="4242:4242"))
+    assert target.runs(shared.id) == runs, "a refused exec --user was recorded"
+    if not target.capabilities.exec_users:
+        return
+    rec = new(user="root")
+    r = target.exec(rec.id, ["sh", "-c", "id -u; id -g; grep CapEff /proc/self/status"], user="4242:4242")
+    assert r.exit_code == 0, r
+    assert r.stdout.split()[:2] == ["4242", "4242"] and r.stdout.split()[3] == "0000000000000000", r.stdout
