@@ -269,15 +269,28 @@ def registry_login(environ: Mapping[str, str], registry: str) -> RegistryLogin |
     """The caller's login for ``registry`` (``host[:port]``, ``docker.io`` for Docker Hub):
     ``HUTCH_REGISTRY_USER`` + ``HUTCH_REGISTRY_PASSWORD`` (for any registry, or the one
     ``HUTCH_REGISTRY`` names), else the ``auths`` entry of the docker config file
-    (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``). None: pull anonymously."""
+    (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``), whose ``credHelpers`` entry
+    for the registry, else ``credsStore``, names a credential helper to ask first, as docker does
+    (:mod:`hutch.credhelper`). None: pull anonymously."""
     user, password = environ.get(REGISTRY_USER_VAR, ""), environ.get(REGISTRY_PASSWORD_VAR, "")
     scope = environ.get(REGISTRY_VAR, "").strip()
     if user and password and (not scope or scope == registry):
         return RegistryLogin(user, password, f"{REGISTRY_USER_VAR}/{REGISTRY_PASSWORD_VAR}")
-    auths = _docker_config(environ).get("auths")
+    config = _docker_config(environ)
+    keys = DOCKER_HUB_KEYS if registry == "docker.io" else (registry, f"https://{registry}", f"http://{registry}")
+    helpers, store = config.get("credHelpers"), config.get("credsStore")
+    helper = next((helpers[k] for k in keys if isinstance(helpers, dict) and isinstance(helpers.get(k), str)), None)
+    named = (helper, f"credHelpers entry for {registry}") if helper else (store, "credsStore") if store else None
+    if named is not None:
+        from hutch import credhelper  # here: only a config that names a helper pays for running one
+
+        server = DOCKER_HUB_KEYS[0] if registry == "docker.io" else registry
+        got = credhelper.get(environ, str(named[0]), server, named[1])
+        if got is not None:
+            return RegistryLogin(got[0], got[1], f"docker-credential-{named[0]}")
+    auths = config.get("auths")
     if not isinstance(auths, dict):
         return None
-    keys = DOCKER_HUB_KEYS if registry == "docker.io" else (registry, f"https://{registry}", f"http://{registry}")
     for key in keys:
         entry = auths.get(key) or auths.get(key.rstrip("/"))
         if not isinstance(entry, dict):
