@@ -98,6 +98,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "units",
             "config",
             "credentials",
+            "credhelper",
             "tokens",
             "errors",
             "_version",
