@@ -208,6 +208,51 @@ def test_cluster_commands(front: Front) -> None:
     assert unknown.returncode != 0 and json.loads(unknown.stdout)["error"]["kind"] == "not_found"
 
 
+def test_drain_move_moves_what_it_can_and_says_why_not_for_the_rest(front: Front) -> None:
+    """hutch cluster drain NODE --move: an idle sandbox goes to another node with its id, files,
+    environment and secrets; one with a run going, one with a process left running and a
+    paused one stay on the node, each listed with why; nothing is lost."""
+    c = front.client
+    victim = front.cluster.nodes[1]
+    on = {"provider_options": {"node": victim.ip}}
+    made: list[str] = []
+    try:
+        idle = c.create(on | {"name": "mover", "env": {"WHO": "moved"}, "secrets": {"TOKEN": "s3cr3t-42"}})
+        busy, left, paused = (c.create(on) for _ in range(3))
+        made += [r["id"] for r in (idle, busy, left, paused)]
+        assert {r["node"] for r in (idle, busy, left, paused)} == {victim.ip}
+        c.write_file(idle["id"], "/workspace/data/a.txt", b"alpha\n", 0o640)
+        c.start(busy["id"], {"command": ["sleep", "600"]})
+        c.exec(left["id"], {"command": ["sh", "-c", "sleep 600 >/dev/null 2>&1 &"]})
+        c.pause(paused["id"])
+        done = front.cli("cluster", "drain", victim.ip, "--move", "--json")
+        assert done.returncode == 1, done.stderr  # some stayed: said, and the exit says so
+        doc = json.loads(done.stdout)
+        assert doc["drained"] is True and doc["sandboxes"] == 3
+        [moved] = doc["moved"]
+        assert (moved["sandbox"], moved["name"]) == (idle["id"], "mover") and moved["to"] != victim.ip
+        why = {s["sandbox"]: s["reason"] for s in doc["not_moved"]}
+        assert "run(s) going" in why[busy["id"]] and "process(es) still run" in why[left["id"]], why
+        assert "paused" in why[paused["id"]] and set(why) == {busy["id"], left["id"], paused["id"]}
+        now = c.get(idle["id"])
+        assert now["node"] == moved["to"] and now["state"] == "running"
+        assert c.read_file(idle["id"], "/workspace/data/a.txt") == (b"alpha\n", False)
+        res = c.exec(idle["id"], {"command": ["sh", "-c", 'echo $WHO; test "$TOKEN" = s3cr3t-42 && echo same']})
+        assert out(res) == "moved\nsame\n"
+        [event] = c.events(idle["id"], types=["sandbox_moved"])
+        assert (event["data"]["source"], event["data"]["node"], event["data"]["left"]) == (victim.ip, moved["to"], None)
+        node = Client(Settings.load(home=victim.home), autostart=False)  # the old copy is gone from the node
+        assert node.list(labels={GATEWAY_LABEL: idle["id"]}) == []
+        assert len(node.list(labels={GATEWAY_LABEL: busy["id"]})) == 1
+        assert out(c.exec(busy["id"], {"command": ["echo", "still here"]})) == "still here\n"
+        assert c.resume(paused["id"])["state"] == "running"
+    finally:
+        for sid in made:
+            c.destroy(sid)
+        front.cli("cluster", "drain", victim.ip, "--undo")
+    assert front.cli("cluster", "drain", victim.ip, "--undo", "--move").returncode != 0  # --move with --undo: refused
+
+
 UPSTREAM = r"""
 import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):

@@ -70,16 +70,30 @@ def nodes(obj: Ctx) -> None:
 @cluster.command()
 @click.argument("node")
 @click.option("--undo", is_flag=True, help="Take new sandboxes on NODE again.")
+@click.option(
+    "--move",
+    is_flag=True,
+    help="Also move NODE's sandboxes to other nodes (same ids; their workspaces copied); those that cannot move "
+    "(something runs in them, paused, no room) stay and are listed with why (exit 1).",
+)
 @json_option
 @click.pass_obj
-def drain(obj: Ctx, node: str, undo: bool) -> None:
-    """Place no new sandboxes on NODE (its name, or its Ray node id); those it has go on.
+def drain(obj: Ctx, node: str, undo: bool, move: bool) -> None:
+    """Place no new sandboxes on NODE (its name, or its Ray node id); those it has go on,
+    or with --move go to other nodes.
 
     The drain is kept across gateway restarts. --undo lifts it.
     """
-    doc = obj.client.cluster_drain(node, not undo)
+    doc = obj.client.cluster_drain(node, not undo, move)
+    stayed = doc.get("not_moved", [])
     if obj.json:
         emit(doc)
-        return
-    what = "drained: no new sandboxes go there" if doc["drained"] else "takes new sandboxes again"
-    click.echo(f"node {doc['name']} ({doc['state']}, {doc['sandboxes']} sandboxes) {what}")
+    else:
+        what = "drained: no new sandboxes go there" if doc["drained"] else "takes new sandboxes again"
+        click.echo(f"node {doc['name']} ({doc['state']}, {doc['sandboxes']} sandboxes) {what}")
+        for m in doc.get("moved", []):
+            click.echo(f"moved {m['name'] or m['sandbox']} to {m['to']}")
+        for s in stayed:
+            click.echo(f"not moved {s['name'] or s['sandbox']}: {s['reason']}", err=True)
+    if stayed:
+        raise SystemExit(1)

@@ -82,9 +82,10 @@ class Client:
     def cluster_nodes(self) -> builtins.list[wire.NodeRecord]:
         return cast("builtins.list[wire.NodeRecord]", self.json("GET", "/v1/cluster/nodes"))
 
-    def cluster_drain(self, name: str, drained: bool = True) -> wire.NodeRecord:
+    def cluster_drain(self, name: str, drained: bool = True, move: bool = False) -> wire.Drained:
         url = paths.node(name) + "/drain"
-        return cast("wire.NodeRecord", self.json("POST", url, json={"drained": drained}))
+        body: wire.DrainRequest = {"drained": drained, "move": move}
+        return cast("wire.Drained", self.json("POST", url, json=body))
 
     def pool_drain(self, image: str | None = None, all_shapes: bool = False) -> wire.PoolDrained:
         body: wire.PoolDrainRequest = {"image": image, "all": all_shapes}

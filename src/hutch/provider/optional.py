@@ -379,6 +379,11 @@ class NodesProvider(Protocol):
         """Take no new sandboxes on ``name`` (or again, with ``drained`` false); its record after."""
         ...
 
+    async def move(self, rec: SandboxRecord) -> dict[str, Any]:
+        """``rec`` to another node, keeping its id: ``data`` (its new record data), ``from``,
+        ``to``, ``left`` (why an old copy stayed, or None); an error saying why it stays."""
+        ...
+
 
 PROTOCOLS: dict[str, type] = {
     "network": NetworkProvider,

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
+from pydantic import BaseModel, StrictBool
 
 from hutch.service import Service
 
 
 class DrainRequest(BaseModel):
-    drained: bool = True
+    drained: StrictBool = True
+    move: StrictBool = False  # its sandboxes go to other nodes (by a copy of their workspace)
 
 
 def router(service: Service) -> APIRouter:
@@ -28,6 +29,6 @@ def router(service: Service) -> APIRouter:
 
     @r.post("/v1/cluster/nodes/{name}/drain")
     async def drain(name: str, req: DrainRequest) -> dict[str, Any]:
-        return await cluster.drain(name, req.drained)
+        return await cluster.drain(name, req.drained, req.move)
 
     return r

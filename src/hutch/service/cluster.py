@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from hutch.actors import acting
 from hutch.config import CLUSTER_PROVIDER
-from hutch.errors import UnavailableError
+from hutch.errors import HutchError, InvalidError, UnavailableError
+from hutch.models import SandboxState
 from hutch.provider import NodesProvider, Provider, nodes_provider
 
 if TYPE_CHECKING:
@@ -71,9 +72,39 @@ class Cluster:
     async def nodes(self) -> list[dict[str, Any]]:
         return await self.provider().nodes()
 
-    async def drain(self, name: str, drained: bool) -> dict[str, Any]:
+    async def drain(self, name: str, drained: bool, move: bool = False) -> dict[str, Any]:
+        """Take no new sandboxes on ``name``; with ``move``, its sandboxes go to other nodes
+        too (each that cannot is listed with why, and stays where it is)."""
+        if move and not drained:
+            raise InvalidError("--move goes with a drain, not with --undo", hint="hutch cluster drain NODE --move")
         node = await self.provider().drain(name, drained)
         self.svc.store.nodes.drain(node["name"], drained)
         with acting(None):
             self.svc.store.events.append("node_drained" if drained else "node_undrained", None, None, node=node["name"])
+        if move:
+            outcome = await self._move_from(node["name"])
+            node = await self.provider().drain(node["name"], drained) | outcome  # its record after the moves
         return node
+
+    async def _move_from(self, name: str) -> dict[str, Any]:
+        provider = self.provider()
+        moved: list[dict[str, Any]] = []
+        stayed: list[dict[str, Any]] = []
+        for rec in self.svc.store.sandboxes.all((SandboxState.running, SandboxState.paused)):
+            if rec.provider != CLUSTER_PROVIDER or rec.node != name:
+                continue
+            if rec.state == SandboxState.paused:
+                stayed.append({"sandbox": rec.id, "name": rec.name, "reason": "paused: resume it to move it"})
+                continue
+            try:
+                done = await provider.move(rec)
+            except HutchError as exc:
+                stayed.append({"sandbox": rec.id, "name": rec.name, "reason": exc.message})
+                continue
+            self.svc.store.sandboxes.update(rec.id, data=done["data"])
+            with acting(None):
+                self.svc.store.events.append(
+                    "sandbox_moved", rec.id, None, node=done["to"], source=done["from"], left=done["left"]
+                )
+            moved.append({"sandbox": rec.id, "name": rec.name, "to": done["to"]})
+        return {"moved": moved, "not_moved": stayed}

@@ -33,7 +33,16 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitChanges, CommitLayer, CommitRequest, ImageCommitted
-    from hutch.wire.cluster import ClusterStatus, DrainRequest, NodeRecord, NodeRoom, NodeState
+    from hutch.wire.cluster import (
+        ClusterStatus,
+        Drained,
+        DrainRequest,
+        MovedSandbox,
+        NodeRecord,
+        NodeRoom,
+        NodeState,
+        StayedSandbox,
+    )
     from hutch.wire.gateway import (
         CertificateIssued,
         CertificateKey,
@@ -214,6 +223,7 @@ __all__ = [
     "Doctor",
     "DoneFrame",
     "DrainRequest",
+    "Drained",
     "Error",
     "ErrorDetail",
     "ErrorFrame",
@@ -265,6 +275,7 @@ __all__ = [
     "Manifest",
     "ManifestEntry",
     "Mount",
+    "MovedSandbox",
     "NetworkMode",
     "NetworkPolicy",
     "NodeRecord",
@@ -309,6 +320,7 @@ __all__ = [
     "SshEndpoint",
     "StateChange",
     "StatusClaim",
+    "StayedSandbox",
     "StreamName",
     "StreamPage",
     "SubagentRequest",

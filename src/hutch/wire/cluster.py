@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict
 
-__all__ = ["ClusterStatus", "DrainRequest", "NodeRecord", "NodeRoom", "NodeState"]
+__all__ = ["ClusterStatus", "DrainRequest", "Drained", "MovedSandbox", "NodeRecord", "NodeRoom", "NodeState", "StayedSandbox"]
 
 NodeState = Literal["starting", "ready", "unreachable", "lost", "refused"]
 
@@ -45,6 +45,31 @@ class ClusterStatus(TypedDict):
 
 
 class DrainRequest(TypedDict, total=False):
-    """``POST /v1/cluster/nodes/{name}/drain``: take no new sandboxes there (``drained: false`` undoes it)."""
+    """``POST /v1/cluster/nodes/{name}/drain``: take no new sandboxes there (``drained: false``
+    undoes it); with ``move``, its sandboxes go to other nodes too."""
 
     drained: bool
+    move: bool
+
+
+class MovedSandbox(TypedDict):
+    """A sandbox a drain moved: same id, another node."""
+
+    sandbox: str
+    name: str | None
+    to: str
+
+
+class StayedSandbox(TypedDict):
+    """A sandbox a drain could not move (it stays where it is), and why."""
+
+    sandbox: str
+    name: str | None
+    reason: str
+
+
+class Drained(NodeRecord, total=False):
+    """The answer of a drain: the node's record; with ``move``, what moved and what did not."""
+
+    moved: list[MovedSandbox]
+    not_moved: list[StayedSandbox]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from hutch.wire.changes import ChangeList, CommitRequest, ImageCommitted
-from hutch.wire.cluster import ClusterStatus, DrainRequest, NodeRecord
+from hutch.wire.cluster import ClusterStatus, Drained, DrainRequest, NodeRecord
 from hutch.wire.gateway import CertificateIssued, CertificateRecord, CertificateRequest, ExposedPort, ExposeRequest, Unexposed
 from hutch.wire.images import ImagePruned, ImagePullFrame, ImagePullRequest, ImageRecord, ImageRemoved
 from hutch.wire.keys import KeyCreated, KeyRecord, KeyRequest, KeyRevoked, RotateRequest, UiLink
@@ -181,5 +181,5 @@ ROUTES: tuple[Route, ...] = (
     # a cluster gateway (hutch serve --cluster)
     Route("GET", "/v1/cluster", None, ClusterStatus),
     Route("GET", "/v1/cluster/nodes", None, list[NodeRecord]),
-    Route("POST", "/v1/cluster/nodes/{name}/drain", DrainRequest, NodeRecord),
+    Route("POST", "/v1/cluster/nodes/{name}/drain", DrainRequest, Drained),
 )

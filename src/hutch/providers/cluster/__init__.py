@@ -35,6 +35,7 @@ from hutch.providers.cluster import ops
 from hutch.providers.cluster.driver import Driver
 from hutch.providers.cluster.http import NodeClient, run, sandbox
 from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, in_thread, unavailable
+from hutch.providers.cluster.move import Moves
 from hutch.providers.cluster.nodes import choose, find
 from hutch.providers.cluster.spool import Spool
 from hutch.providers.cluster.tunnel import Tunnels
@@ -107,6 +108,7 @@ class ClusterProvider:
         self.spool = Spool(settings.home / "cluster" / "sandboxes", settings.output_cap)
         self.relay = ops.Relay(self.spool.runs)
         self.tunnels = Tunnels()
+        self.moves = Moves(settings.home / "cluster", self._node_spec)
         if self.monitor is not None:
             self.monitor.on_ready = self.relay.pull
 
@@ -168,11 +170,29 @@ class ClusterProvider:
 
     def _where(self, rec: SandboxRecord) -> tuple[NodeClient, str]:
         mon = self._mon()
-        name = str(rec.data.get("node"))
+        data = self.moves.data(rec)
+        name = str(data.get("node"))
         node = mon.nodes.get(name)
         if node is None or node.client is None or node.state in ("lost", "refused"):
             raise unavailable(node, name)
-        return node.client, str(rec.data["node_sandbox"])
+        return node.client, str(data["node_sandbox"])
+
+    def _data(self, rec: SandboxRecord) -> dict[str, Any]:
+        """Where ``rec`` is, also when the caller's record was read before a move."""
+        return self.moves.moved.get(rec.id, rec.data)
+
+    def _node_spec(self, rec: SandboxRecord) -> dict[str, Any]:
+        """The create body of ``rec``'s sandbox on a node: a plain local sandbox, labelled with its gateway id."""
+        spec = rec.spec.model_dump(mode="json", exclude=NOT_SENT)
+        labels = {**rec.spec.labels, GATEWAY_LABEL: rec.id}
+        return spec | {"provider": "local", "secrets": dict(rec.spec.secrets), "labels": labels}
+
+    async def move(self, rec: SandboxRecord) -> dict[str, Any]:
+        """``rec`` to another node, keeping its id (:mod:`~hutch.providers.cluster.move`)."""
+        done = await self.moves.move(self._mon(), rec, self.settings.cluster_placement)
+        self.relay.ids.pop(str(done["old"]), None)
+        self.relay.ids[str(done["data"]["node_sandbox"])] = rec.id
+        return done
 
     async def check(self) -> list[CheckResult]:
         if self.monitor is None:
@@ -207,10 +227,8 @@ class ClusterProvider:
                 await asyncio.sleep(mon.interval)
         node.placed[rec.id] = (memory, pids)  # reserved before the first await: two creates never take one slot
         assert node.client is not None
-        spec = rec.spec.model_dump(mode="json", exclude=NOT_SENT)
-        spec |= {"provider": "local", "secrets": dict(rec.spec.secrets), "labels": {**rec.spec.labels, GATEWAY_LABEL: rec.id}}
         try:
-            made = await node.client.json("POST", "/v1/sandboxes", json=spec)
+            made = await node.client.json("POST", "/v1/sandboxes", json=self._node_spec(rec))
         except BaseException:
             node.placed.pop(rec.id, None)
             raise
@@ -225,26 +243,29 @@ class ClusterProvider:
                 with contextlib.suppress(HutchError):
                     await node.client.json("DELETE", sandbox(made["id"]))
                 raise
+        self.moves.keep(rec)
         return data, {k: f"{v} (on {node.name})" for k, v in dict(made.get("enforcement") or {}).items()}
 
     def watch(self, rec: SandboxRecord, on_gone: OnGone) -> bool:
         mon = self._mon()
-        node = mon.nodes.get(str(rec.data.get("node")))
+        data = self._data(rec)
+        node = mon.nodes.get(str(data.get("node")))
         if node is None or node.state == "lost":
             return False
         node.placed.setdefault(rec.id, (rec.spec.limits.memory, rec.spec.limits.pids))
-        self.relay.ids[str(rec.data.get("node_sandbox"))] = rec.id
+        self.relay.ids[str(data.get("node_sandbox"))] = rec.id
         mon.follow(rec.id, on_gone)
         return True
 
     async def alive(self, rec: SandboxRecord) -> bool:
         mon = self._mon()
-        name = str(rec.data.get("node"))
+        data = self._data(rec)
+        name = str(data.get("node"))
         node = await mon.settled(name, mon.detect + 60)
         if node is None or node.client is None or node.state in ("lost", "refused"):
             return False
         try:
-            made = await node.client.json("GET", sandbox(str(rec.data["node_sandbox"])))
+            made = await node.client.json("GET", sandbox(str(data["node_sandbox"])))
         except UnavailableError:
             raise
         except HutchError:
@@ -257,18 +278,21 @@ class ClusterProvider:
     async def destroy(self, rec: SandboxRecord) -> bool:
         mon = self._mon()
         mon.unfollow(rec.id)
-        self.relay.ids.pop(str(rec.data.get("node_sandbox")), None)
-        node = mon.nodes.get(str(rec.data.get("node")))
+        await self.moves.settled(rec.id)  # a move going on ends first: then its new copy is the one destroyed
+        data = self._data(rec)
+        self.moves.forget(rec.id)
+        self.relay.ids.pop(str(data.get("node_sandbox")), None)
+        node = mon.nodes.get(str(data.get("node")))
         existed = False
-        if node is not None and node.client is not None and node.state != "lost" and "node_sandbox" in rec.data:
+        if node is not None and node.client is not None and node.state != "lost" and "node_sandbox" in data:
             kept = self._tenant_tar(rec)
             if kept is not None:  # the tenant's workspace stays on this gateway, for its next sandbox on any node
                 part = kept.with_suffix(".part")
                 with contextlib.suppress(HutchError):
-                    await ops.export_workspace(node.client, str(rec.data["node_sandbox"]), part)
+                    await ops.export_workspace(node.client, str(data["node_sandbox"]), part)
                     part.replace(kept)
                 part.unlink(missing_ok=True)
-            done = await node.client.json("DELETE", sandbox(str(rec.data["node_sandbox"])))
+            done = await node.client.json("DELETE", sandbox(str(data["node_sandbox"])))
             existed = bool(done.get("existed", True))
         if node is not None:
             node.placed.pop(rec.id, None)
@@ -359,8 +383,8 @@ class ClusterProvider:
                 params = {"stdout_offset": offset, "stderr_offset": offset, "limit": max(1, min(limit, 16 << 20))}
                 page = (await client.json("GET", run(node_run) + "/output", params=params))[stream]
                 return _chunk(page)[:limit], int(page["size"])
-            except UnavailableError:
-                pass  # the node is away: what streamed through this gateway
+            except HutchError:
+                pass  # the node is away, or the sandbox moved since (its old runs stayed): what streamed through here
         return self.spool.read(rec.id, run_id, stream, offset, limit)
 
     async def read_transcript(self, rec: SandboxRecord, offset: int, limit: int) -> tuple[list[dict[str, Any]], int, int]:
@@ -438,7 +462,7 @@ class ClusterProvider:
             await self.import_workspace(dst, tmp, [])
         finally:
             tmp.unlink(missing_ok=True)
-        here, there = src.data.get("node"), dst.data.get("node")
+        here, there = self._data(src).get("node"), self._data(dst).get("node")
         return CopyReport(f"tar on node {here}" if here == there else f"tar from node {here} to node {there}")
 
     def _tenant_tar(self, rec: SandboxRecord) -> Path | None:
