@@ -233,7 +233,12 @@ def test_fork_and_snapshot_carry_the_writable_root(idaemon: Daemon) -> None:
     assert not isinstance(child, Exception), child
     lines = child.exec(probe).stdout.splitlines()
     assert lines[:4] == expected and "No such file" in lines[4], lines  # its writes, owners and deletions
-    src.snapshot("with-root")
+    assert src.exec("head -c 3000000 /dev/urandom > /etc/big").exit_code == 0  # written in the root, not /workspace
+    snap = src.snapshot("with-root")
+    files = sorted((idaemon.home / "snapshots").glob("with-root*"))
+    assert len(files) == 2, files  # the workspace's tar and the writable root's beside it
+    assert snap["size"] == sum(f.stat().st_size for f in files) > 3_000_000, (snap, files)  # it counts what it holds
+    assert [s["size"] for s in idaemon.client().snapshots() if s["name"] == "with-root"] == [snap["size"]]
     src.exec("echo later > /etc/marker")
     restored = Sandbox.restore("with-root", settings=idaemon.settings)
     lines = restored.exec(probe).stdout.splitlines()

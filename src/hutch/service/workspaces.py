@@ -252,9 +252,10 @@ class Workspaces:
             started = time.monotonic()
             size = await self.service._guarded(rec, provider.export_workspace(rec, tmp))
             root_tmp = tmp.with_suffix(".root.tar")
-            try:  # an image sandbox's writable root, beside its workspace
-                if await self.service._guarded(rec, provider.export_root(rec, root_tmp)) is not None:
+            try:  # an image sandbox's writable root, beside its workspace: the snapshot's size counts both
+                if (root_size := await self.service._guarded(rec, provider.export_root(rec, root_tmp))) is not None:
                     os.replace(root_tmp, root_archive(final))
+                    size += root_size
             finally:
                 root_tmp.unlink(missing_ok=True)
             os.replace(tmp, final)

@@ -113,7 +113,7 @@ class SnapshotRecord(TypedDict):
     sandbox_id: str
     provider: str
     path: str
-    size: int
+    size: int  # bytes kept: the workspace's tar, plus an image sandbox's writable root's
     created_at: float
     owner: NotRequired[str | None]  # the key that saved it
 
