@@ -125,6 +125,9 @@ def test_users_are_looked_up_inside_the_sandbox_and_bad_ones_fail_the_run(daemon
         assert r["exit_code"] == 0, r
         r = run(c, sid, "echo ran", "alice")
         assert r["exit_code"] == 126 and "is not a regular file" in str(r["error"]), r
+        # nor does it block the agent, which names the users of ps from the same file
+        assert any(p["command"].startswith("python3") or p["pid"] == 1 for p in c.ps(sid))
+        assert run(c, sid, "echo still answers")["stdout"] == "still answers\n"
 
 
 def test_hostile_user_strings_are_refused_before_a_run(daemon_home: Daemon) -> None:
@@ -189,12 +192,18 @@ def test_the_cli_and_the_sdks_take_user(daemon_home: Daemon) -> None:
         assert (done.exit_code, done.stdout.strip()) == (0, "1001"), done
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "hutch", *args], env=env, capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                [sys.executable, "-m", "hutch", *args], input="hello\n", env=env, capture_output=True, text=True, timeout=120
+            )
 
         got = cli("exec", "--user", "alice", sbx.id, "--", "/bin/sh", "-c", "id -u")
         assert (got.returncode, got.stdout.strip()) == (0, "1000"), got
         got = cli("exec", "-u", "ghost", sbx.id, "--", "/bin/sh", "-c", "id -u")
         assert got.returncode == 126 and "no user 'ghost'" in got.stderr, got
+        # an interactive run with a terminal as another user (the attach WebSocket carries user too)
+        got = cli("exec", "-i", "-t", "--user", "alice", sbx.id, "--", "/bin/sh", "-c", "id -u; tty; read x; echo got $x")
+        lines = [line for line in got.stdout.splitlines() if line != "hello"]  # the terminal echoes the input when it comes
+        assert got.returncode == 0 and lines == ["1000", "/dev/pts/0", "got hello"], got
         got = cli("exec", "--user", "../root", sbx.id, "--", "id")
         assert got.returncode == 2 and "invalid --user" in got.stderr and "1000:1000" in got.stderr, got
 

@@ -8,6 +8,8 @@ import os
 import select
 import signal
 
+from . import users
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -157,16 +159,12 @@ def default_signals() -> None:
 
 
 def _users() -> dict[str, str]:
-    names: dict[str, str] = {}
+    """uid -> name from the sandbox's /etc/passwd, read as hostile (the workload may make it a FIFO,
+    which must not block the agent): no names when it cannot be read."""
     try:
-        with open("/etc/passwd") as f:
-            for line in f:
-                parts = line.split(":")
-                if len(parts) > 2:
-                    names[parts[2]] = parts[0]
-    except OSError:
-        pass
-    return names
+        return {parts[2]: parts[0] for parts in users.table("/etc/passwd") if len(parts) > 2}
+    except users.UserError:
+        return {}
 
 
 def processes() -> list[dict[str, Any]]:

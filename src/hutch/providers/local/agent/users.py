@@ -27,7 +27,7 @@ class UserError(Exception):
     """The run cannot become that user: why, for the run's error."""
 
 
-def _table(path: str) -> list[list[str]]:
+def table(path: str) -> list[list[str]]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -70,7 +70,7 @@ def resolve(user: str) -> tuple[int, int, list[int], dict[str, str]]:
     if os.geteuid() != 0:
         raise UserError(f"this sandbox's agent runs as uid {os.geteuid()}, not root: its runs cannot become another user")
     name, _, group = user.partition(":")
-    passwd = _table("/etc/passwd")
+    passwd = table("/etc/passwd")
     uid = _number(name)
     if uid is not None:
         entry = next((e for e in passwd if len(e) > 5 and e[2] == name), None)
@@ -80,7 +80,7 @@ def resolve(user: str) -> tuple[int, int, list[int], dict[str, str]]:
             raise UserError(f"no user {name!r} in the sandbox's /etc/passwd")
         uid = int(entry[2])
     gid = int(entry[3]) if entry is not None and _number(entry[3]) is not None else uid
-    groups = _table("/etc/group")
+    groups = table("/etc/group")
     if group:
         gid_asked = _number(group)
         if gid_asked is None:
