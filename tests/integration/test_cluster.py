@@ -490,6 +490,30 @@ def test_a_ray_head_that_is_down_is_unavailable(front: Front) -> None:
         gateway.stop()
 
 
+def test_a_second_gateway_on_the_same_cluster_is_refused_naming_the_first(front: Front) -> None:
+    """Each gateway counts only what it placed: a second one would overfill the nodes. The first
+    holds the cluster's gateway lease (a Ray actor of its job); the second hutch serve --cluster
+    exits with a conflict naming the first, and the first goes on."""
+    from tests import raycluster
+
+    home = front.home.parent / "gw-second"
+    home.mkdir()
+    second = raycluster.Gateway(front.cluster, home)
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            second.start()
+        said = str(refused.value)
+        assert "conflict" in said and f"another hutch gateway already drives the Ray cluster at {front.cluster.address}" in said
+        assert f"HUTCH_HOME {front.home}" in said and "stop that one first" in said, said
+        assert second.proc is not None and second.proc.wait(60) != 0
+    finally:
+        second.stop()
+    assert front.client.cluster_status()["nodes"]["ready"] == 3
+    rec = front.client.create({})
+    assert out(front.client.exec(rec["id"], {"command": ["echo", "first"]})) == "first\n"
+    front.client.destroy(rec["id"])
+
+
 def test_a_node_whose_daemon_dies_while_its_ray_node_lives(front: Front) -> None:
     """Its sandboxes' calls answer unavailable naming the node (never a hang), Ray's actor starts
     the daemon again, and the sandbox is either adopted (back in time) or lost with an event naming

@@ -367,6 +367,11 @@ class NodesProvider(Protocol):
         """The nodes drained before (from the store), and where to report a node's change of state."""
         ...
 
+    async def claim(self) -> None:
+        """This process serves as the cluster's gateway (``hutch serve``): ``conflict`` when
+        another gateway already does."""
+        ...
+
     async def cluster(self) -> dict[str, Any]:
         """The cluster as a whole: its head, placement, how many nodes in each state."""
         ...

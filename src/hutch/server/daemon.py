@@ -19,7 +19,7 @@ import uvicorn
 from hutch import fdlimit
 from hutch.config import Settings
 from hutch.credentials import Credential, load_file
-from hutch.errors import ConflictError, InvalidError, UnavailableError
+from hutch.errors import ConflictError, HutchError, InvalidError, UnavailableError
 from hutch.server.app import create_app
 from hutch.server.auth import Auth
 from hutch.server.e2b import hosts as e2b_hosts
@@ -65,6 +65,12 @@ async def _serve(
 ) -> None:
     service = Service(settings, on_step=on_step)
     service.keyring.use_file(own)
+    try:
+        await service.cluster.claim()  # one gateway per Ray cluster: a second is refused, naming the first
+    except HutchError:
+        await service.close()
+        os.close(lock_fd)
+        raise
     report = await service.start()
     log.info(
         "adopted %d sandboxes, marked %d lost, cleaned %d, kept %d made by another version of hutch",

@@ -50,6 +50,12 @@ class Cluster:
             raise not_a_cluster()
         return nodes_provider(self.svc.provider(CLUSTER_PROVIDER))
 
+    async def claim(self) -> None:
+        """``hutch serve --cluster``: the one gateway of its cluster (``conflict`` naming the
+        gateway that already is), before anything is adopted or placed."""
+        if self.enabled:
+            await self.provider().claim()
+
     def start(self) -> None:
         """A cluster gateway follows its nodes from its start (not from its first request)."""
         if self.enabled and self._warm is None:

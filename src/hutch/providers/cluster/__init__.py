@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import os
 import socket
 import time
 from collections.abc import Mapping
@@ -145,6 +146,12 @@ class ClusterProvider:
             "sandboxes": sum(n["sandboxes"] for n in nodes),
             "drained": sorted(n["name"] for n in nodes if n["drained"]),
         }
+
+    async def claim(self) -> None:
+        """``hutch serve --cluster``: the cluster's gateway lease (:mod:`~hutch.providers.cluster.lease`)."""
+        if self.monitor is not None:
+            home = str(self.settings.home)
+            await self.monitor.claim({"host": socket.gethostname(), "pid": os.getpid(), "home": home, "since": time.time()})
 
     async def nodes(self) -> list[dict[str, Any]]:
         mon = self._mon()

@@ -79,6 +79,18 @@ class Monitor:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="hutch-cluster-monitor")
 
+    async def claim(self, holder: dict[str, Any]) -> None:
+        """This process is the cluster's gateway: it takes the lease before it serves
+        (``conflict`` naming the gateway that holds it). A head that does not answer yet is
+        left to the rounds: the lease is taken when it answers."""
+        self.driver.holder = holder
+        try:
+            await asyncio.wait_for(in_thread(self.driver.init), NODES_TIMEOUT)
+        except (TimeoutError, UnavailableError) as exc:
+            log.warning("the Ray cluster at %s does not answer yet (%s): the lease waits for it", self.driver.address, exc)
+            return
+        await in_thread(self.driver.connect)
+
     async def first_round(self) -> None:
         """Wait for one full round (the cluster's state is known, or the head is down)."""
         self.start()
