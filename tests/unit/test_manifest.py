@@ -349,3 +349,16 @@ def test_seeded_files_are_bounded(settings: Settings) -> None:
 def test_merge_is_flags_over_file() -> None:
     out = merge({"name": "a", "env": {"A": "1"}, "allow_hosts": ["x"]}, {"name": None, "env": {"B": "2"}, "allow_hosts": ()})
     assert out == {"name": "a", "env": {"A": "1", "B": "2"}, "allow_hosts": ["x"]}
+
+
+def test_a_clusters_placement_and_node_from_the_file_flags_win_and_show_keeps_them(settings: Settings, tmp_path: Path) -> None:
+    path = tmp_path / "hutch.toml"
+    path.write_text('placement = "pack"\nnode = "10.0.0.2"\n')
+    assert spec_of(settings, str(path)).provider_options == {"placement": "pack", "node": "10.0.0.2"}
+    assert spec_of(settings, str(path), node="10.0.0.3").provider_options == {"placement": "pack", "node": "10.0.0.3"}
+    shown = manifest_of(sandbox_spec(settings, **spec_args(str(path), {})))
+    assert (shown["placement"], shown["node"]) == ("pack", "10.0.0.2")
+    path.write_text('placement = "scatter"\n')
+    with pytest.raises(InvalidError) as bad:
+        load(str(path))
+    assert "placement" in bad.value.message

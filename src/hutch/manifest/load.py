@@ -155,7 +155,8 @@ def _args(m: Any, base: str, trusted: bool) -> dict[str, Any]:
     for key in ("name", "provider", "image", "runtime", "user", "workdir", "tenant", "ttl", "idle_timeout", "on_expire"):
         if getattr(m, key) is not None:
             args[key] = getattr(m, key)
-    for key, to in (("host_ca", "host_ca"), ("ssh", "ssh"), ("unikraft_metro", "metro")):
+    renamed = (("host_ca", "host_ca"), ("ssh", "ssh"), ("unikraft_metro", "metro"), ("placement", "placement"), ("node", "node"))
+    for key, to in renamed:
         if getattr(m, key) is not None:
             args[to] = getattr(m, key)
     if m.limits is not None:

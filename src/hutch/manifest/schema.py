@@ -74,6 +74,8 @@ class Manifest(Table):
     tenant: str | None = None
     unikraft_metro: str | None = None
     ssh: bool | None = None
+    placement: Literal["spread", "pack"] | None = None  # on a cluster's gateway: how it picks the node
+    node: str | None = None  # on a cluster's gateway: the node to place it on when it has room
     limits: Limits | None = None
     env: dict[str, str] = Field(default_factory=dict)
     pass_env: list[str] = Field(default_factory=list)  # copied from the caller's environment at create

@@ -36,6 +36,9 @@ def manifest_of(spec: wire.SandboxSpec) -> dict[str, Any]:
         out["unikraft_metro"] = options["metro"]
     if options.get("ssh") == "true":
         out["ssh"] = True
+    for key in ("placement", "node"):  # a cluster's
+        if options.get(key):
+            out[key] = options[key]
     for key in ("ttl", "idle_timeout"):
         value = spec.get(key)
         if value:
