@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -52,14 +53,18 @@ def node(hutch_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str
         monkeypatch.delenv(name)
     monkeypatch.setenv("HUTCH_NODE_HOME", str(home))
     monkeypatch.setenv("HUTCH_POOL_SIZE", "0")
-    info = NodeDaemon("127.0.0.1").info()
+    node_daemon = NodeDaemon("127.0.0.1")  # its daemon is this process's child: reaped below
+    info = node_daemon.info()
     try:
         yield info
     finally:
         os.kill(int(info["pid"]), signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{info['pid']}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert node_daemon.proc is not None
+        try:
+            node_daemon.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            node_daemon.proc.kill()
+            node_daemon.proc.wait(10)
         sweep(home)
 
 
