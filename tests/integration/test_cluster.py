@@ -538,7 +538,7 @@ def test_a_node_whose_daemon_dies_while_its_ray_node_lives(front: Front) -> None
 
 def test_the_gateway_restarting_loses_nothing(front: Front) -> None:
     c = front.client
-    rec = c.create({})
+    rec = c.create({"env": {"KEPT": "in memory only"}})
     run = c.start(rec["id"], {"command": ["sh", "-c", "echo before; sleep 4; echo after"]})
     front.gateway.kill9()
     front.gateway.start()
@@ -549,7 +549,14 @@ def test_the_gateway_restarting_loses_nothing(front: Front) -> None:
     final = c.wait(run["id"], 120)
     assert final["status"] == "completed", final
     assert c.output(run["id"])["stdout"]["data"] == "before\nafter\n"
-    assert out(c.exec(rec["id"], {"command": ["echo", "still here"]})).strip() == "still here"
+    assert out(c.exec(rec["id"], {"command": ["sh", "-c", "echo still here: $KEPT"]})).strip() == "still here: in memory only"
+    # its environment's values are not in the store: the restarted gateway cannot make a copy elsewhere
+    moved = front.cli("cluster", "drain", rec["node"], "--move", "--json")
+    front.cli("cluster", "drain", rec["node"], "--undo")
+    assert moved.returncode == 1 and json.loads(moved.stdout)["moved"] == []
+    [stayed] = json.loads(moved.stdout)["not_moved"]
+    assert stayed["sandbox"] == rec["id"] and "environment values and secrets" in stayed["reason"]
+    assert c.get(rec["id"])["node"] == rec["node"] and c.get(rec["id"])["state"] == "running"
     c.destroy(rec["id"])
 
 
