@@ -8,7 +8,9 @@ bare ``true``, ``python3 -c pass``, and ``hutch exec SBX -- true`` and ``hutch r
 of each install as whole processes. Prints one JSON document: medians, ratios to the
 baselines of the same run, every sample. Destroys its sandboxes and stops its daemons.
 With ``--sdk-only``: SDK execs and bare ``true`` only, and the CPU per exec of each daemon's
-whole process tree (its sandboxes included; bench/cpu.py) and of the SDK loop's process.
+whole process tree (its sandboxes included; bench/cpu.py), of the daemon process alone
+(``cpu_daemon_own``: the hot path's own work, the sandboxes' processes left out) and of the
+SDK loop's process. Both daemons run in the same rounds, so their ratio holds on a loaded machine.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cpu import settle
+from cpu import TICK_MS, settle
 
 SDK_LOOP = """
 import sys, time, json
@@ -38,6 +40,12 @@ for _ in range(n + 2):
 u = __import__("os").times()
 print(json.dumps(out[2:] + [(u.user + u.system) * 1000]))
 """
+
+
+def own_cpu_ms(pid: int) -> float:
+    """utime + stime of the process ``pid`` itself (its threads, not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_MS
 
 
 def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
@@ -65,7 +73,7 @@ def main() -> int:
     samples: dict[str, list[float]] = {"bare_true": [], "python_pass": []}
     for v in installs:
         samples |= {f"sdk_exec_{v}": [], f"cli_exec_{v}": [], f"cli_run_{v}": []}
-        samples |= {f"cpu_daemon_{v}": [], f"cpu_sdk_{v}": []} if args.sdk_only else {}
+        samples |= {f"cpu_daemon_{v}": [], f"cpu_daemon_own_{v}": [], f"cpu_sdk_{v}": []} if args.sdk_only else {}
     daemons: dict[str, int] = {}
     try:
         for v, bin_dir in installs.items():
@@ -79,11 +87,13 @@ def main() -> int:
             for v, bin_dir in installs.items():
                 loop = [f"{bin_dir}/python", "-c", SDK_LOOP, sbx[v], str(args.per)]
                 d0 = settle(daemons[v]) if args.sdk_only else 0.0
+                o0 = own_cpu_ms(daemons[v])
                 out = subprocess.run(loop, env=envs[v], capture_output=True, check=True, text=True).stdout
                 times = json.loads(out)
                 samples[f"sdk_exec_{v}"] += times[:-1]
                 if args.sdk_only:
                     samples[f"cpu_daemon_{v}"].append((settle(daemons[v]) - d0) / (args.per + 2))
+                    samples[f"cpu_daemon_own_{v}"].append((own_cpu_ms(daemons[v]) - o0) / (args.per + 2))
                     samples[f"cpu_sdk_{v}"].append(times[-1] / (args.per + 2))
                     samples["bare_true"] += [timed(["true"]) for _ in range(3)]
             for _ in range(0 if args.sdk_only else 3):
@@ -108,6 +118,8 @@ def main() -> int:
         if not args.sdk_only:
             ratios[f"cli_exec_{v}/python_pass"] = round(med[f"cli_exec_{v}"] / med["python_pass"], 2)
             ratios[f"cli_run_{v}/python_pass"] = round(med[f"cli_run_{v}"] / med["python_pass"], 2)
+    for what in ("sdk_exec", "cpu_daemon", "cpu_daemon_own", "cpu_sdk") if args.sdk_only else ("sdk_exec",):
+        ratios[f"{what}_after/{what}_before"] = round(med[f"{what}_after"] / med[f"{what}_before"], 3)
     result = {
         "medians_ms": {k: round(m, 2) for k, m in med.items()},
         "n": {k: len(x) for k, x in samples.items()},

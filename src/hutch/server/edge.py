@@ -66,14 +66,23 @@ class _Outermost:
 
 
 class App(FastAPI):
-    """FastAPI, inside :class:`_Outermost`; ``front`` (when set) wraps the stack with a route
-    answered before FastAPI's (:mod:`hutch.server.fastexec`)."""
+    """FastAPI, inside :class:`_Outermost`; ``front`` (when set) is a route answered before
+    all of it (:mod:`hutch.server.fastexec`), given FastAPI's own entry for everything else
+    (FastAPI's and Starlette's entries are per-request work a foreground exec does not need)."""
 
     front: Callable[[ASGIApp], ASGIApp] | None = None
+    _entry: ASGIApp | None = None
 
     def build_middleware_stack(self) -> ASGIApp:
-        stack = super().build_middleware_stack()
-        return _Outermost(self.front(stack) if self.front is not None else stack)
+        return _Outermost(super().build_middleware_stack())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.front is None:
+            await super().__call__(scope, receive, send)
+            return
+        if self._entry is None:
+            self._entry = self.front(super().__call__)
+        await self._entry(scope, receive, send)
 
 
 class ClientGone(Exception):  # noqa: N818 - not an error: the client hung up

@@ -249,6 +249,7 @@ class Service:
         return rec
 
     def get(self, ref: str) -> SandboxRecord:
+        """The record as shown: with its egress counts and its account's credential."""
         rec = self.access.sandbox(self.store.sandboxes.get(ref), ref)
         if rec.spec.network.mode != "none" or rec.spec.network.deny_hosts:
             counts = self.store.events.count(rec.id, ["egress_allowed", "egress_denied"])
@@ -287,8 +288,10 @@ class Service:
         return self.get(rec.id)
 
     def live(self, ref: str, touch: bool = True) -> SandboxRecord:
-        """A running sandbox (a call on it counts as activity for --idle-timeout)."""
-        rec = self.get(ref)
+        """A running sandbox (a call on it counts as activity for --idle-timeout), to act on:
+        without what only a display wants (``get``'s egress counts, a count over the sandbox's
+        events, and its credential), so an exec costs the same after a million egress events."""
+        rec = self.access.sandbox(self.store.sandboxes.get(ref), ref)
         incompatible = rec.data.get("incompatible")
         if incompatible is not None:  # made by another version of hutch (see start)
             raise IncompatibleError(str(incompatible["message"]), incompatible.get("hint"))

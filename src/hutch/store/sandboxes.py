@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +28,7 @@ def redacted(spec: SandboxSpec) -> SandboxSpec:
     return spec.model_copy(update={"env": dict.fromkeys(spec.env, REDACTED)})
 
 
-SPECS = 4096  # parsed specs kept (by their stored text): every exec reads its sandbox's record
+SPECS = 4096  # parsed specs kept (by their stored text), and parsed records per thread: every exec reads its sandbox's record
 
 
 @functools.lru_cache(maxsize=SPECS)
@@ -53,13 +54,40 @@ def _record(row: sqlite3.Row) -> SandboxRecord:
     )
 
 
+class _Parsed(threading.local):
+    """This thread's parsed records by id (a thread has a connection of its own: see db.py).
+
+    Every exec reads its sandbox's record; parsing it each time was a fifth of the store's
+    share of an exec. A record kept here is handed out (as a copy) while its connection's
+    ``PRAGMA data_version`` is unchanged, that is while no other connection (another
+    thread's, a CLI's, a second Service's on the same file) committed anything; the writes
+    of this table drop the records they change themselves (their own connection's commits
+    do not move that number)."""
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.records: dict[str, SandboxRecord] = {}
+
+
+def _copy(rec: SandboxRecord) -> SandboxRecord:
+    """A record of its own for a caller that may set its fields and its ``data``'s keys;
+    nested values are shared (as a spec's are, see ``_spec``): replace them, never change them in place."""
+    return rec.model_copy(update={"spec": rec.spec.model_copy(), "data": dict(rec.data), "enforcement": dict(rec.enforcement)})
+
+
 class SandboxTable:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._parsed = _Parsed()
+
+    def _drop(self, sandbox_id: str) -> None:
+        """This thread's parsed copy of a record it writes goes (other threads see the commit's data_version)."""
+        self._parsed.records.pop(sandbox_id, None)
 
     def insert(self, rec: SandboxRecord, within: Within | None = None) -> None:
         """``within``: more writes that land with this one, in its transaction (a pool member
         handed out leaves the pool as its sandbox is recorded)."""
+        self._drop(rec.id)
         try:
             with self.db.transaction() as conn:
                 if within is not None:
@@ -126,20 +154,29 @@ class SandboxTable:
         if error is not None:
             sets.append("error = ?")
             args.append(error)
-        with self.db.transaction() as conn:
-            conn.execute(f"UPDATE sandboxes SET {', '.join(sets)} WHERE id = ?", (*args, sandbox_id))
+        try:
+            with self.db.transaction() as conn:
+                conn.execute(f"UPDATE sandboxes SET {', '.join(sets)} WHERE id = ?", (*args, sandbox_id))
+        finally:
+            self._drop(sandbox_id)
         return self.get(sandbox_id)
 
     def forget(self, sandbox_id: str) -> None:
         """Remove the record of a sandbox still being created that nobody saw and nothing
         refers to (a pool member that died as it was handed out)."""
-        with self.db.transaction() as conn:
-            conn.execute("DELETE FROM sandboxes WHERE id = ? AND state = 'creating'", (sandbox_id,))
+        try:
+            with self.db.transaction() as conn:
+                conn.execute("DELETE FROM sandboxes WHERE id = ? AND state = 'creating'", (sandbox_id,))
+        finally:
+            self._drop(sandbox_id)
 
     def touch(self, sandbox_id: str, when: float) -> None:
         """Record activity (for --idle-timeout); no ``updated_at`` change, no event."""
-        with self.db.transaction() as conn:
-            conn.execute("UPDATE sandboxes SET last_active_at = ? WHERE id = ?", (when, sandbox_id))
+        try:
+            with self.db.transaction() as conn:
+                conn.execute("UPDATE sandboxes SET last_active_at = ? WHERE id = ?", (when, sandbox_id))
+        finally:
+            self._drop(sandbox_id)
 
     def get(self, ref: str) -> SandboxRecord:
         """By id, by name (a live one, else the newest of any state), or by a unique id prefix
@@ -147,10 +184,21 @@ class SandboxTable:
         only; an admin's finds its own first, else the one live sandbox of that name, and when
         several keys have one, says which (``conflict``: give the id)."""
         conn = self.db.conn()
+        parsed = self._parsed
+        version = conn.execute("PRAGMA data_version").fetchone()[0]  # before the read: a later commit moves it
+        if version != parsed.version:
+            parsed.records.clear()
+            parsed.version = version
+        if (rec := parsed.records.get(ref)) is not None:
+            return _copy(rec)
         row = conn.execute("SELECT * FROM sandboxes WHERE id = ?", (ref,)).fetchone()
-        if row is None:
-            actor = current()
-            row = self._by_name(conn, ref, actor.id, actor.admin) or by_prefix(conn, "sandboxes", ref, owned_by(actor))
+        if row is not None:  # by id: kept
+            if len(parsed.records) >= SPECS:
+                parsed.records.clear()
+            rec = parsed.records[ref] = _record(row)
+            return _copy(rec)
+        actor = current()
+        row = self._by_name(conn, ref, actor.id, actor.admin) or by_prefix(conn, "sandboxes", ref, owned_by(actor))
         if row is None:
             raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
         return _record(row)
