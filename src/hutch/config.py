@@ -50,6 +50,7 @@ class Settings:
     egress_ca: str = ""  # "": the machine's trust store; else the CA bundle intercepted HTTPS upstreams are verified with
     subagent_depth: int = 2  # how deep sub-agents may nest (a sub-agent's sub-agent is depth 2)
     spare_idle: float = 60.0  # an idle sandbox's spare supervisor leaves after this (0: never); the next exec forks one
+    idle_agent: str = "native"  # what holds a new local sandbox until its first run: native (hold.c, built here) or python
     pool_size: int = 2  # started sandboxes of the default shape kept for creates to take (0: no pool)
     reaper_interval: float = 1.0  # how often the daemon checks --ttl / --idle-timeout deadlines
     approval_timeout: float = 3600.0  # how long an approval request stays pending by default
@@ -269,6 +270,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
     "subagent_depth": (int, "a whole number such as 2"),
     "pool_size": (int, "a whole number such as 2 (0 turns the pool off)"),
     "spare_idle": (float, "a number of seconds such as 60 (0: the spare never leaves)"),
+    "idle_agent": (_choice("native", "python"), "native or python"),
     "reaper_interval": (float, "a number of seconds such as 1"),
     "approval_timeout": (float, "a number of seconds such as 3600"),
     "http_keepalive": (_keepalive, "a number of seconds from 0 (exclusive) to 3600, such as 60"),

@@ -34,6 +34,8 @@ from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.gvisorops import CAPABILITIES as GVISOR
 from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
+from hutch.providers.local.hold import bind_args, idle_helper
+from hutch.providers.local.hold import check as hold_check
 from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, start_time, wait_start
 from hutch.providers.local.images import carry, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
@@ -162,6 +164,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
         out.append(await asyncio.to_thread(self.uids.check))
         out.append(await asyncio.to_thread(hostpython.check))
+        out.append(await asyncio.to_thread(hold_check, self.settings.home, self.settings.idle_agent))
         out.append(CheckResult("gvisor", *await asyncio.to_thread(self.gvisor_check)))
         return out
 
@@ -214,6 +217,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         try:
             found = self.bwrap()
             agent = await asyncio.to_thread(hostpython.prepare, AGENT_FILES, self.settings.home / "agent")
+            held_by = await asyncio.to_thread(idle_helper, self.settings, bool(rec.data.get("pool_member")))
             runtime = None
             if image is not None:
                 where = self.settings.home / "runtime"
@@ -294,6 +298,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             ca_args, ca_env = hostca.bind(rec, self.settings, fds)
             armed = placeholders.prepare(rec.spec, rec.id, sdir, self.settings, image.rootfs if image else None, fds)
             ca_args, ca_env, data["placeholders"] = ca_args + armed.args, ca_env | armed.env, armed.placeholders
+            ca_args += bind_args(held_by, fds)
             binds = view.Binds(ws_fd, bool(shared and rec.data.get("workspace_readonly")), ctl_fd, runs_fd, mounts, ca_args)
             if root is None:
                 fs_args, enforcement["seccomp"] = view.host_view(agent, AGENT_FILES, binds, fds)
@@ -311,8 +316,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             data |= {"base_env": env} if rec.data.get("pool_member") else {}  # what adopt_member configures on
             for k, v in env.items():
                 args += ["--setenv", k, v]
-            args += ["--", *view.agent_command(agent, root, ready_w)]
-            args += userns.agent_args(plan) if plan else []
+            args += ["--", *view.agent_command(agent, root, ready_w, userns.agent_args(plan) if plan else [], held_by)]
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []

@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from hutch.providers.local import bwrap as bw
-from hutch.providers.local import seccomp
+from hutch.providers.local import hold, seccomp
+from hutch.providers.local.agent import wire
 from hutch.providers.local.host import memfd
 from hutch.providers.local.hostpython import SANDBOX_DIR, AgentPython
 from hutch.providers.local.images import rootfs
@@ -97,7 +98,11 @@ def image_view(
     return args, enforcement
 
 
-def agent_command(agent: AgentPython, root: ImageRoot | None, ready_fd: int) -> list[str]:
-    """How the agent starts: the host's python3 (through its private runtime in an image)."""
-    python = root.runtime.argv() if root is not None else [agent.path]
-    return [*python, "-I", "-S", "-B", SANDBOX_DIR, "/.hutch/ctl/agent.sock", str(ready_fd)]
+def agent_command(agent: AgentPython, root: ImageRoot | None, ready_fd: int, user: list[str], held_by: str | None) -> list[str]:
+    """How the agent starts: the host's python3 (through its private runtime in an image), or
+    the idle helper that starts it at the first run (``held_by``: the helper is bound)."""
+    python = [*(root.runtime.argv() if root is not None else [agent.path]), "-I", "-S", "-B", SANDBOX_DIR]
+    sock = "/.hutch/ctl/agent.sock"
+    if held_by is not None:
+        return [hold.SANDBOX_PATH, str(wire.PROTOCOL), sock, str(ready_fd), *user, "--", *python]
+    return [*python, sock, str(ready_fd), *user]

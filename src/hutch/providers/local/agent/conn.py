@@ -16,13 +16,16 @@ MAX_FDS = 8
 
 
 class Connection:
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, pending: bytes = b"") -> None:
         self.sock = sock
         self.reader = wire.Reader()
+        self.reader.feed(pending)  # what the idle helper (hold.c) read of it before it handed over
 
     def first(self) -> tuple[Any, list[int]]:
         """The request that opens the connection, and the descriptors attached to it
         (None when the peer closed without a word)."""
+        if self.reader.buf:
+            return self.message(), []
         chunk, fds, _, _ = socket.recv_fds(self.sock, CHUNK, MAX_FDS)
         if not chunk:
             for fd in fds:

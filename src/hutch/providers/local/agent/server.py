@@ -237,8 +237,11 @@ class Agent:
             sock, _ = self.server.accept()
         except (BlockingIOError, InterruptedError):
             return
+        self.answer(sock)
+
+    def answer(self, sock: socket.socket, pending: bytes = b"") -> None:
         sock.setblocking(True)
-        conn = Connection(sock)
+        conn = Connection(sock, pending)
         try:
             self.handle(conn)
         except Exception as exc:  # noqa: BLE001 - one bad request never kills the agent
@@ -290,17 +293,43 @@ class Agent:
             handler(conn, req)
 
     def configure(self, conn: Connection, req: Any) -> None:
+        changed = self.apply(req)
+        if changed:  # the spare was forked with the old ones: it goes before the answer, its successor after
+            self.retire()
+        conn.send(wire.ok())
+        if self.spare is None:
+            self.new_spare()
+
+    def apply(self, req: Any) -> bool:
+        """A ``configure``'s settings (also those the idle helper kept); whether env or secrets changed."""
         env = dict(req.get("env") or {})
         secrets = dict(req["secrets"] or {}) if "secrets" in req else self.secrets
         changed = not self.configured or (env, secrets) != (self.env, self.secrets)
         self.env, self.secrets, self.configured = env, secrets, True
         if isinstance(req.get("spare_idle"), (int, float)):
             self.spare_idle = float(req["spare_idle"])
-        if changed:  # the spare was forked with the old ones: it goes before the answer, its successor after
-            self.retire()
-        conn.send(wire.ok())
-        if self.spare is None:
-            self.new_spare()
+        return changed
+
+    def take_over(self, state: int, conn: int, pending: int, listener: int) -> None:
+        """Carry on from the idle helper (hold.c), which execve'd this agent in its place: the
+        configures it answered, the proxy's listener it made, the request it read and handed over."""
+        with os.fdopen(state, "rb") as f:
+            f.seek(0)
+            reader = wire.Reader()
+            reader.feed(f.read())
+        while (frame := reader.next()) is not None:
+            self.apply(wire.decode(frame[1]))
+        if listener >= 0:
+            self.listener = socket.socket(fileno=listener)
+            os.set_inheritable(listener, False)
+        if self.configured:
+            self.new_spare()  # the exec that woke the helper waits in the exec socket's backlog for it
+        if conn >= 0:
+            with os.fdopen(pending, "rb") as f:
+                f.seek(0)
+                data = f.read()
+            os.set_inheritable(conn, False)
+            self.answer(socket.socket(fileno=conn), data)
 
     def listen(self, conn: Connection, req: Any) -> None:
         if self.listener is None:
@@ -377,19 +406,15 @@ def main() -> None:
     os.umask(0o022)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # supervisors are reaped by the kernel
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(sock_path)
-    exec_path = os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(exec_path)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(sock_path)
-    os.chmod(sock_path, 0o600)
-    server.listen(64)
-    exec_listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    exec_listener.bind(exec_path)
-    os.chmod(exec_path, 0o600)
-    exec_listener.listen(64)
+    given = sys.argv[3] if len(sys.argv) > 3 else ""
+    held = [int(x) for x in given[7:].split(",")] if given.startswith("--held=") else []
+    if held:  # the idle helper's sockets: AGENT,EXEC,STATE,CONN,PENDING,LISTENER (-1: none)
+        for fd in held[:2]:
+            os.set_inheritable(fd, False)
+        server, exec_listener = socket.socket(fileno=held[0]), socket.socket(fileno=held[1])
+        server.setblocking(True)
+    else:
+        server, exec_listener = _bind(sock_path), _bind(os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET))
     exec_listener.setblocking(False)
     Transcript.open()
     agent = Agent(server, exec_listener)  # its first spare comes with the sandbox's environment (configure)
@@ -397,4 +422,16 @@ def main() -> None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
     procs.load_prctl()
+    if held:
+        agent.take_over(*held[2:])
     agent.serve()
+
+
+def _bind(path: str) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock

@@ -1,0 +1,337 @@
+/* hold: what holds the agent's place in an idle local sandbox (libc only; see hold.py).
+ *
+ *   hold PROTOCOL SOCKET READY_FD [--user=UID:GID[:GROUP...]] [--held=AGENT,EXEC,STATE,LISTENER] -- PYTHON...
+ *   hold --check      prints "hutch-hold KEY" (the daemon's test that a cached build is whole)
+ *
+ * It binds the agent's two sockets (SOCKET, agent.sock, and exec.sock beside it), writes
+ * "ready" to READY_FD, and waits. It answers the requests an idle sandbox gets (ping,
+ * configure, runs, listen, unlisten) itself; the configure frames are kept in a memfd. On
+ * anything else (a connection on exec.sock, left in its backlog; another request, already
+ * read) it execve()s the Python agent, PYTHON... followed by SOCKET -1
+ * --held=AGENT,EXEC,STATE,CONN,PENDING,LISTENER: the same process (pid, cgroup, uid,
+ * seccomp filter, no_new_privs), its sockets inherited. --held (from an agent going back to
+ * lean) adopts the sockets, the state and the proxy listener instead of making them.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#ifndef HOLD_KEY
+#define HOLD_KEY "dev"
+#endif
+#define MAX_FRAME (1 << 20)
+#define MAX_STATE (8 << 20) /* configure frames kept; past it the Python agent takes over */
+
+extern char **environ;
+static int agent_fd = -1, exec_fd = -1, state_fd = -1, listener_fd = -1;
+static long state_size;
+static const char *protocol, *sock_path;
+static char **python;
+
+static void die(const char *what) {
+    dprintf(2, "hutch hold: %s: %s\n", what, strerror(errno));
+    _exit(1);
+}
+
+static int listen_unix(const char *path) {
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) die("socket path too long");
+    strcpy(sa.sun_path, path);
+    unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 || listen(fd, 64) < 0) die(path);
+    return fd;
+}
+
+/* -- the little JSON this needs: a top-level key's raw value ------------------------------ */
+
+static const char *skip_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+static const char *skip_string(const char *p, const char *e) { /* p at '"': after the closing quote, or NULL */
+    for (p++; p < e; p++) {
+        if (*p == '\\') p++;
+        else if (*p == '"') return p + 1;
+    }
+    return NULL;
+}
+
+static const char *skip_value(const char *p, const char *e) {
+    if (p < e && *p == '"') return skip_string(p, e);
+    int depth = 0;
+    while (p < e) {
+        if (*p == '"') {
+            if (!(p = skip_string(p, e))) return NULL;
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') {
+            if (depth == 0) return p;
+            if (--depth == 0) return p + 1;
+        } else if (depth == 0 && (*p == ',' || *p == ' ' || *p == '\n')) return p;
+        p++;
+    }
+    return depth ? NULL : p;
+}
+
+/* The raw text of top-level KEY's value in the object BODY (1: found, 0: absent, -1: not an object). */
+static int find_key(const char *body, size_t len, const char *key, const char **val, size_t *vlen) {
+    const char *p = skip_ws(body, body + len), *e = body + len;
+    if (p >= e || *p++ != '{') return -1;
+    for (;;) {
+        p = skip_ws(p, e);
+        if (p < e && *p == '}') return 0;
+        if (p >= e || *p != '"') return -1;
+        const char *k = p + 1, *kend = skip_string(p, e);
+        if (!kend) return -1;
+        p = skip_ws(kend, e);
+        if (p >= e || *p++ != ':') return -1;
+        p = skip_ws(p, e);
+        const char *v = p;
+        if (!(p = skip_value(p, e))) return -1;
+        if ((size_t)(kend - 1 - k) == strlen(key) && !memcmp(k, key, strlen(key))) {
+            *val = v;
+            *vlen = (size_t)(p - v);
+            return 1;
+        }
+        p = skip_ws(p, e);
+        if (p < e && *p == ',') p++;
+    }
+}
+
+/* -- frames ------------------------------------------------------------------------------ */
+
+static int send_msg(int fd, const char *json, int attach) {
+    size_t n = strlen(json);
+    unsigned char head[5] = {n >> 24, n >> 16, n >> 8, n, 'J'};
+    struct iovec iov[2] = {{head, 5}, {(void *)json, n}};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } c;
+    struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+    if (attach >= 0) {
+        m.msg_control = c.buf;
+        m.msg_controllen = sizeof c.buf;
+        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &attach, sizeof(int));
+    }
+    return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)(n + 5) ? 0 : -1;
+}
+
+static int read_full(int fd, char *buf, size_t n) { /* plain reads: any descriptors sent along are dropped */
+    for (size_t got = 0; got < n;) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR) continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int make_memfd(const char *name) {
+    int fd = (int)syscall(SYS_memfd_create, name, 1 /* MFD_CLOEXEC */);
+    if (fd < 0) die("memfd_create");
+    return fd;
+}
+
+static int write_full(int fd, const char *buf, size_t n) {
+    for (size_t done = 0; done < n;) {
+        ssize_t w = write(fd, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* -- handing over to the Python agent ---------------------------------------------------- */
+
+static void inherit(int fd) {
+    if (fd >= 0 && fcntl(fd, F_SETFD, 0) < 0) die("fcntl");
+}
+
+static void wake(int conn, const char *pending, size_t plen) {
+    int pend = -1;
+    if (conn >= 0) {
+        pend = make_memfd("hutch-pending");
+        if (write_full(pend, pending, plen) < 0) die("write");
+    }
+    if (state_fd < 0) state_fd = make_memfd("hutch-state");
+    int fds[] = {agent_fd, exec_fd, state_fd, conn, pend, listener_fd};
+    char held[160];
+    snprintf(held, sizeof held, "--held=%d,%d,%d,%d,%d,%d", fds[0], fds[1], fds[2], fds[3], fds[4], fds[5]);
+    for (size_t i = 0; i < sizeof fds / sizeof *fds; i++) inherit(fds[i]);
+    int n = 0;
+    while (python[n]) n++;
+    char **argv = calloc((size_t)n + 4, sizeof *argv);
+    if (!argv) die("calloc");
+    memcpy(argv, python, (size_t)n * sizeof *argv);
+    argv[n] = (char *)sock_path;
+    argv[n + 1] = "-1";
+    argv[n + 2] = held;
+    execve(argv[0], argv, environ);
+    die(argv[0]);
+}
+
+/* -- the requests an idle sandbox gets ---------------------------------------------------- */
+
+static int is(const char *val, size_t len, const char *want) {
+    return len == strlen(want) + 2 && !memcmp(val + 1, want, strlen(want));
+}
+
+static int do_listen(int conn, const char *body, size_t len) { /* 0: answered; -1: the agent's to answer */
+    const char *v;
+    size_t vlen;
+    if (find_key(body, len, "forward", &v, &vlen) != 0 || find_key(body, len, "port", &v, &vlen) != 1) return -1;
+    char num[16];
+    if (vlen == 0 || vlen >= sizeof num) return -1;
+    memcpy(num, v, vlen);
+    num[vlen] = 0;
+    char *end;
+    long port = strtol(num, &end, 10);
+    if (*end || port <= 0 || port > 65535) return -1;
+    if (listener_fd < 0) {
+        int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (fd < 0) return -1;
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+            listen(fd, 256) < 0) {
+            close(fd);
+            return -1;
+        }
+        listener_fd = fd; /* kept: the port stays the proxy's while the daemon restarts */
+    }
+    send_msg(conn, "{\"type\":\"ok\"}", listener_fd);
+    return 0;
+}
+
+static void request(int conn) {
+    struct timeval tv = {10, 0}; /* the daemon sends its request at once */
+    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    unsigned char head[5];
+    if (read_full(conn, (char *)head, 5) < 0) return;
+    size_t size = (size_t)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3];
+    if (size > MAX_FRAME || head[4] != 'J') return;
+    char *frame = mmap(NULL, size + 5, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (frame == MAP_FAILED) return;
+    memcpy(frame, head, 5);
+    const char *type, *body = frame + 5;
+    size_t tlen;
+    char reply[64];
+    if (read_full(conn, frame + 5, size) == 0 && find_key(body, size, "type", &type, &tlen) == 1) {
+        if (is(type, tlen, "ping")) {
+            snprintf(reply, sizeof reply, "{\"type\":\"ok\",\"pid\":%d,\"protocol\":%s}", (int)getpid(), protocol);
+            send_msg(conn, reply, -1);
+        } else if (is(type, tlen, "runs")) {
+            send_msg(conn, "{\"type\":\"ok\",\"alive\":[]}", -1);
+        } else if (is(type, tlen, "unlisten")) {
+            if (listener_fd >= 0) close(listener_fd);
+            listener_fd = -1;
+            send_msg(conn, "{\"type\":\"ok\"}", -1);
+        } else if (is(type, tlen, "configure") && state_size + (long)size + 5 <= MAX_STATE) {
+            if (state_fd < 0) state_fd = make_memfd("hutch-state");
+            if (write_full(state_fd, frame, size + 5) < 0) die("write");
+            state_size += (long)size + 5;
+            send_msg(conn, "{\"type\":\"ok\"}", -1);
+        } else if (!(is(type, tlen, "listen") && do_listen(conn, body, size) == 0)) {
+            wake(conn, frame, size + 5); /* never returns */
+        }
+    }
+    munmap(frame, size + 5);
+}
+
+static void become(const char *spec) { /* --user=UID:GID[:GROUP...]: groups, then gid, then uid */
+    gid_t groups[64];
+    long ids[66];
+    int n = 0;
+    for (const char *p = spec; *p && n < 66; n++) {
+        char *end;
+        ids[n] = strtol(p, &end, 10);
+        p = *end == ':' ? end + 1 : end;
+        if (*end && *end != ':') die("--user");
+    }
+    if (n < 2) die("--user");
+    for (int i = 2; i < n; i++) groups[i - 2] = (gid_t)ids[i];
+    if (setgroups((size_t)(n - 2), groups) < 0 || setresgid((gid_t)ids[1], (gid_t)ids[1], (gid_t)ids[1]) < 0 ||
+        setresuid((uid_t)ids[0], (uid_t)ids[0], (uid_t)ids[0]) < 0)
+        die("--user");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--check")) {
+        printf("hutch-hold %s\n", HOLD_KEY);
+        return 0;
+    }
+    if (argc < 6) {
+        dprintf(2, "usage: hold PROTOCOL SOCKET READY_FD [--user=...] [--held=...] -- PYTHON...\n");
+        return 2;
+    }
+    protocol = argv[1];
+    sock_path = argv[2];
+    int ready = atoi(argv[3]), i = 4;
+    const char *held = NULL;
+    for (; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strncmp(argv[i], "--user=", 7)) become(argv[i] + 7);
+        else if (!strncmp(argv[i], "--held=", 7)) held = argv[i] + 7;
+    }
+    if (i + 1 >= argc) die("no agent command after --");
+    python = argv + i + 1;
+    umask(022);
+    if (held) { /* back from the Python agent: its sockets, state and listener */
+        if (sscanf(held, "%d,%d,%d,%d", &agent_fd, &exec_fd, &state_fd, &listener_fd) != 4) die("--held");
+        int fds[] = {agent_fd, exec_fd, state_fd, listener_fd};
+        for (int k = 0; k < 4; k++)
+            if (fds[k] >= 0) fcntl(fds[k], F_SETFD, FD_CLOEXEC);
+        state_size = state_fd >= 0 ? lseek(state_fd, 0, SEEK_END) : 0;
+    } else {
+        char exec_path[sizeof ((struct sockaddr_un *)0)->sun_path];
+        const char *slash = strrchr(sock_path, '/');
+        int dir = slash ? (int)(slash - sock_path) + 1 : 0;
+        snprintf(exec_path, sizeof exec_path, "%.*sexec.sock", dir, sock_path);
+        agent_fd = listen_unix(sock_path);
+        exec_fd = listen_unix(exec_path);
+    }
+    fcntl(agent_fd, F_SETFL, fcntl(agent_fd, F_GETFL) | O_NONBLOCK);
+    if (ready >= 0) {
+        if (write(ready, "ready\n", 6) != 6) die("ready");
+        close(ready);
+    }
+    for (;;) {
+        struct pollfd p[2] = {{agent_fd, POLLIN, 0}, {exec_fd, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            die("poll");
+        }
+        if (p[1].revents) wake(-1, NULL, 0); /* a run: its connection waits in the backlog for a spare */
+        if (p[0].revents) {
+            int conn = accept4(agent_fd, NULL, NULL, SOCK_CLOEXEC);
+            if (conn >= 0) {
+                request(conn);
+                close(conn);
+            }
+        }
+    }
+}
