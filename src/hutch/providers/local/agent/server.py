@@ -19,7 +19,7 @@ import socket
 import sys
 import time
 
-from . import files, procs, relay, wire
+from . import files, lean, procs, relay, wire
 from .conn import Connection
 from .output import RUNS_DIR, RunDir, Transcript
 from .supervisor import Supervisor
@@ -142,6 +142,8 @@ class Agent:
         self.spare_since = 0.0  # when it was forked (monotonic)
         self.spare_idle = SPARE_IDLE
         self.links: dict[int, Spare] = {}  # socketpair fd -> spare (waiting, or started and not yet named its run)
+        self.leans = lean.possible(sys.argv)  # started by the idle helper: gives its place back when idle (lean.py)
+        self.active = time.monotonic()  # the last run taken or request the helper could not have answered
         self.handlers: dict[str, Callable[[Connection, Any], None]] = {
             "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid(), protocol=wire.PROTOCOL)),
             "configure": self.configure,
@@ -181,6 +183,7 @@ class Agent:
         gone = not data
         if data.startswith(TOOK):
             spare.took, data = True, data[1:]
+            self.active = time.monotonic()
             if self.spare is spare:
                 self.new_spare()  # the next one is forked while this one's run starts
         if data.startswith(RUN):
@@ -222,15 +225,30 @@ class Agent:
             timeout = None  # an unused spare leaves at spare_idle: the next exec forks one (exec_without_spare)
             if self.spare is not None and self.spare_idle > 0:
                 timeout = max(0.0, self.spare_since + self.spare_idle - time.monotonic()) * 1000
+            elif self.spare is None and self.leans and self.spare_idle > 0:  # then the agent itself (lean.py)
+                timeout = max(0.0, self.active + self.spare_idle - time.monotonic()) * 1000
             ready = {fd for fd, _ in poller.poll(timeout)}
             if not ready and self.spare is not None and time.monotonic() >= self.spare_since + self.spare_idle:
                 self.retire()
+            elif not ready and self.spare is None and self.leans and time.monotonic() >= self.active + self.spare_idle:
+                self.go_lean()
             for fd in ready & set(self.links):  # spares first: ``runs`` and ``kill`` then know their runs
                 self.from_spare(self.links[fd])
             if self.exec_listener.fileno() in ready and self.spare is None:
                 self.exec_without_spare()
             if self.server.fileno() in ready:
                 self.accept()
+
+    def go_lean(self) -> None:
+        """Give the place back to the idle helper, when no run or spare is alive (else: later)."""
+        self.active = time.monotonic()
+        if self.links or self.relay or any(procs.alive(pid) for pid in self.runs.values()):
+            return
+        config = {"type": "configure", "env": self.env, "secrets": self.secrets, "spare_idle": self.spare_idle}
+        listener = self.listener.fileno() if self.listener is not None else -1
+        with contextlib.suppress(wire.WireError):  # a configuration over a frame: the agent stays
+            lean.back((self.server.fileno(), self.exec_listener.fileno(), listener), config if self.configured else None)
+        self.leans = False  # (back returned: it could not)
 
     def accept(self) -> None:
         try:
@@ -279,6 +297,8 @@ class Agent:
         for fd in fds:
             os.close(fd)
         handler = self.handlers.get(req["type"])
+        if req["type"] not in ("ping", "configure", "runs", "listen", "unlisten"):  # what the idle helper answers too
+            self.active = time.monotonic()
         if req["type"] == "exec":
             conn.send(
                 wire.error(
