@@ -1,0 +1,121 @@
+"""An idle local sandbox holds the native helper (hold.c) as its PID 2; the first run brings the
+Python agent into that same process, under the same isolation; a daemon killed with -9 adopts
+a sandbox the helper still holds; an idle agent goes back to the helper; and with the setting
+idle_agent = python, the Python agent from the start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import Daemon, hutch_env
+from tests.integration.sandboxmem import sandbox_pids
+
+from hutch import Sandbox
+
+ISOLATION = "id -u; id -G; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status"
+
+
+def agent(home: Path, sandbox_id: str) -> tuple[int, str]:
+    """The host pid of the sandbox's PID 2 (its agent's place), and its command line."""
+    for pid in sandbox_pids(home, sandbox_id):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+        if nspid[-1] == "2":
+            return pid, cmdline.replace(b"\0", b" ").decode()
+    raise AssertionError(f"no PID 2 in sandbox {sandbox_id}")
+
+
+def status_of(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def test_an_idle_sandbox_holds_the_helper_and_its_first_run_the_agent_in_place(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings, env={"GREETING": "hello"})
+    pid, cmd = agent(daemon.home, sbx.id)
+    assert cmd.startswith("/.hutch/hold "), cmd
+    held = status_of(pid)
+    # the helper is as confined as the agent it stands for: the sandbox's uid, no capabilities, the filter
+    assert held["Uid"].split() == [held["Uid"].split()[0]] * 4 and held["CapEff"] == "0000000000000000"
+    assert held["NoNewPrivs"] == "1" and held["Seccomp"] == "2"
+    r = sbx.exec(["sh", "-c", f"{ISOLATION}; echo $GREETING; cat /proc/2/cmdline | tr '\\0' ' '"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.startswith("1000\n1000\n"), r.stdout
+    for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"):
+        assert line in r.stdout
+    assert "NoNewPrivs:\t1" in r.stdout and "Seccomp:\t2" in r.stdout and "hello" in r.stdout
+    assert "/.hutch/agent" in r.stdout  # PID 2 is the Python agent now
+    after, cmd = agent(daemon.home, sbx.id)
+    assert after == pid and "/.hutch/agent" in cmd  # the same process: execve, not a new one
+    now = status_of(pid)
+    assert (now["Uid"], now["Gid"], now["CapEff"], now["NoNewPrivs"], now["Seccomp"]) == (
+        held["Uid"],
+        held["Gid"],
+        held["CapEff"],
+        held["NoNewPrivs"],
+        held["Seccomp"],
+    )
+    # timeouts are the supervisor's, inside: they still hold
+    t = sbx.exec(["sleep", "30"], timeout=1)
+    assert t.exit_code != 0
+
+
+def test_kill9_of_the_daemon_adopts_a_sandbox_the_helper_holds(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    pid, cmd = agent(daemon.home, sbx.id)
+    assert cmd.startswith("/.hutch/hold "), cmd
+    daemon.kill9()
+    daemon.start()
+    env = hutch_env(daemon.home)
+    r = subprocess.run([sys.executable, "-m", "hutch", "get", sbx.id, "--json"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and '"running"' in r.stdout, r.stdout + r.stderr
+    assert agent(daemon.home, sbx.id) == (pid, cmd)  # the ping at adoption was answered by the helper itself
+    again = Sandbox.connect(sbx.id, settings=daemon.settings)
+    assert again.exec(["id", "-u"]).stdout == "1000\n"
+    assert agent(daemon.home, sbx.id)[0] == pid
+
+
+def test_an_idle_agent_goes_back_to_the_helper(hutch_home: Path) -> None:
+    daemon = Daemon(hutch_home, HUTCH_SPARE_IDLE="1").start()
+    try:
+        sbx = Sandbox.create(settings=daemon.settings, env={"GREETING": "hello"}, secrets={"TOKEN": "s3cret-value"})
+        pid, _ = agent(hutch_home, sbx.id)
+        assert sbx.exec(["true"]).exit_code == 0
+        deadline = time.monotonic() + 120
+        while not agent(hutch_home, sbx.id)[1].startswith("/.hutch/hold "):  # its spare leaves after 1 s, then the agent
+            assert time.monotonic() < deadline, agent(hutch_home, sbx.id)
+            time.sleep(0.2)
+        assert agent(hutch_home, sbx.id)[0] == pid
+        r = sbx.exec(["sh", "-c", f"{ISOLATION}; echo $GREETING $TOKEN"])
+        assert r.exit_code == 0 and r.stdout.startswith("1000\n"), r.stdout + r.stderr
+        assert "hello [redacted:TOKEN]" in r.stdout  # its environment and secrets came back with it
+        assert "NoNewPrivs:\t1" in r.stdout and "Seccomp:\t2" in r.stdout and "CapEff:\t0000000000000000" in r.stdout
+        assert agent(hutch_home, sbx.id)[0] == pid
+        sbx.destroy()
+    finally:
+        daemon.stop()
+
+
+def test_the_setting_python_starts_the_python_agent(hutch_home: Path) -> None:
+    daemon = Daemon(hutch_home, HUTCH_IDLE_AGENT="python").start()
+    try:
+        sbx = Sandbox.create(settings=daemon.settings)
+        assert "/.hutch/agent" in agent(hutch_home, sbx.id)[1]
+        assert sbx.exec(["id", "-u"]).stdout == "1000\n"
+        r = subprocess.run(
+            [sys.executable, "-m", "hutch", "doctor", "--json"],
+            env=hutch_env(hutch_home, HUTCH_IDLE_AGENT="python"),
+            capture_output=True,
+            text=True,
+        )
+        assert "setting idle_agent = python" in r.stdout, r.stdout
+        sbx.destroy()
+    finally:
+        daemon.stop()
