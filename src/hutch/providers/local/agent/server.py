@@ -441,9 +441,9 @@ def main() -> None:
     if ready_fd >= 0:  # (-1: the daemon asks the socket instead: gvisor cannot hand a pipe in)
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    procs.load_prctl()
-    if held:
+    if held:  # first: the run that woke the helper waits (the spare loads ctypes itself, after its fork)
         agent.take_over(*held[2:])
+    procs.load_prctl()
     agent.serve()
 
 
