@@ -68,7 +68,10 @@ def fresh() -> Iterator[None]:
 
 
 def test_built_once_per_source_and_checked(tmp_path: Path) -> None:
+    (tmp_path / "hold").mkdir()
+    (tmp_path / "hold" / "hold-0123456789abcdef-x86_64").write_bytes(b"an earlier source's")
     path = built(tmp_path)
+    assert [p.name for p in (tmp_path / "hold").iterdir()] == [Path(path).name]  # the earlier one pruned
     assert Path(path).name == f"hold-{hold.key(hold.SOURCE.read_bytes())}-{os.uname().machine}"
     assert hold.answers(Path(path), hold.key(hold.SOURCE.read_bytes()))
     assert Path(path).stat().st_mode & 0o777 == 0o755 and (tmp_path / "hold").stat().st_mode & 0o777 == 0o711

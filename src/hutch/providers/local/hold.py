@@ -82,6 +82,10 @@ def _build(source: bytes, want: str, root: Path, target: Path) -> str | None:
                 continue
             os.chmod(out, 0o755)  # a sandbox's own uid executes it (bound read-only into the sandbox)
             os.replace(out, target)
+            for old in root.glob("hold-*"):  # an earlier source's (running sandboxes keep theirs: a bind holds the file)
+                if old != target:
+                    with contextlib.suppress(OSError):
+                        old.unlink()
             return None
         return why
     finally:
