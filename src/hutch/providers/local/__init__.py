@@ -29,7 +29,7 @@ from hutch.providers.local import cgroups, changes, disk, freeze, hostca, hostpy
 from hutch.providers.local.agent import wire
 from hutch.providers.local.agentops import AgentOpsMixin
 from hutch.providers.local.changeops import ChangesMixin
-from hutch.providers.local.channel import Channel, agent_protocol, incompatible, run_exec
+from hutch.providers.local.channel import agent_protocol, incompatible, run_exec
 from hutch.providers.local.egress import Egress, OnEvent, proxy_env
 from hutch.providers.local.gvisorops import CAPABILITIES as GVISOR
 from hutch.providers.local.gvisorops import GvisorMixin
@@ -217,7 +217,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         try:
             found = self.bwrap()
             agent = await asyncio.to_thread(hostpython.prepare, AGENT_FILES, self.settings.home / "agent")
-            held_by = await asyncio.to_thread(idle_helper, self.settings, bool(rec.data.get("pool_member")))
+            held_by = await asyncio.to_thread(idle_helper, self.settings)
             runtime = None
             if image is not None:
                 where = self.settings.home / "runtime"
@@ -341,9 +341,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             if self.root:  # the agent listens: the workload may no longer replace its socket
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
-            async with Channel(str(ctl / "agent.sock")) as ch:
-                configure = self._configure(env | rec.spec.env, rec.spec.secrets | armed.placeholders)
-                await ch.request(configure, timeout=10.0)
+            member = bool(rec.data.get("pool_member")) and held_by is not None  # woken now: its first exec must not wait
+            await self._configure_new(str(ctl / "agent.sock"), env | rec.spec.env, rec.spec.secrets | armed.placeholders, member)
             upper = root.upper if root is not None else None  # what it has at start: what hutch diff compares with
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))
             if rec.spec.network.mode != "none":

@@ -84,6 +84,17 @@ class AgentOpsMixin:
         """The agent's ``configure``: the sandbox's environment and secrets, how long a spare waits."""
         return {"type": "configure", "env": env, "secrets": secrets, "spare_idle": self.settings.spare_idle}
 
+    async def _configure_new(self, sock: str, env: dict[str, str], secrets: dict[str, str], member: bool) -> None:
+        """A new sandbox's first ``configure``. A pool member started by the idle helper has its agent
+        woken at once, told not to go back to the helper (``hold: false``) until it is handed out
+        (adopt_member's configure): its first exec must not wait for the agent's start."""
+        configure = self._configure(env, secrets) | ({"hold": False} if member else {})
+        async with Channel(sock) as ch:
+            await ch.request(configure, timeout=10.0)
+        if member:
+            async with Channel(sock) as ch:
+                await ch.request({"type": "wake"}, timeout=30.0)
+
     # -- network -----------------------------------------------------------------------
 
     async def _listen(self, sandbox_id: str, agent_socket: str, policy: NetworkPolicy) -> None:

@@ -12,8 +12,8 @@ a temporary name and renamed: daemons sharing a home may race, each rename is wh
 checked by running it (``--check`` answers with the source's key): a cached binary that does
 not answer so (cut short, another architecture) is built again. No compiler, a failed build,
 or the setting ``idle_agent = python``: sandboxes start the Python agent as before, and
-``hutch doctor`` says which and why. Pool members keep the Python agent (they answer their
-first exec at once).
+``hutch doctor`` says which and why. A pool member's agent is woken at once and stays awake
+while it waits in the pool (its first exec must not wait for a start).
 """
 
 from __future__ import annotations
@@ -123,10 +123,10 @@ def prepare(home: Path, setting: str = "native") -> Hold:
         return known
 
 
-def idle_helper(settings: Settings, pool_member: bool) -> str | None:
-    """The helper a new sandbox starts with (its path on the host), or None: a pool member (it
-    answers its first exec at once), or no helper here (the Python agent, as ``doctor`` says)."""
-    return None if pool_member else prepare(settings.home, settings.idle_agent).path
+def idle_helper(settings: Settings) -> str | None:
+    """The helper a new sandbox starts with (its path on the host), or None: no helper here (the
+    Python agent from the start, as ``doctor`` says)."""
+    return prepare(settings.home, settings.idle_agent).path
 
 
 def bind_args(path: str | None, fds: list[int]) -> list[str]:

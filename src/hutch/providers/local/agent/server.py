@@ -143,9 +143,11 @@ class Agent:
         self.spare_idle = SPARE_IDLE
         self.links: dict[int, Spare] = {}  # socketpair fd -> spare (waiting, or started and not yet named its run)
         self.leans = lean.possible(sys.argv)  # started by the idle helper: gives its place back when idle (lean.py)
+        self.hold = True  # configure's hold: false keeps it awake (a pool member, until it is handed out)
         self.active = time.monotonic()  # the last run taken or request the helper could not have answered
         self.handlers: dict[str, Callable[[Connection, Any], None]] = {
             "ping": lambda conn, _: conn.send(wire.ok(pid=os.getpid(), protocol=wire.PROTOCOL)),
+            "wake": lambda conn, _: conn.send(wire.ok()),  # (the idle helper execs the agent for it)
             "configure": self.configure,
             "listen": self.listen,
             "unlisten": self.unlisten,
@@ -225,12 +227,12 @@ class Agent:
             timeout = None  # an unused spare leaves at spare_idle: the next exec forks one (exec_without_spare)
             if self.spare is not None and self.spare_idle > 0:
                 timeout = max(0.0, self.spare_since + self.spare_idle - time.monotonic()) * 1000
-            elif self.spare is None and self.leans and self.spare_idle > 0:  # then the agent itself (lean.py)
+            elif self.spare is None and self.leans and self.hold and self.spare_idle > 0:  # then the agent itself (lean.py)
                 timeout = max(0.0, self.active + self.spare_idle - time.monotonic()) * 1000
             ready = {fd for fd, _ in poller.poll(timeout)}
             if not ready and self.spare is not None and time.monotonic() >= self.spare_since + self.spare_idle:
                 self.retire()
-            elif not ready and self.spare is None and self.leans and time.monotonic() >= self.active + self.spare_idle:
+            elif not ready and self.spare is None and timeout is not None and time.monotonic() >= self.active + self.spare_idle:
                 self.go_lean()
             for fd in ready & set(self.links):  # spares first: ``runs`` and ``kill`` then know their runs
                 self.from_spare(self.links[fd])
@@ -328,6 +330,7 @@ class Agent:
         self.env, self.secrets, self.configured = env, secrets, True
         if isinstance(req.get("spare_idle"), (int, float)):
             self.spare_idle = float(req["spare_idle"])
+        self.hold = req.get("hold") is not False
         return changed
 
     def take_over(self, state: int, conn: int, pending: int, listener: int) -> None:

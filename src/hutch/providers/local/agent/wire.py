@@ -50,7 +50,9 @@ Requests (daemon to agent: the first frame of a connection)
     configure  env: {str: str}, secrets: {str: str}      ok. The sandbox's base environment
                (secrets optional: kept as they are      and secrets: every later run gets
                when absent), spare_idle: seconds        both; secrets are redacted from output.
-               (optional, default 60; 0: never)         An unused spare leaves after spare_idle
+               (optional, default 60; 0: never),        An unused spare leaves after spare_idle;
+               hold: bool (optional, default true)      an agent the idle helper started goes
+                                                        back to it when idle, unless hold is false
     listen     port: int                                 ok, with one descriptor attached: a TCP
                                                         socket listening on 127.0.0.1:port in the
                                                         sandbox's network namespace (kept open;
@@ -62,6 +64,8 @@ Requests (daemon to agent: the first frame of a connection)
                                                         port); error unavailable when nothing
                                                         listens there
     runs       {}                                        ok: alive [run ids whose supervisor lives]
+    wake       {}                                        ok (the idle helper, hold.c, execs the
+                                                        agent for it: a pool member's at once)
     kill       run_id: str, signal: int                  ok: was_running: bool. Signals the run's
                                                         whole process tree and marks it killed
     ps         {}                                        ok: processes [{pid, ppid, user, state,
