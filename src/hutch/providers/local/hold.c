@@ -264,20 +264,25 @@ static void request(int conn) {
 }
 
 static void become(const char *spec) { /* --user=UID:GID[:GROUP...]: groups, then gid, then uid */
-    gid_t groups[64];
-    long ids[66];
-    int n = 0;
-    for (const char *p = spec; *p && n < 66; n++) {
+    size_t n = 1;
+    for (const char *p = spec; *p; p++) n += *p == ':';
+    long *ids = calloc(n, sizeof *ids);
+    gid_t *groups = calloc(n, sizeof *groups);
+    if (!ids || !groups || n < 2) die("--user");
+    const char *p = spec;
+    for (size_t i = 0; i < n; i++) {
         char *end;
-        ids[n] = strtol(p, &end, 10);
-        p = *end == ':' ? end + 1 : end;
-        if (*end && *end != ':') die("--user");
+        errno = 0;
+        ids[i] = strtol(p, &end, 10);
+        if (errno || end == p || (*end && *end != ':')) die("--user");
+        p = end + (*end == ':');
+        if (i >= 2) groups[i - 2] = (gid_t)ids[i];
     }
-    if (n < 2) die("--user");
-    for (int i = 2; i < n; i++) groups[i - 2] = (gid_t)ids[i];
-    if (setgroups((size_t)(n - 2), groups) < 0 || setresgid((gid_t)ids[1], (gid_t)ids[1], (gid_t)ids[1]) < 0 ||
+    if (setgroups(n - 2, groups) < 0 || setresgid((gid_t)ids[1], (gid_t)ids[1], (gid_t)ids[1]) < 0 ||
         setresuid((uid_t)ids[0], (uid_t)ids[0], (uid_t)ids[0]) < 0)
         die("--user");
+    free(ids);
+    free(groups);
 }
 
 int main(int argc, char **argv) {
