@@ -93,8 +93,11 @@ class Channel:
                 return got
             want = max(RECV, self.reader.missing())
             try:
-                async with asyncio.timeout(timeout):  # (no task per read, unlike wait_for)
+                if timeout is None:  # (a run without a deadline: no timer armed per read)
                     chunk = await loop.sock_recv(self.sock, want)
+                else:
+                    async with asyncio.timeout(timeout):  # (no task per read, unlike wait_for)
+                        chunk = await loop.sock_recv(self.sock, want)
             except ConnectionError:  # the agent died (reset), as good as closed
                 return None
             if not chunk:
