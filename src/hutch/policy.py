@@ -7,6 +7,7 @@ the address that passed, so a name cannot be re-resolved to somewhere else in be
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from dataclasses import dataclass
 from typing import Any
@@ -69,9 +70,19 @@ def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(text)  # a policy's CIDRs, parsed once, not on every request
+
+
+@functools.lru_cache(maxsize=4096)
+def _host_name(text: str) -> str:
+    return normalize_host(text)  # a refused name raises, and is not cached
+
+
 def in_cidrs(ip: IPAddress, cidrs: list[str]) -> str | None:
     for text in cidrs:
-        net = ipaddress.ip_network(text)
+        net = _network(text)
         if ip.version == net.version and ip in net:
             return text
     return None
@@ -90,7 +101,9 @@ def blocked_reason(ip: IPAddress, own: frozenset[str] = frozenset()) -> str | No
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_ip(host: str) -> IPAddress | None:
+    """The address ``host`` writes literally, or None (cached: the proxy asks for every request)."""
     try:
         return ipaddress.ip_address(host.strip("[]").split("%")[0])
     except ValueError:
@@ -124,7 +137,7 @@ def check_target(policy: NetworkPolicy, host: str, port: int) -> tuple[Decision,
             return Decision(False, "port_not_allowed", f"--allow-port {port} is not set"), str(ip)
         return Decision(True, "allowed_cidr" if cidr else "open", f"--allow-cidr {cidr}" if cidr else "--network open"), str(ip)
     try:
-        name = normalize_host(host)
+        name = _host_name(host)
     except InvalidError:
         return Decision(False, "invalid_host", f"{host!r} is not a host name"), host
     for pattern in policy.deny_hosts:

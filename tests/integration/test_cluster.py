@@ -295,6 +295,7 @@ def test_network_policy_is_the_nodes_own_and_changes_live(front: Front) -> None:
         changed = c.policy(rec["id"], {"cidrs": [f"{head.ip}/32"], "ports": [port], "remove_hosts": ["allowed.test"]})
         assert changed["spec"]["network"]["cidrs"] == [f"{head.ip}/32"] and changed["spec"]["network"]["allow_hosts"] == []
         assert "upstream on the head /hi" in curl()
+
         # the node's proxy recorded its decisions; the gateway relays them under its own ids
         def relayed() -> list[Any] | None:
             got = list(c.events(rec["id"], types=["egress_denied", "egress_allowed"]))

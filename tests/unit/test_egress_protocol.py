@@ -4,6 +4,7 @@ for the one inside a sandbox's namespace (the proxy code is the same)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import threading
@@ -200,3 +201,58 @@ def test_a_connect_tunnel_is_spliced_with_the_bytes_sent_ahead(tmp_path: Path, m
     assert rest.startswith(b"HTTP/1.0 200") and rest.endswith(b"hello /tunnelled host=up.test:%d auth=None" % port)
     assert spliced and spliced[0] > 0  # spliced, starting with what the reader held
     assert [e[0] for e in events] == ["egress_allowed"]
+
+
+def test_parsed_and_cached_policy_parts_follow_every_change(tmp_path: Path) -> None:
+    """The proxy keeps parsed CIDRs, names and hosts-file addresses between requests: each of
+    N rapid requests is still decided and recorded, a narrowed policy denies the very next
+    one, and a hosts file that now points at a private address is refused."""
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    up = upstream.server_address[1]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 up.test\n")
+    events: list[Any] = []
+    wide = NetworkPolicy(mode="allowlist", allow_hosts=["up.test"], ports=[up], cidrs=["127.0.0.1/32"])
+
+    def get(port: int) -> bytes:
+        return exchange(port, f"GET http://UP.test.:{up}/ HTTP/1.1\r\nHost: up.test\r\n\r\n".encode())
+
+    async def main() -> dict[str, Any]:
+        egress = Egress(str(hosts), lambda *e: events.append(e))
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        await egress.open("sbx_test", listener, wide)
+        port = listener.getsockname()[1]
+        out: dict[str, Any] = {}
+        try:
+            out["rapid"] = [await asyncio.to_thread(get, port) for _ in range(20)]
+            egress.update("sbx_test", NetworkPolicy(mode="allowlist", allow_hosts=["up.test"], ports=[up]))
+            out["no_cidr"] = await asyncio.to_thread(get, port)
+            egress.update(
+                "sbx_test", NetworkPolicy(mode="allowlist", allow_hosts=["other.test"], ports=[up], cidrs=["127.0.0.1/32"])
+            )
+            out["no_host"] = await asyncio.to_thread(get, port)
+            egress.update("sbx_test", wide)
+            hosts.write_text("10.1.2.3 up.test\n")
+            os.utime(hosts, (1, 1))  # a new mtime even within the clock's resolution
+            out["moved"] = await asyncio.to_thread(get, port)
+        finally:
+            await egress.close_all()
+        return out
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        upstream.shutdown()
+    assert all(b"hello /" in r for r in out["rapid"])
+    assert [e[0] for e in events[:20]] == ["egress_allowed"] * 20  # every one of the rapid requests recorded
+    assert out["no_cidr"].startswith(b"HTTP/1.1 403") and b"loopback" in out["no_cidr"]
+    assert out["no_host"].startswith(b"HTTP/1.1 403") and b"host_not_allowed" in out["no_host"]
+    assert out["moved"].startswith(b"HTTP/1.1 403") and b"10.1.2.3" in out["moved"]
+    assert [(e[0], e[3]["reason"]) for e in events[20:]] == [
+        ("egress_denied", "loopback_address"),
+        ("egress_denied", "host_not_allowed"),
+        ("egress_denied", "private_address"),
+    ]

@@ -79,6 +79,7 @@ class Metrics:
         self.key_creates = Counter("hutch_key_sandboxes_created", "Sandboxes created per key", ["key"], registry=r)
         self.limited = Counter("hutch_key_rate_limited", "Requests refused by a key's rate limit", ["key", "limit"], registry=r)
         self._runs, self._key_runs, self._requests = _children(self.runs), _children(self.key_runs), _children(self.requests)
+        self._egress = _children(self.egress)  # one per proxied connection
         ProcessCollector(registry=r)  # the daemon's own memory, CPU and open files
         r.register(_State(service))
 
@@ -97,7 +98,7 @@ class Metrics:
 
     def event(self, type_: str, data: dict[str, Any]) -> None:
         if type_ in ("egress_allowed", "egress_denied"):
-            self.egress.labels(decision=type_.removeprefix("egress_")).inc()
+            self._egress(type_.removeprefix("egress_")).inc()
 
     def request(self, key: str, code: int) -> None:
         self._requests(key, str(code)).inc()

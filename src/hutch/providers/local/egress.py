@@ -73,8 +73,9 @@ class Hosts:
         self.path = Path(path) if path else None
         self.mtime = -1.0
         self.table: dict[str, list[str]] = {}
+        self.parsed: dict[str, list[IPAddress]] = {}  # the table's addresses, parsed once per change
 
-    def lookup(self, name: str) -> list[str] | None:
+    def lookup(self, name: str) -> list[IPAddress] | None:
         if self.path is None:
             return None
         try:
@@ -89,7 +90,8 @@ class Hosts:
                     for host in parts[1:]:
                         table.setdefault(host.lower().rstrip("."), []).append(parts[0])
             self.table, self.mtime = table, mtime
-        return self.table.get(name)
+            self.parsed = {host: [a for a in map(parse_ip, found) if a is not None] for host, found in table.items()}
+        return self.parsed.get(name)
 
 
 _own_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -222,7 +224,8 @@ class Egress:
 
     async def _client(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            first = await asyncio.wait_for(reader.readexactly(1), HEAD_TIMEOUT)
+            async with asyncio.timeout(HEAD_TIMEOUT):  # no task per read, as wait_for makes one
+                first = await reader.readexactly(1)
             if first == b"\x05":
                 await self._socks(sandbox_id, reader, writer)
             else:
@@ -258,7 +261,8 @@ class Egress:
                 refused = refused or (verdict, address)
                 continue
             try:
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(str(address), port), CONNECT_TIMEOUT)
+                async with asyncio.timeout(CONNECT_TIMEOUT):
+                    reader, writer = await asyncio.open_connection(str(address), port)
             except (OSError, TimeoutError) as exc:
                 last_error = f"{exc.__class__.__name__}: {exc}"
                 continue
@@ -275,7 +279,7 @@ class Egress:
     async def _resolve(self, sandbox_id: str, run_id: str | None, name: str, port: int, base: dict[str, Any]) -> list[IPAddress]:
         fixed = self.hosts.lookup(name)
         if fixed is not None:
-            return [a for a in (parse_ip(x) for x in fixed) if a is not None]
+            return list(fixed)
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(loop.getaddrinfo(name, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
@@ -293,7 +297,8 @@ class Egress:
     # -- HTTP ----------------------------------------------------------------------------
 
     async def _http(self, sandbox_id: str, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        async with asyncio.timeout(HEAD_TIMEOUT):
+            head = first + await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
