@@ -10,7 +10,6 @@ that unprivileged sandbox users can be given their own directories beneath it), 
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -144,6 +143,8 @@ class Settings:
             )
         file_values: dict[str, Any] = {}
         if cfg_path.is_file():
+            import tomllib  # here: most calls have no config file
+
             try:
                 file_values = tomllib.loads(cfg_path.read_text())
             except (tomllib.TOMLDecodeError, OSError) as exc:

@@ -18,7 +18,6 @@ import binascii
 import json
 import os
 import stat
-import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -82,8 +81,14 @@ def config_file(environ: Mapping[str, str], home: Path | None = None) -> dict[st
         home = Path(environ.get("HUTCH_HOME") or default_home())
     path = Path(environ.get("HUTCH_CONFIG") or Path(home or ".") / "config.toml")
     try:
-        return dict(tomllib.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    import tomllib  # here: most calls have no config file
+
+    try:
+        return dict(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
         return {}
 
 
@@ -193,6 +198,8 @@ def load_file(path: str) -> list[Credential]:
         raw = f.read(MAX_FILE + 1)
     if len(raw) > MAX_FILE:
         raise InvalidError(f"the credentials file {path} is larger than {MAX_FILE} bytes", hint="keep only the tokens there")
+    import tomllib
+
     try:
         doc = tomllib.loads(raw.decode())
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):

@@ -12,8 +12,10 @@ import sys
 
 HEAVY = ("pydantic", "httpx", "rich", "fastapi", "starlette", "uvicorn", "yaml", "jsonschema", "hutch.models", "hutch.providers")
 # What hutch exec and hutch run no longer load (each a few ms to tens of ms per call): the
-# event loop, TLS, http.client and the email parser it uses, thread pools, logging.
-RUN_PATH_FREE = ("asyncio", "ssl", "email", "http", "concurrent", "logging", *HEAVY)
+# event loop, TLS, http.client and the email parser it uses, thread pools, logging; the async
+# client's module, subprocess (only a call that finds no daemon starts one) and the TOML
+# parser (only a config or credentials file that exists is parsed).
+RUN_PATH_FREE = ("asyncio", "ssl", "email", "http", "concurrent", "logging", "hutch.client.aio", "subprocess", "tomllib", *HEAVY)
 
 
 def loaded_by(code: str) -> list[str]:

@@ -17,10 +17,31 @@ through its transport::
 
 from __future__ import annotations
 
-from hutch.client.aio import AsyncClient
-from hutch.client.endpoint import Endpoint
-from hutch.client.launcher import ensure_daemon
-from hutch.client.sync import Client
-from hutch.client.transport import Response
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hutch.client.aio import AsyncClient
+    from hutch.client.endpoint import Endpoint
+    from hutch.client.launcher import ensure_daemon
+    from hutch.client.sync import Client
+    from hutch.client.transport import Response
 
 __all__ = ["AsyncClient", "Client", "Endpoint", "Response", "ensure_daemon"]
+
+# Each name's module, imported on first use: the CLI's Client does not load the async
+# client's module (nor the async client the sync one's).
+_WHERE = {
+    "AsyncClient": "aio",
+    "Client": "sync",
+    "Endpoint": "endpoint",
+    "Response": "transport",
+    "ensure_daemon": "launcher",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'hutch.client' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"hutch.client.{_WHERE[name]}"), name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import subprocess
 import sys
 import time
 
@@ -22,6 +21,8 @@ def ensure_daemon(settings: Settings) -> None:
     """Start ``hutch serve`` in the background unless it already answers."""
     if socket_answers(settings.socket_path):
         return
+    import subprocess  # here: only a call that finds no daemon starts one
+
     prepare_home(settings.home)
     with open(settings.home / "hutchd.start.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

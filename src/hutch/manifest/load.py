@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +66,8 @@ def read(path: str) -> tuple[str, dict[str, Any]]:
         raise InvalidError(f"cannot read manifest {path}: {exc.strerror}", hint="check the path") from exc
     if len(raw) > MAX_MANIFEST:
         raise InvalidError(f"manifest {path} is larger than {MAX_MANIFEST >> 20} MiB", hint="seed large trees with git")
+    import tomllib  # here: hutch run without a manifest does not parse TOML
+
     try:
         text = raw.decode()
         return text, tomllib.loads(text)
