@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.conftest import Daemon, hutch_env
-from tests.unit.test_cli_imports import RUN_PATH_FREE, banned
+from tests.unit.test_cli_imports import RUN_CALL_FREE, banned
 
 PROBE = (
     "import sys, json, os\n"
@@ -43,5 +43,5 @@ def test_hutch_exec_and_run_import_no_event_loop_tls_or_http_client(daemon: Daem
         sbx = c.create({"provider": "local"})["id"]
     for argv in (("exec", sbx, "--", "true"), ("run", "--", "true")):
         loaded = _modules(daemon, *argv)
-        assert banned(loaded, RUN_PATH_FREE) == [], argv
+        assert banned(loaded, RUN_CALL_FREE) == [], argv
         assert "hutch.client.http1" in loaded

@@ -16,6 +16,9 @@ HEAVY = ("pydantic", "httpx", "rich", "fastapi", "starlette", "uvicorn", "yaml",
 # client's module, subprocess (only a call that finds no daemon starts one) and the TOML
 # parser (only a config or credentials file that exists is parsed).
 RUN_PATH_FREE = ("asyncio", "ssl", "email", "http", "concurrent", "logging", "hutch.client.aio", "subprocess", "tomllib", *HEAVY)
+# ... and, run for real (tests/integration/test_cli_run_imports.py), the attach client (only
+# -i, -t or a piped stdin use it) and the IDNA codec (the socket's Host is ASCII).
+RUN_CALL_FREE = (*RUN_PATH_FREE, "hutch.cli.interactive", "encodings.idna", "unicodedata", "stringprep")
 
 
 def loaded_by(code: str) -> list[str]:

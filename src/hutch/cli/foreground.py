@@ -188,11 +188,13 @@ def events_for(obj: Ctx, ref: str, req: wire.ExecRequest, interactive: bool, tty
 
     A piped stdin is streamed; a provider without live input refuses the attach before the
     run exists, and then gets the input whole in the request (up to MAX_WHOLE_STDIN)."""
-    from hutch.cli.interactive import Attached
-
     if interactive or tty:
+        from hutch.cli.interactive import Attached
+
         return Attached(obj, ref, req, tty)
     if "stdin" not in req and stdin_is_piped():
+        from hutch.cli.interactive import Attached  # here: a plain run does not load the attach client
+
         attached = Attached(obj, ref, req, False)
         first = attached.first()
         if first.get("type") != "error" or first.get("error", {}).get("kind") != "invalid":

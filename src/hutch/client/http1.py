@@ -46,6 +46,8 @@ class Connection:
         self._head: list[bytes] = []
         host = "hutch" if scheme == "unix" else (f"[{address}]" if ":" in address else address)
         self.host = host if scheme == "unix" or port in (80, 443) else f"{host}:{port}"
+        # an ASCII name is its own IDNA form: the idna codec (and unicodedata) is loaded only for another
+        self._host = self.host.encode("ascii") if self.host.isascii() else self.host.encode("idna")
 
     def connect(self) -> None:
         """Within 10 s; then without a timeout (an exec may run for an hour)."""
@@ -73,7 +75,7 @@ class Connection:
         self.sock = sock
 
     def putrequest(self, method: str, url: str, skip_accept_encoding: bool = True) -> None:
-        self._head = [f"{method} {url} HTTP/1.1".encode("ascii"), b"Host: " + self.host.encode("idna")]
+        self._head = [f"{method} {url} HTTP/1.1".encode("ascii"), b"Host: " + self._host]
         if not skip_accept_encoding:
             self._head.append(b"Accept-Encoding: identity")
 
