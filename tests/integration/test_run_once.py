@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -164,3 +165,27 @@ def test_a_daemon_killed_under_hutch_run_leaves_no_sandbox(daemon: Daemon) -> No
     with Client(daemon.settings, autostart=False) as again:
         assert again.get(sbx)["state"] == "destroyed"
         assert again.list() == []
+
+
+def test_the_next_daemon_ends_a_run_whose_daemon_and_client_are_gone(daemon: Daemon) -> None:
+    """The daemon dies under hutch run before its client can act (here the client is stopped;
+    on a loaded machine it may not even have heard which sandbox the run made): the next
+    daemon settles the run as lost and destroys the sandbox as it starts, never adopts it."""
+    c = daemon.client()
+    proc = _popen(daemon, "--", "sh", "-c", "sleep 300")
+    try:
+        sbx, run = _started(c)
+        proc.send_signal(signal.SIGSTOP)
+        daemon.kill9()
+        daemon.start()
+        with daemon.client() as again:
+            assert again.get(sbx)["state"] == "destroyed"
+            assert again.list() == []
+            record = again.run(run)
+            assert record["status"] == "lost", record
+            assert "hutch run ended with the daemon" in str(record["error"]), record
+            [event] = again.events(sbx, types=["sandbox_destroyed"])
+            assert "hutch run ended with the daemon" in str(event.get("cause") or event), event
+    finally:
+        proc.kill()
+        proc.wait(30)

@@ -120,3 +120,33 @@ def test_a_given_sandbox_takes_no_create_options(sent: list[Any], tuned: Setting
     assert sent[0][0]["sandbox"] == "sbx_1" and "spec" not in sent[0][0]
     with pytest.raises(InvalidError):
         build.run_once_request(build.exec_request("true"))  # neither a spec nor a sandbox
+
+
+@pytest.mark.parametrize(
+    ("heard", "asked"),
+    [
+        ([], [""]),  # cut short before the sandbox was named: only a daemon is made sure of
+        (FRAMES[:2], ["sbx_1"]),  # the run's own sandbox: destroyed through the next daemon
+        ([FRAMES[0] | {"kept": True}, FRAMES[1]], []),  # a kept sandbox stays
+        (FRAMES, []),  # the whole answer came: nothing to do
+    ],
+)
+def test_an_answer_cut_short_leaves_its_sandbox_to_be_destroyed(heard: list[dict[str, Any]], asked: list[str]) -> None:
+    from hutch.client.oneshot import Answer as Kept
+    from hutch.client.oneshot import RunOnceStream
+    from hutch.errors import UnavailableError
+
+    def lines() -> Iterator[dict[str, Any]]:
+        yield from heard
+        if heard is not FRAMES:
+            raise UnavailableError("the connection closed inside a chunked answer")
+
+    calls: list[str] = []
+    frames = RunOnceStream(lines, Kept(None), calls.append)
+    with pytest.raises((UnavailableError, StopIteration)):
+        while True:
+            next(frames)
+    assert calls == asked
+    with pytest.raises((UnavailableError, StopIteration)):
+        next(frames)
+    assert calls == asked  # once

@@ -68,6 +68,11 @@ class AsyncClient:
     async def get(self, ref: str) -> wire.SandboxRecord:
         return cast("wire.SandboxRecord", await self.json("GET", paths.sandbox(ref)))
 
+    async def _orphaned(self, ref: str) -> object:
+        """hutch run's answer was cut short: destroy the sandbox it made (``""``: not named
+        yet; a daemon started again destroys it as it starts)."""
+        return await (self.destroy(ref) if ref else self.json("GET", "/v1/health"))
+
     async def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
         params = {"approval": approval} if approval else None
         return cast("wire.DestroyResult", await self.json("DELETE", paths.sandbox(ref), params=params))
@@ -125,7 +130,7 @@ class AsyncClient:
                 kept = cast("wire.Manifest", await self.json("GET", paths.sandbox(req["sandbox"]) + "/manifest"))["files"]
             plan = await asyncio.to_thread(transfer.plan_push, Path(sync), (), kept)
             push = await asyncio.to_thread(transfer.push_body, Path(sync), plan.manifest, plan.send, progress)
-        return oneshot.astream(self.transport, req, push, sync, self.destroy)
+        return oneshot.astream(self.transport, req, push, sync, self._orphaned)
 
     async def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None

@@ -68,9 +68,15 @@ class Answer:
 
     def orphan(self) -> str | None:
         """A sandbox this run made that may outlive an answer cut short (the daemon died under
-        it): the client destroys it then, through the next daemon, as a last resort. Once."""
-        made = self.sandbox.get("created") and not self.sandbox.get("kept") and not self.ended
+        it): the client destroys it then, through the next daemon, as a last resort. Once.
+        ``""``: cut short before the answer named its sandbox; the client then only makes sure
+        a daemon runs (a daemon destroys the sandboxes of runs it did not finish as it starts)."""
+        if self.ended:
+            return None
         self.ended = True
+        if not self.sandbox:
+            return ""
+        made = self.sandbox.get("created") and not self.sandbox.get("kept")
         return str(self.sandbox["sandbox_id"]) if made else None
 
     def take(self, frame: dict[str, Any]) -> bool:

@@ -66,6 +66,11 @@ class Client:
     def health(self) -> wire.Health:
         return cast("wire.Health", self.json("GET", "/v1/health"))
 
+    def _orphaned(self, ref: str) -> object:
+        """hutch run's answer was cut short: destroy the sandbox it made (``""``: not named
+        yet; a daemon started again destroys it as it starts)."""
+        return self.destroy(ref) if ref else self.health()
+
     def doctor(self) -> wire.Doctor:
         return cast("wire.Doctor", self.json("GET", "/v1/doctor"))
 
@@ -192,8 +197,8 @@ class Client:
             plan = transfer.plan_push(Path(sync), (), kept)
             push = transfer.push_body(Path(sync), plan.manifest, plan.send, progress)
         if stdin is not None:
-            return oneshot.duplex(self.transport, req, push, sync, stdin, self.destroy)
-        return oneshot.stream(self.transport, req, push, sync, self.destroy)
+            return oneshot.duplex(self.transport, req, push, sync, stdin, self._orphaned)
+        return oneshot.stream(self.transport, req, push, sync, self._orphaned)
 
     def runs(self, ref: str, status: str | None = None) -> builtins.list[wire.RunRecord]:
         params = {"status": status} if status else None

@@ -143,6 +143,8 @@ class OneShot:
         try:
             rec, made = await self._sandbox(req)
             kept = not made or req.keep or bool(req.spec and (req.spec.tenant or req.spec.reuse_key))
+            if not kept:  # a daemon that dies under this run leaves it to the next one to destroy
+                rec = svc.store.sandboxes.update(rec.id, data=rec.data | {"oneshot": True})
             job.ready.set_result(None)
             frame = {"type": "sandbox", "sandbox_id": rec.id, "name": rec.name, "created": made, "kept": kept}
             if await job.send(frame):

@@ -29,6 +29,7 @@ class Restart:
         """Re-adopt what a previous daemon left: live sandboxes stay, dead ones are marked lost."""
         report: dict[str, list[str]] = {"adopted": [], "lost": [], "cleaned": [], "incompatible": []}
         store = self.svc.store
+        orphans: list[SandboxRecord] = []
         for rec in store.sandboxes.all(LIVE_STATES):
             provider = self.svc.provider(rec.provider)
             if self.svc.claimed(provider) and rec.state != SandboxState.running:
@@ -41,6 +42,9 @@ class Restart:
             except IncompatibleError as exc:  # made by another version of hutch: kept, listed, destroyable
                 self.incompatible(rec, exc)
                 report["incompatible"].append(rec.id)
+                continue
+            if there and rec.data.get("oneshot") and rec.state == SandboxState.running:
+                orphans.append(rec)  # its hutch run's request ended with the previous daemon
                 continue
             if there:
                 self.svc.lifecycle.watch(rec)  # not our child any more: followed all the same
@@ -63,7 +67,30 @@ class Restart:
                 final = SandboxState.destroyed if rec.state == SandboxState.destroying else SandboxState.failed
                 store.sandboxes.update(rec.id, state=final, error="interrupted by a daemon restart")
                 report["cleaned"].append(rec.id)
+        for rec in orphans:
+            await self.end_oneshot(rec)
+            report["cleaned"].append(rec.id)
         return report
+
+    async def end_oneshot(self, rec: SandboxRecord) -> None:
+        """A sandbox ``hutch run`` made for one command, left by a daemon that died under the
+        run: nobody waits for that run any more, so its runs are settled (a finished one keeps
+        its outcome, one still going is lost) and the sandbox is destroyed, not adopted."""
+        why = "its hutch run ended with the daemon that ran it"
+        provider = self.svc.provider(rec.provider)
+        for run in self.svc.store.runs.all(rec.id, "running"):
+            try:
+                status = await provider.run_status(rec, run["id"])
+            except HutchError:
+                status = None
+            if status is not None:
+                self.svc.runs.settle(rec, run, status)
+            else:
+                self.svc.runs.lose(rec, run, why)
+        try:
+            await self.svc.destroy(rec.id, cause=why, checked=True)
+        except HutchError as exc:
+            log.warning("sandbox %s: %s, and could not be destroyed: %s", rec.id, why, exc.message)
 
     def incompatible(self, rec: SandboxRecord, exc: IncompatibleError) -> None:
         """A sandbox this hutch cannot speak to: every call on it fails with ``exc`` (see
