@@ -423,11 +423,13 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
 
         def work() -> None:
             pid, start = data.get("init_pid"), data.get("init_start")
+            ended = False
             if pid and start_time(int(pid)) == start:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
+                    ended = True
             cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
-            cg.kill_all()
+            cg.kill_all(freeze=not ended)
             child = self._children.pop(sandbox_id, None)
             if child is not None and wait_exit([child.pid], KILL_GRACE):
                 child.wait()  # ended: reaped at once

@@ -208,27 +208,42 @@ class SandboxCgroup:
                 total += int(fields[11]) + int(fields[12])  # utime, stime
         return total / ticks if self.dirs else None
 
-    def kill_all(self, deadline: float = 5.0) -> None:
+    def kill_all(self, deadline: float = 5.0, freeze: bool = True) -> None:
+        """SIGKILL every task, until none is left (``freeze=False``: the caller killed the
+        sandbox's init first, which ended its pid namespace at once)."""
         self.set_background(False)  # a pool member's idle priority would let its killed tasks wait for cpu
+        atomic = False
         for d in self.dirs:
             if (d / "cgroup.kill").exists():
                 with contextlib.suppress(OSError):
                     _write(d / "cgroup.kill", "1")
+                    atomic = True
+        if freeze and not atomic:
+            # One SIGKILL per task: frozen first, so that no task runs between two kills (with
+            # pids wrapped, a run's supervisor would otherwise see its command die and report
+            # it killed before the sandbox is gone). Thawed below, once every task has its kill.
+            with contextlib.suppress(OSError):
+                self.set_frozen(True, deadline=1.0)
         end = time.monotonic() + deadline
         thawed = False
-        while time.monotonic() < end:
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            if not thawed:  # a frozen task dies of its SIGKILL only once thawed
-                thawed = True
+        try:
+            while time.monotonic() < end:
+                pids = self.pids()
+                if not pids:
+                    return
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                if not thawed:  # a frozen task dies of its SIGKILL only once thawed
+                    thawed = True
+                    with contextlib.suppress(OSError):
+                        self.set_frozen(False, deadline=1.0)
+                # woken as they end; then a look for any forked meanwhile (v1 has no cgroup.kill)
+                pidwait.wait_exit(pids, min(0.5, max(0.0, end - time.monotonic())))
+        finally:
+            if not thawed:  # nothing left to kill: never left frozen
                 with contextlib.suppress(OSError):
                     self.set_frozen(False, deadline=1.0)
-            # woken as they end; then a look for any forked meanwhile (v1 has no cgroup.kill)
-            pidwait.wait_exit(pids, min(0.5, max(0.0, end - time.monotonic())))
 
     def set_background(self, background: bool) -> bool:
         """Run at the lowest cpu priority (a pool member starting and waiting) or the normal one:
