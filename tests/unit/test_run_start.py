@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hutch.errors import NotFoundError
+from hutch.errors import HutchError, InvalidError, NotFoundError
 from hutch.models import ExecRequest, ExecResult, RawOutput, RunStatus, SandboxSpec
 from hutch.providers.fake import FakeProvider
 from hutch.service import Service
@@ -67,3 +67,36 @@ def test_a_run_is_finalized_once(service: Service) -> None:
     assert service.store.runs.get("run_once")["status"] == "lost"
     finished = [e for e in service.store.events.all(rec.id) if e["type"] == "run_finished"]
     assert [e["data"]["status"] for e in finished] == ["lost"]
+
+
+def test_a_run_the_provider_refuses_is_failed_not_lost(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A provider that refuses a run before it starts (a cluster node's own exec --user check): the caller
+    gets that refusal as it came, hint and all, from exec, the stream and a background start; the run is
+    recorded failed (exit 126, the reason), never lost."""
+
+    async def refuses(self: FakeProvider, *args: Any, **kw: Any) -> RawOutput:
+        raise InvalidError("sandbox x maps one uid", hint="create the sandbox with users of its own")
+
+    monkeypatch.setattr(FakeProvider, "exec", refuses)
+
+    async def go() -> None:
+        rec = await service.create(SandboxSpec(provider="fake"))
+        req = ExecRequest(command=["id"])
+
+        async def streamed() -> None:
+            frames = [f async for f in service.runs.stream(rec.id, req)]
+            assert [f["type"] for f in frames] == ["run", "error"]
+            raise HutchError.from_dict(frames[-1])
+
+        for attempt in (
+            lambda: service.runs.exec(rec.id, req),
+            streamed,
+            lambda: service.runs.start(rec.id, ExecRequest(command=["id"], background=True)),
+        ):
+            with pytest.raises(InvalidError) as err:
+                await attempt()
+            assert (err.value.message, err.value.hint) == ("sandbox x maps one uid", "create the sandbox with users of its own")
+        runs = service.store.runs.all(rec.id)
+        assert [(r["status"], r["exit_code"], r["error"]) for r in runs] == [("failed", 126, "sandbox x maps one uid")] * 3
+
+    asyncio.run(go())

@@ -232,17 +232,20 @@ class Runs(Adoption):
             if isinstance(exc, UnavailableError):
                 await self.svc._check_lost(rec, message, run_id)
                 gone = self.svc._gone(rec, exc)  # destroyed under the run: a conflict
-            lost = ExecResult(
+            # invalid: the provider refused the run before it started (a cluster node's own check): it did
+            # not run, nothing of it was lost; the caller gets the refusal as it came, with its hint
+            refused = isinstance(exc, InvalidError)
+            ended = ExecResult(
                 run_id=run_id,
                 sandbox_id=rec.id,
-                exit_code=125,
-                status=RunStatus.lost,
+                exit_code=126 if refused else 125,
+                status=RunStatus.failed if refused else RunStatus.lost,
                 stdout="",
                 stderr="",
                 duration_ms=(time.perf_counter() - t0) * 1000,
                 error=gone.message if gone is not None else message,
             )
-            self._record(lost, oom=False)
+            self._record(ended, oom=False)
             if gone is not None and gone is not exc:
                 raise gone from exc
             raise
