@@ -25,7 +25,7 @@ from tests.conftest import hutch_env
 import hutch
 from hutch.client import Client
 from hutch.config import Settings
-from hutch.errors import CapacityError, UnavailableError
+from hutch.errors import CapacityError, InvalidError, UnavailableError
 from hutch.providers.cluster.monitor import GATEWAY_LABEL
 
 pytestmark = pytest.mark.integration
@@ -397,6 +397,58 @@ def test_an_interactive_run_on_a_remote_node(front: Front) -> None:
         assert (done.returncode, done.stdout) == (0, "got typed\nrest\n"), done.stderr
     finally:
         c.destroy(rec["id"])
+
+
+def test_exec_as_another_user_on_a_remote_node(front: Front) -> None:
+    """exec --user through the gateway: a sandbox on a worker node that runs as root inside its own
+    users runs one command as root, a named user or a uid (foreground, streamed, background, the CLI);
+    sandboxes whose runs cannot switch users are refused with the local provider's words, before a run."""
+    c = front.client
+    worker = front.cluster.nodes[1].ip
+    own = c.create({"user": "root", "provider_options": {"node": worker}})
+    plain = c.create({"provider_options": {"node": worker}})
+    gave_up = c.create({"user": "4242", "provider_options": {"node": worker}})
+    try:
+        assert own["node"] == worker
+
+        def ids(user: str) -> list[str]:
+            res = c.exec(own["id"], {"command": ["sh", "-c", "id -u; id -g"], "user": user, "timeout": 60.0})
+            assert (res["exit_code"], res["status"]) == (0, "completed"), res
+            return out(res).split()
+
+        assert ids("root") == ["0", "0"]
+        assert ids("nobody") == ["65534", "65534"]
+        assert ids("4242:4343") == ["4242", "4343"]
+        frames = list(c.exec_stream(own["id"], {"command": ["id", "-u"], "user": "1234"}))
+        assert (frames[0]["type"], frames[-1]["type"], frames[-1]["exit_code"]) == ("run", "exit", 0), frames
+        assert "".join(str(f["data"]) for f in frames if f["type"] == "stdout") == "1234\n"
+        run = c.start(own["id"], {"command": ["id", "-u"], "user": "nobody"})
+        final = c.wait(run["id"], 120)
+        assert (final["status"], c.output(run["id"])["stdout"]["data"]) == ("completed", "65534\n"), final
+        cli = front.cli("exec", "--user", "nobody", own["id"], "--", "id", "-u")
+        assert (cli.returncode, cli.stdout) == (0, "65534\n"), cli.stderr
+        # a user the sandbox lacks fails that run on the node (exit 126, the node's reason), as on a local daemon
+        ghost = c.exec(own["id"], {"command": ["id"], "user": "ghost"})
+        assert (ghost["exit_code"], ghost["status"]) == (126, "failed") and "no user 'ghost'" in str(ghost["error"]), ghost
+        for sid, why, hint in (
+            (plain["id"], "maps one uid", "--user root"),
+            (gave_up["id"], "runs as 4242 (uid 4242): its agent gave up root", "--user root"),
+        ):
+            before = c.runs(sid)
+            for send in (
+                lambda s=sid: c.exec(s, {"command": ["id"], "user": "nobody"}),
+                lambda s=sid: list(c.exec_stream(s, {"command": ["id"], "user": "nobody"})),
+                lambda s=sid: c.start(s, {"command": ["id"], "user": "nobody"}),
+            ):
+                with pytest.raises(InvalidError) as err:
+                    send()
+                assert why in err.value.message and hint in (err.value.hint or ""), err.value
+            assert c.runs(sid) == before, "a refused exec --user was recorded"
+            cli = front.cli("exec", "--user", "nobody", sid, "--", "id")
+            assert cli.returncode == 2 and why in cli.stderr, cli
+    finally:
+        for rec in (own, plain, gave_up):
+            c.destroy(rec["id"])
 
 
 FETCH = r"""

@@ -5,12 +5,17 @@ The cluster itself (real Ray, nodes in network namespaces) is tests/integration/
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from hutch.errors import CapacityError, NotFoundError
+from hutch.config import Settings
+from hutch.errors import CapacityError, InvalidError, NotFoundError
+from hutch.models import SandboxRecord, SandboxSpec, SandboxState
+from hutch.providers.cluster import ClusterProvider
 from hutch.providers.cluster.nodes import Node, choose, find
 
 GIB = 1 << 30
@@ -74,3 +79,29 @@ def test_a_daemon_that_is_not_a_cluster_answers_unavailable(app_client: TestClie
         err: dict[str, Any] = resp.json()["error"]
         assert (resp.status_code, err["kind"]) == (503, "unavailable"), (path, err)
         assert "not a cluster" in err["message"] and "--cluster" in err["hint"]
+
+
+def test_exec_user_is_refused_as_the_sandboxs_node_would_refuse_it(settings: Settings) -> None:
+    """The gateway refuses exec --user before a run with the local provider's words, from the sandbox's
+    spec and how its node's daemon maps users (its actor says; root maps a range of its own)."""
+    provider = ClusterProvider(dataclasses.replace(settings, cluster="127.0.0.1:1"))  # Ray is never called here
+    assert provider.monitor is not None and "exec_users" in provider.capabilities.declared()
+    provider.monitor.nodes = {"n1": Node("n1", "r1", users="range"), "n2": Node("n2", "r2", users="single")}
+
+    def rec(node: str, user: str | None) -> SandboxRecord:
+        spec = SandboxSpec(provider="cluster", user=user)
+        data = {"node": node, "node_sandbox": "sbx_on_node"}
+        return SandboxRecord(id="sbx_gw", provider="cluster", state=SandboxState.running, spec=spec, created_at=time.time(),
+                             updated_at=time.time(), data=data)  # fmt: skip
+
+    for user in ("root", "nobody", "4242:4242"):
+        provider.check_exec_user(rec("n1", "root"), user)  # the node switches: nothing to refuse here
+    provider.check_exec_user(rec("n2", "root"), "0:0")
+    for sandbox, user, why, hint in (
+        (rec("n1", None), "root", "maps one uid", "--user root"),
+        (rec("n1", "4242"), "root", "runs as 4242 (uid 4242): its agent gave up root", "--user root"),
+        (rec("n2", "root"), "nobody", "only root (you) is mapped in sandbox sbx_gw", "usermod --add-subuids"),
+    ):
+        with pytest.raises(InvalidError) as err:
+            provider.check_exec_user(sandbox, user)
+        assert why in err.value.message and hint in (err.value.hint or ""), err.value

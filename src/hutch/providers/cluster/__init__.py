@@ -99,6 +99,7 @@ class ClusterProvider:
         workspace=True,
         interactive=True,
         ports=True,
+        exec_users=True,
     )
     option_flags: Mapping[str, str] = {"placement": "placement (spread|pack)", "node": "node (a node's name)"}
 
@@ -316,6 +317,29 @@ class ClusterProvider:
 
     # -- runs ------------------------------------------------------------------------------------
 
+    def check_exec_user(self, rec: SandboxRecord, user: str) -> None:
+        """ExecUsersProvider: the refusal the sandbox's node would give (its local provider's words and
+        hint), before the run is recorded here, from what the gateway knows without asking the node."""
+        from hutch.providers.local import userns  # not at import: the gateway needs no more of the local provider
+
+        userns.check_exec_user(rec.id, self._own_user(rec), user)
+
+    def _own_user(self, rec: SandboxRecord) -> dict[str, object]:
+        """What the node's local provider keeps of ``rec``'s own users: the spec's user, resolved as the
+        node resolves it (a cluster sandbox has no image, so no /etc of its own at create), and how
+        its node maps them (the node's actor says: daemon.users_map). Nothing for a plain sandbox."""
+        from hutch.providers.local import userns
+
+        if rec.spec.user is None:
+            return {}
+        try:
+            uid, gid = userns.resolve(rec.spec.user, None)
+        except InvalidError:  # the node made it all the same: the node checks the run itself
+            uid, gid = 0, 0
+        node = self.monitor.nodes.get(str(self._data(rec).get("node"))) if self.monitor is not None else None
+        how = node.users if node is not None else None
+        return {"user": {"name": rec.spec.user, "uid": uid, "gid": gid, "map": how, "switch": True}}
+
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         client, node_sandbox = self._where(rec)
         env = dict(spec.env)
@@ -323,6 +347,8 @@ class ClusterProvider:
         # redact: the node redacts its sandbox's secrets and these (None: this run asked for no redaction)
         body: dict[str, Any] = {"command": spec.argv, "env": env, "secrets": secrets, "redact": spec.redact is not None}
         body |= {"cwd": spec.cwd, "max_output": spec.max_output, "timeout": spec.timeout, "idle_timeout": spec.idle_timeout}
+        if spec.user is not None:  # the node's agent switches (its local provider checks the sandbox again)
+            body["user"] = spec.user
         if spec.stdin is not None:
             body |= {"stdin": base64.b64encode(spec.stdin).decode(), "stdin_base64": True}
         kept = {"stdout": bytearray(), "stderr": bytearray()}

@@ -5,8 +5,9 @@ The gateway (the only Ray driver) makes one detached actor per Ray node, pinned 
 with the local provider in the node's own state directory (``HUTCH_NODE_HOME``, else
 ``node`` under the node's ``HUTCH_HOME`` or hutch's default), behind TLS (a certificate for
 the node's address, made with :mod:`hutch.pki`) and a bearer token made here. It answers the
-gateway's :meth:`NodeDaemon.info`: the daemon's URL, its CA, the token and the node's hutch
-version. Nothing of this goes through the gateway's store: a restarted gateway asks again.
+gateway's :meth:`NodeDaemon.info`: the daemon's URL, its CA, the token, the node's hutch
+version and how its sandboxes with users of their own map them (``users``). Nothing of this
+goes through the gateway's store: a restarted gateway asks again.
 
 The daemon runs in a session of its own: it outlives the actor (and so the sandboxes it
 keeps do), and a restarted actor finds it by its pid file and reuses it. This module runs on
@@ -48,6 +49,17 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def users_map() -> str:
+    """How the node's daemon (this process's user) maps a sandbox with users of its own, as its
+    local provider does: ``range`` (root: 65,536 host uids of its own), ``subuid`` (a normal user
+    with subordinate ids) or ``single`` (only root inside, the user itself)."""
+    if os.geteuid() == 0:
+        return "range"
+    from hutch.providers.local.userns import user_mapping
+
+    return user_mapping().how
 
 
 class NodeDaemon:
@@ -108,6 +120,7 @@ class NodeDaemon:
             "ca": files.ca_cert.read_text(),
             "home": str(self.home),
             "alive": self._running(),
+            "users": users_map(),
         }
 
     def _running(self) -> bool:

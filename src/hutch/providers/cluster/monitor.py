@@ -179,6 +179,7 @@ class Monitor:
             old = node.client
             node.client = NodeClient(node.name, str(info["url"]), str(info["token"]), str(info["ca"]))
             node.version = str(info["version"])
+            node.users = str(info["users"]) if info.get("users") else None
             if old is not None:
                 await old.close()
         except Exception as exc:  # noqa: BLE001 (Ray's errors, the actor's own: said in the node's state)

@@ -38,6 +38,7 @@ class Node:
     state: str = "starting"
     client: NodeClient | None = None
     version: str | None = None
+    users: str | None = None  # how its daemon maps a sandbox's own users: range | subuid | single (daemon.users_map)
     error: str | None = None
     last_ok: float = field(default_factory=time.monotonic)
     drained: bool = False
