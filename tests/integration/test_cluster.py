@@ -427,6 +427,10 @@ def test_exec_as_another_user_on_a_remote_node(front: Front) -> None:
         assert (final["status"], c.output(run["id"])["stdout"]["data"]) == ("completed", "65534\n"), final
         cli = front.cli("exec", "--user", "nobody", own["id"], "--", "id", "-u")
         assert (cli.returncode, cli.stdout) == (0, "65534\n"), cli.stderr
+        argv = [sys.executable, "-m", "hutch", "exec", "-i", "--user", "4242", own["id"], "--"]
+        argv += ["sh", "-c", "read a; id -u; echo $a"]
+        done = subprocess.run(argv, input="typed\n", env=hutch_env(front.home), capture_output=True, text=True, timeout=300)
+        assert (done.returncode, done.stdout) == (0, "4242\ntyped\n"), done.stderr  # the node's attach WebSocket carries it
         # a user the sandbox lacks fails that run on the node (exit 126, the node's reason), as on a local daemon
         ghost = c.exec(own["id"], {"command": ["id"], "user": "ghost"})
         assert (ghost["exit_code"], ghost["status"]) == (126, "failed") and "no user 'ghost'" in str(ghost["error"]), ghost
