@@ -190,10 +190,56 @@ class WorkspaceMixin:
         for i in range(0, len(delete), 1000):
             await self._helper("deleting in the workspace", [rec], remove(delete[i : i + 1000]))
 
+    def _open_dir(self, rec: SandboxRecord) -> int:
+        return os.open(self.workspace_dir(rec), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+    def _copy_empty(self, src: SandboxRecord, dst: SandboxRecord) -> bool:
+        """The copy of an empty source workspace, without the tar pipe: what the pipe would
+        carry is only its ``/workspace`` directory's modification time (its extract keeps the
+        child's own directory's mode, ``--no-overwrite-dir``), set here on the child's. False
+        (the tar pipe copies) when the source has any entry, or ``user.`` attributes on its
+        directory, or is not a plain directory (the jail then says what is wrong).
+
+        Only the names in the source directory itself are read (one ``getdents``, as root):
+        nothing in it is opened, stat'ed or followed; both directories are opened with
+        ``O_NOFOLLOW`` and only their own descriptors are used."""
+        try:
+            fd = self._open_dir(src)
+        except OSError:
+            return False
+        try:
+            with os.scandir(fd) as entries:
+                if next(entries, None) is not None:
+                    return False
+            if any(name.startswith("user.") for name in os.listxattr(fd)):
+                return False
+            mtime = os.fstat(fd).st_mtime_ns
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+        try:
+            out = self._open_dir(dst)
+        except OSError:
+            return False
+        try:
+            os.utime(out, ns=(os.fstat(out).st_atime_ns, mtime))
+        except OSError:
+            return False
+        finally:
+            os.close(out)
+        return True
+
     async def clone_workspace(self, src: SandboxRecord, dst: SandboxRecord) -> CopyReport:
         """A tar pipe from the source's jail into the child's: ext4 here has no reflink, and
         ``cp --reflink`` as root would have to re-own every file afterwards anyway. Both
-        tars run in one helper job: stopped together, their stderr drained as they run."""
+        tars run in one helper job: stopped together, their stderr drained as they run.
+
+        An empty source takes no pipe (``method`` "empty", see :meth:`_copy_empty`). What
+        the source writes after that look is not the child's, as with a tar that has read
+        past it."""
+        if self._copy_empty(src, dst):
+            return CopyReport("empty")
 
         def work(job: Job) -> CopyReport:
             r, w = os.pipe2(os.O_CLOEXEC)
