@@ -66,7 +66,9 @@ def alive(pid: int) -> bool:
 def stuck_copies(daemon: Daemon, sbx: Sandbox, forks: int) -> Iterator[list[subprocess.Popen[str]]]:
     """``forks`` ``hutch fork`` commands whose copies hang: the cgroups their helpers will
     join (named ``helper-<home>-<daemon pid>-<n>``, n counting from 1) are made and frozen
-    first, so each helper stops as it joins its own, for as long as the test wants."""
+    first, so each helper stops as it joins its own, for as long as the test wants. The
+    source gets a file: an empty workspace is copied without helpers."""
+    assert sbx.exec("echo x > f").exit_code == 0
     pid = int((daemon.home / "hutchd.pid").read_text())
     tag, layout = helpers_of(daemon).tag, helpers_of(daemon).layout()
     assert "freezer" in layout.v1 or layout.v2 is not None, "freezing a helper needs a cgroup freezer"

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from tests.conftest import Daemon, destroy_all, sweep
 from tests.integration.image_roots import busybox_root, image_daemon, shared_dir
+from tests.integration.test_workspaces import tree_of
 
 from hutch import Sandbox
 from hutch.client import Client
@@ -130,6 +131,63 @@ def test_the_default_pool_hands_out_members_like_cold_sandboxes(pooled: Callable
         assert leftovers(d.home, [sbx.id]) == []
         after = full(c, 2)  # refilled
         assert sbx.id not in after
+
+
+def test_a_fork_takes_a_ready_member_and_its_child_is_made_like_a_cold_fork(pooled: Callable[..., Daemon]) -> None:
+    d = pooled("2")
+    with d.client() as c:
+        src = Sandbox.create(
+            name="src", env={"K": "v"}, memory="256M", pids=64, cpus=0.5, labels={"team": "a"}, settings=d.settings
+        )
+        made = src.exec("echo hello > f && chmod 600 f && mkdir d && echo x > d/x && ln -s /etc escape")
+        assert made.exit_code == 0, made.stderr
+        ready = full(c, 2)
+        warm = c.fork(src.id, 1, "warm-")["children"][0]
+        assert warm["sandbox"] in ready and warm["sandbox"] not in members(c)  # taken: a member no more, never again
+        drained = hutch(d, "pool", "drain")
+        assert drained.returncode == 0, drained.stderr
+        cold = c.fork(src.id, 1, "cold-")["children"][0]
+        assert cold["sandbox"] and cold["sandbox"] not in ready
+        created = {
+            k: next(e for e in c.events(k) if e["type"] == "sandbox_created")["data"] for k in (warm["sandbox"], cold["sandbox"])
+        }
+        assert created[warm["sandbox"]].get("pool") is True and not created[cold["sandbox"]].get("pool")
+
+        source = tree_of(src)
+        kids = {}
+        for child, name in ((warm, "warm-1"), (cold, "cold-1")):
+            assert child["method"] == "tar" and child["name"] == name, child
+            kid = Sandbox.connect(child["sandbox"], settings=d.settings)
+            assert tree_of(kid) == source  # content, modes, the symlink as a symlink
+            assert kid.exec("echo ${K-unset}; id -u").stdout.split() == ["unset", "1000"]  # env values are not copied
+            forked = c.events(kid.id, types=["sandbox_forked"])
+            assert [e["data"]["source"] for e in forked if e["type"] == "sandbox_forked"] == [src.id]
+            kids[name] = c.get(kid.id)
+        warm_rec, cold_rec = kids["warm-1"], kids["cold-1"]
+        for rec in (warm_rec, cold_rec):
+            assert rec["spec"]["labels"] == {"team": "a"} and rec["spec"]["parent"] is None
+        assert {k: v for k, v in warm_rec["spec"].items() if k != "name"} == {
+            k: v for k, v in cold_rec["spec"].items() if k != "name"
+        }
+        assert warm_rec["enforcement"] == cold_rec["enforcement"]
+        assert warm_rec["expires_at"] is None and cold_rec["expires_at"] is None
+        layout = cgroups.detect()
+        if "memory" in layout.v1:
+            for kid_id in (warm["sandbox"], cold["sandbox"]):
+                assert (layout.v1["memory"] / kid_id / "memory.limit_in_bytes").read_text().strip() == str(256 << 20)
+                assert (layout.v1["pids"] / kid_id / "pids.max").read_text().strip() == "64"
+                assert (layout.v1["cpu"] / kid_id / "cpu.cfs_quota_us").read_text().strip() == "50000"
+        owners = {(d.home / "sandboxes" / i / "workspace").stat().st_uid for i in (src.id, warm["sandbox"], cold["sandbox"])}
+        assert len(owners) == 3  # each child runs as a host uid of its own
+
+        # a sub-agent shares its parent's workspace from its start: its fork is made cold, still a sub-agent
+        hutch(d, "pool", "set", "--size", "1")
+        ready = full(c, 1)
+        sub = src.subagent()
+        ready = full(c, 1)
+        sub_kid = c.fork(sub.id, 1)["children"][0]
+        assert sub_kid["sandbox"] not in ready and members(c) == ready
+        assert c.get(sub_kid["sandbox"])["spec"]["parent"] == src.id
 
 
 def test_a_sandbox_with_placeholder_secrets_is_made_cold_with_a_ca_of_its_own(pooled: Callable[..., Daemon]) -> None:

@@ -163,6 +163,32 @@ def test_fork_gives_independent_workspaces(daemon: Daemon) -> None:
     assert [k.exec("cat f d/x").stdout for k in sandboxes] == [f"{i}\nx\n" for i in range(5)]
 
 
+def test_fork_of_an_empty_workspace_runs_no_copy_and_gives_what_the_tar_copy_gave(daemon: Daemon) -> None:
+    root = "stat -c '%a %Y' /workspace; ls -A /workspace | wc -l"
+    keep = "python3 -c 'import os; print(sorted(os.listxattr(\"/workspace\")))'"
+    sbx = Sandbox.create(settings=daemon.settings)
+    assert sbx.exec("chmod 751 /workspace && touch -d 2001-01-01 /workspace").exit_code == 0
+    (child,) = daemon.client().fork(sbx.id)["children"]
+    assert child["method"] == "empty" and child["skipped"] == 0, child
+    kid = Sandbox.connect(child["sandbox"], settings=daemon.settings)
+    # as the tar pipe left it: its own directory's mode (--no-overwrite-dir), the source's mtime, nothing in it
+    assert kid.exec(root).stdout.split() == ["700", "978307200", "0"]
+    forked = daemon.client().events(kid.id, types=["sandbox_forked"])
+    assert [e["data"]["method"] for e in forked if e["type"] == "sandbox_forked"] == ["empty"]
+
+    # a user attribute on the directory, a lone dot file, a lone symlink out: the tar pipe carries them
+    setx = 'python3 -c \'import os; os.setxattr("/workspace", "user.k", b"v")\''
+    cases = {"xattr": setx, "dotfile": "echo hidden > .h", "symlink": "ln -s /etc/passwd escape"}
+    for what, make in cases.items():
+        src = Sandbox.create(settings=daemon.settings)
+        assert src.exec(make).exit_code == 0, what
+        (child,) = daemon.client().fork(src.id)["children"]
+        assert child["method"] == "tar", (what, child)
+        kid = Sandbox.connect(child["sandbox"], settings=daemon.settings)
+        assert tree_of(kid) == tree_of(src), what
+        assert kid.exec(keep).stdout == src.exec(keep).stdout, what
+
+
 def test_auto_mode_reuses_and_recreates_without_rerunning(daemon: Daemon, tmp_path: Path) -> None:
     count = "echo x >> /workspace/count; wc -l < /workspace/count"
     one = cli_json(daemon, "run", "--reuse", "--", count, cwd=tmp_path)
