@@ -6,7 +6,10 @@ bwrap with the same hardening as a sandbox, nothing writable but the workspace b
 its workspace (``src -> /etc``) therefore resolves inside the jail's empty view, never on
 the host, and the tar can only write what the sandbox itself could. That is simpler to
 get right than ``openat``/``O_NOFOLLOW`` walks in the daemon, which runs as root, and it
-costs one bwrap start (about 6 ms here). The daemon only opens the archive file it owns.
+costs one bwrap start (about 6 ms here). The daemon only opens the archive file it owns,
+and, for a fork, the two ``/workspace`` directories themselves (``O_NOFOLLOW``): to see
+whether the source has any entry at all (names only), and when it has none, to give the
+child's directory its modification time instead of starting two jails to copy nothing.
 """
 
 from __future__ import annotations
