@@ -331,6 +331,12 @@ def test_an_image_pool_hands_out_sandboxes_of_that_image(hutch_home: Path, busyb
             assert r.stdout == "yes 1\n/etc\n", r.stdout + r.stderr
             assert c.get(sbx.id)["spec"]["workdir"] == "/etc"
             (refilled,) = until(ready, "the image's pool refilled")
+            # its fork is made cold (the writable root goes in before the child starts), with the root's change
+            assert sbx.exec("echo changed > /etc/marker").exit_code == 0
+            (child,) = c.fork(sbx.id)["children"]
+            assert child["sandbox"] and child["sandbox"] != refilled and ready() == [refilled]
+            kid = Sandbox.connect(child["sandbox"], settings=d.settings)
+            assert kid.exec("cat /etc/marker; echo $FROM_IMAGE").stdout == "changed\nyes\n"
     finally:
         try:
             destroy_all(hutch_home)
