@@ -14,6 +14,7 @@ from hutch.client.endpoint import Endpoint
 from hutch.client.retry import new_key
 from hutch.client.transport import AsyncTransport
 from hutch.config import Settings
+from hutch.errors import UnavailableError
 
 if TYPE_CHECKING:
     import httpx
@@ -69,9 +70,11 @@ class AsyncClient:
         return cast("wire.SandboxRecord", await self.json("GET", paths.sandbox(ref)))
 
     async def _orphaned(self, ref: str) -> object:
-        """hutch run's answer was cut short: destroy the sandbox it made (``""``: not named
-        yet; a daemon started again destroys it as it starts)."""
-        return await (self.destroy(ref) if ref else self.json("GET", "/v1/health"))
+        """:meth:`hutch.client.Client._orphaned` for the async client."""
+        try:
+            return await (self.destroy(ref) if ref else self.json("GET", "/v1/health"))
+        except UnavailableError:
+            return await (self.destroy(ref) if ref else self.json("GET", "/v1/health"))
 
     async def destroy(self, ref: str, approval: str | None = None) -> wire.DestroyResult:
         params = {"approval": approval} if approval else None

@@ -17,6 +17,7 @@ from hutch.client.endpoint import Endpoint
 from hutch.client.retry import new_key
 from hutch.client.transport import Response, Transport
 from hutch.config import Settings
+from hutch.errors import UnavailableError
 
 if TYPE_CHECKING:
     from hutch import wire
@@ -68,8 +69,13 @@ class Client:
 
     def _orphaned(self, ref: str) -> object:
         """hutch run's answer was cut short: destroy the sandbox it made (``""``: not named
-        yet; a daemon started again destroys it as it starts)."""
-        return self.destroy(ref) if ref else self.health()
+        yet; a daemon started again destroys it as it starts). Asked twice: a daemon dying
+        as it answered may still drop the first call, and only a call that finds no daemon
+        starts one (a dropped call is sent again only to the daemon that dropped it)."""
+        try:
+            return self.destroy(ref) if ref else self.health()
+        except UnavailableError:
+            return self.destroy(ref) if ref else self.health()
 
     def doctor(self) -> wire.Doctor:
         return cast("wire.Doctor", self.json("GET", "/v1/doctor"))

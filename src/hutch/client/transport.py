@@ -106,13 +106,12 @@ class Transport:
             body = _dumps(json)
             headers["content-type"] = "application/json"
         attempt = limited = 0
-        started = False  # a daemon is started once, also after a dropped connection (one dying as it answered)
         while True:  # see retry.py: which requests are sent again
             try:
                 resp = self.send(method, url, body, headers)
             except (FileNotFoundError, ConnectionRefusedError) as exc:
-                if not started and self.autostart:
-                    started = True
+                if attempt == 0 and self.autostart:
+                    attempt += 1
                     ensure_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
@@ -225,13 +224,12 @@ class AsyncTransport:
 
         h = self._httpx
         attempt = limited = 0
-        started = False  # a daemon is started once, also after a dropped connection (one dying as it answered)
         while True:  # see retry.py: which requests are sent again
             try:
                 resp = await self.http.request(method, url, **kw)
             except (h.ConnectError, FileNotFoundError) as exc:
-                if not started and self.autostart:
-                    started = True
+                if attempt == 0 and self.autostart:
+                    attempt += 1
                     await asyncio.to_thread(ensure_daemon, self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc

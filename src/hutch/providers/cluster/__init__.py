@@ -32,7 +32,7 @@ from hutch.errors import CapacityError, HutchError, InvalidError, UnavailableErr
 from hutch.models import FileEntry, RawOutput, SandboxRecord, SandboxSpec
 from hutch.provider.core import Capabilities, CheckResult, ExecSpec
 from hutch.provider.optional import CopyReport, OnGone, tenant_storage
-from hutch.providers.cluster import ops
+from hutch.providers.cluster import ops, users
 from hutch.providers.cluster.driver import Driver
 from hutch.providers.cluster.http import NodeClient, run, sandbox
 from hutch.providers.cluster.monitor import GATEWAY_LABEL, Monitor, OnEvent, OnNode, in_thread, unavailable
@@ -318,27 +318,9 @@ class ClusterProvider:
     # -- runs ------------------------------------------------------------------------------------
 
     def check_exec_user(self, rec: SandboxRecord, user: str) -> None:
-        """ExecUsersProvider: the refusal the sandbox's node would give (its local provider's words and
-        hint), before the run is recorded here, from what the gateway knows without asking the node."""
-        from hutch.providers.local import userns  # not at import: the gateway needs no more of the local provider
-
-        userns.check_exec_user(rec.id, self._own_user(rec), user)
-
-    def _own_user(self, rec: SandboxRecord) -> dict[str, object]:
-        """What the node's local provider keeps of ``rec``'s own users: the spec's user, resolved as the
-        node resolves it (a cluster sandbox has no image, so no /etc of its own at create), and how
-        its node maps them (the node's actor says: daemon.users_map). Nothing for a plain sandbox."""
-        from hutch.providers.local import userns
-
-        if rec.spec.user is None:
-            return {}
-        try:
-            uid, gid = userns.resolve(rec.spec.user, None)
-        except InvalidError:  # the node made it all the same: the node checks the run itself
-            uid, gid = 0, 0
+        """ExecUsersProvider: the refusal the sandbox's node would give (see cluster/users.py)."""
         node = self.monitor.nodes.get(str(self._data(rec).get("node"))) if self.monitor is not None else None
-        how = node.users if node is not None else None
-        return {"user": {"name": rec.spec.user, "uid": uid, "gid": gid, "map": how, "switch": True}}
+        users.check(rec, user, node.users if node is not None else None)
 
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         client, node_sandbox = self._where(rec)

@@ -36,7 +36,7 @@ from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.hold import bind_args, idle_helper
 from hutch.providers.local.hold import check as hold_check
-from hutch.providers.local.host import check_reachable, drop, launcher, rmtree, start_time, wait_start
+from hutch.providers.local.host import check_reachable, drop, kill, launcher, rmtree, start_time, wait_start
 from hutch.providers.local.images import carry, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
@@ -423,13 +423,9 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
 
         def work() -> None:
             pid, start = data.get("init_pid"), data.get("init_start")
-            ended = False
-            if pid and start_time(int(pid)) == start:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
-                    ended = True
+            ended = pid is not None and start_time(int(pid)) == start and kill(int(pid))
             cg = cgroups.SandboxCgroup([Path(d) for d in data.get("cgroups", [])], v2=False)
-            cg.kill_all(freeze=not ended)
+            cg.kill_all(freeze=not ended)  # a killed init ended its pid namespace at once
             child = self._children.pop(sandbox_id, None)
             if child is not None and wait_exit([child.pid], KILL_GRACE):
                 child.wait()  # ended: reaped at once

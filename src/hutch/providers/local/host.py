@@ -9,6 +9,7 @@ import os
 import resource
 import select
 import shutil
+import signal
 import stat
 import subprocess
 import time
@@ -35,6 +36,15 @@ def start_time(pid: int) -> int | None:
     if fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])
+
+
+def kill(pid: int) -> bool:
+    """SIGKILL ``pid``; whether it was there to be killed."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def memfd(name: str, data: bytes) -> int:
