@@ -410,15 +410,21 @@ class Agent:
             self.hear_spares(KILL_HEAR)
         pid = self.runs.get(run_id)
         running = pid is not None and procs.alive(pid)
-        if pid is not None and running:
-            try:  # tells the supervisor the end was asked for (status "killed"), even before it started
+        ahead = pid is None and not os.path.exists(os.path.join(RUNS_DIR, run_id, "status"))
+        if running or ahead:
+            # Tells the supervisor the end was asked for (status "killed"), even before it
+            # started: also for a run not here yet (the daemon records a run before its
+            # request reaches the sandbox; on a busy machine a kill can come first), whose
+            # supervisor finds this as it starts the command and kills it at once.
+            try:
                 os.makedirs(os.path.join(RUNS_DIR, run_id), exist_ok=True)
                 with open(os.path.join(RUNS_DIR, run_id, "killed"), "w") as f:
                     f.write(str(sig))
             except OSError:
-                pass
+                ahead = False
+        if pid is not None and running:
             procs.kill_tree(pid, sig)
-        conn.send(wire.ok(was_running=running))
+        conn.send(wire.ok(was_running=running or ahead))
 
 
 def main() -> None:
