@@ -184,6 +184,18 @@ def test_sandboxes_that_cannot_switch_users_refuse_saying_why(daemon_home: Daemo
             assert len(c.runs(sid)) == before
 
 
+def test_a_host_usr_sandbox_as_root_names_the_users_it_switches_to(daemon_home: Daemon) -> None:
+    with daemon_home.client() as c:
+        sid = str(c.create({"provider": "local", "user": "root"})["id"])
+        # the sandbox's generated /etc files are readable by every user of it, as on any system
+        r = run(c, sid, "stat -c '%a %U' /etc/passwd /etc/group /etc/hosts /etc/hostname", "nobody")
+        assert str(r["stdout"]).split("\n")[:4] == ["644 root"] * 4, r
+        r = run(c, sid, "id -un; id -gn; whoami", "nobody")
+        assert (r["exit_code"], str(r["stdout"]).split()) == (0, ["nobody", "nogroup", "nobody"]), r
+        plain = str(c.create({"provider": "local"})["id"])
+        assert str(run(c, plain, "id -un; id -gn")["stdout"]).split() == ["sandbox", "sandbox"]
+
+
 def test_the_cli_and_the_sdks_take_user(daemon_home: Daemon) -> None:
     env = hutch_env(daemon_home.home)
     with Sandbox.create(settings=daemon_home.settings, image="users") as sbx:

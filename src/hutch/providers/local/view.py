@@ -42,7 +42,9 @@ def _identity(fds: list[int], only: tuple[str, ...] | None = None) -> list[str]:
             continue
         fd = memfd(path, content)
         fds.append(fd)
-        args += ["--ro-bind-data", str(fd), path]
+        # readable by every user of the sandbox (bwrap's default for data is 0600: a run as
+        # nobody in a --user root sandbox could not name itself)
+        args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
     return args
 
 
@@ -70,7 +72,8 @@ def host_view(agent: AgentPython, files: dict[str, bytes], binds: Binds, fds: li
     """The default view: the host's ``/usr`` and allowed ``/etc`` read-only, tmpfs /tmp and
     HOME. Returns the arguments and seccomp's enforcement."""
     args = ["--ro-bind", "/usr", "/usr"]
-    args += [*bw.root_links(), *bw.etc_args(), *_identity(fds)]
+    # /etc made explicitly (its parent-of-a-file default is 0700 under the daemon's umask)
+    args += [*bw.root_links(), "--perms", "0755", "--dir", "/etc", *bw.etc_args(), *_identity(fds)]
     if agent.prefix:
         pfd = os.open(agent.prefix, os.O_PATH | os.O_CLOEXEC)
         fds.append(pfd)
