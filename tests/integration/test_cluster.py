@@ -193,6 +193,9 @@ def test_cluster_commands(front: Front) -> None:
     nodes = json.loads(front.cli("cluster", "nodes", "--json").stdout)
     assert {n["name"] for n in nodes} == {n.ip for n in front.cluster.nodes}
     assert all(n["version"] and n["url"].startswith("https://") for n in nodes)
+    assert {n["users"] for n in nodes} == {"range"}  # every test node's daemon runs as root
+    table = front.cli("cluster", "nodes").stdout.splitlines()
+    assert table[0].split()[-2:] == ["USERS", "ERROR"] and all(row.split()[-1] == "range" for row in table[1:]), table
     target = front.cluster.nodes[1].ip
     drained = front.cli("cluster", "drain", target, "--json")
     assert drained.returncode == 0 and json.loads(drained.stdout)["drained"] is True

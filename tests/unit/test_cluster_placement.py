@@ -69,6 +69,16 @@ def test_nodes_are_found_by_name_or_ray_id() -> None:
     assert "a, b" in (info.value.hint or "")
 
 
+def test_a_nodes_record_says_how_its_daemon_maps_users() -> None:
+    """What exec --user can do on a node shows in hutch cluster nodes: its actor's report, or None before it."""
+    reported, silent = Node("a", "a-ray", {"hutch_memory": float(GIB)}), Node("b", "b-ray", state="starting")
+    reported.users = "subuid"
+    assert reported.describe(64)["users"] == "subuid" and silent.describe(64)["users"] is None
+    from hutch.wire.cluster import NodeRecord
+
+    assert set(reported.describe(64)) == set(NodeRecord.__annotations__)
+
+
 def test_a_daemon_that_is_not_a_cluster_answers_unavailable(app_client: TestClient) -> None:
     for method, path, body in (
         ("GET", "/v1/cluster", None),

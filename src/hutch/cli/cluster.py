@@ -48,7 +48,8 @@ def _room(room: wire.NodeRoom) -> str:
 @json_option
 @click.pass_obj
 def nodes(obj: Ctx) -> None:
-    """Each node: its state, its sandboxes, its free room, its hutch version."""
+    """Each node: its state, its sandboxes, its free room, its hutch version, how its daemon
+    maps a sandbox's own users (range, subuid, single: what exec --user can do there)."""
     found = obj.client.cluster_nodes()
     if obj.json:
         emit(found)
@@ -60,11 +61,12 @@ def nodes(obj: Ctx) -> None:
             str(n["sandboxes"]),
             _room(n["free"]),
             n["version"] or "-",
+            n.get("users") or "-",
             n["error"] or "",
         ]
         for n in found
     ]
-    table(rows, ["node", "state", "sandboxes", "free", "version", "error"])
+    table(rows, ["node", "state", "sandboxes", "free", "version", "users", "error"])
 
 
 @cluster.command()

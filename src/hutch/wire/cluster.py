@@ -26,6 +26,7 @@ class NodeRecord(TypedDict):
     version: str | None  # its hutch
     error: str | None  # why it is not ready
     sandboxes: int  # placed on it by this gateway
+    users: str | None  # how its daemon maps a sandbox's own users: range, subuid, single (None: not reported yet)
     capacity: NodeRoom
     free: NodeRoom
 

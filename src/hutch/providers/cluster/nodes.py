@@ -80,6 +80,7 @@ class Node:
             "version": self.version,
             "error": self.error,
             "sandboxes": len(self.placed),
+            "users": self.users,
             "capacity": self.room(default_sandboxes),
             "free": self.free(default_sandboxes),
         }
