@@ -45,3 +45,7 @@ def test_hutch_exec_and_run_import_no_event_loop_tls_or_http_client(daemon: Daem
         loaded = _modules(daemon, *argv)
         assert banned(loaded, RUN_CALL_FREE) == [], argv
         assert "hutch.client.http1" in loaded
+        # the plain exec form runs without the command tree (click); run and an exec with options use it
+        assert ("click" in loaded) == (argv[0] == "run"), argv
+    loaded = _modules(daemon, "exec", "--cwd", "/workspace", sbx, "--", "true")
+    assert "click" in loaded and banned(loaded, RUN_CALL_FREE) == []

@@ -36,6 +36,18 @@ def test_loading_the_cli_imports_nothing_heavy() -> None:
     loaded = json.loads(out)
     heavy = [m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY or m.startswith(HEAVY)]
     assert heavy == []
+    # the command tree (click) is loaded by main when the command needs it, not by the package
+    assert [m for m in loaded if m.split(".")[0] == "click" or m == "hutch.cli.tree"] == []
+
+
+def test_the_plain_exec_path_needs_no_click() -> None:
+    """hutch.cli.plain (hutch exec SANDBOX -- CMD with no option) and what it runs import no click."""
+    code = (
+        "import sys, json, hutch.cli.plain, hutch.cli.foreground, hutch.wire.build, hutch.client;"
+        " print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = loaded_by(code)
+    assert banned(loaded, ("click", "hutch.cli.tree", "hutch.cli.common", "hutch.cli.run", *RUN_PATH_FREE)) == []
 
 
 def test_the_exec_and_run_commands_load_only_their_own_modules() -> None:

@@ -1,164 +1,35 @@
-"""The ``hutch`` command line. Thin: parse, one client call, render."""
+"""The ``hutch`` command line. Thin: parse, one client call, render.
+
+Every command goes through the command tree (click, :mod:`hutch.cli.tree`) but the most
+frequent one in its plainest form, ``hutch exec SANDBOX -- CMD [ARGS...]`` with no option,
+which :mod:`hutch.cli.plain` runs without loading click (a third of that process's start).
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-import click
+from hutch.cli.commands import COMMANDS, RUN_COMMANDS
 
-from hutch._version import __version__
-from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
-from hutch.errors import HutchError
-
-RUN_COMMANDS = ("run", "exec")
-# Each command's module, imported when the command runs (or when help or completion lists
-# them all): ``hutch exec`` loads hutch.cli.run and what it needs, not the other groups.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("run", "run"),
-    "create": ("sandbox", "create"),
-    "exec": ("run", "exec_"),
-    "list": ("sandbox", "list_"),
-    "get": ("sandbox", "get"),
-    "destroy": ("sandbox", "destroy"),
-    "policy": ("network", "policy"),
-    "expose": ("ports", "expose"),
-    "unexpose": ("ports", "unexpose"),
-    "pause": ("lifecycle", "pause"),
-    "resume": ("lifecycle", "resume"),
-    "keepalive": ("lifecycle", "keepalive"),
-    "subagent": ("lifecycle", "subagent"),
-    "label": ("lifecycle", "label"),
-    "confirm": ("approvals", "confirm"),
-    "approve": ("approvals", "approve"),
-    "approvals": ("approvals", "approvals"),
-    "status": ("inventory", "status"),
-    "cleanup": ("inventory", "cleanup"),
-    "warmup": ("inventory", "warmup"),
-    "stop": ("inventory", "stop"),
-    "runs": ("runs", "runs_"),
-    "poll": ("runs", "poll"),
-    "wait": ("runs", "wait"),
-    "kill": ("runs", "kill"),
-    "logs": ("runs", "logs"),
-    "events": ("events", "events"),
-    "ps": ("runs", "ps"),
-    "shell": ("interactive", "shell"),
-    "ssh": ("ssh", "ssh"),
-    "write": ("files", "write"),
-    "read": ("files", "read"),
-    "ls": ("files", "ls"),
-    "diff": ("files", "diff"),
-    "push": ("workspace", "push"),
-    "pull": ("workspace", "pull"),
-    "snapshot": ("workspace", "snapshot"),
-    "fork": ("workspace", "fork"),
-    "tenant": ("workspace", "tenant"),
-    "doctor": ("system", "doctor"),
-    "pool": ("pool", "pool"),
-    "cluster": ("cluster", "cluster"),
-    "daemon": ("system", "daemon"),
-    "serve": ("system", "serve"),
-    "key": ("keys", "key"),
-    "image": ("images", "image"),
-    "gateway": ("gateway", "gateway"),
-    "login": ("gateway", "login"),
-    "ui": ("ui", "ui"),
-    "mcp": ("agents", "mcp"),
-    "skill": ("skill", "skill"),
-    "catalog": ("catalog", "catalog"),
-    "manifest": ("manifest", "manifest"),
-    "benchmark": ("benchmark", "benchmark"),
-}
-
-
-class LazyGroup(click.Group):
-    """The command tree, each command imported on first use (help and completion list all)."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        if cmd_name not in self.commands and cmd_name in COMMANDS:
-            import importlib
-
-            module, attr = COMMANDS[cmd_name]
-            command = getattr(importlib.import_module(f"hutch.cli.{module}"), attr)
-            assert isinstance(command, click.Command) and command.name == cmd_name, cmd_name
-            self.add_command(command)
-        return self.commands.get(cmd_name)
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, prog_name="hutch")
-@click.option("--home", envvar="HUTCH_HOME", metavar="DIR", help="State directory (default: per-user; env HUTCH_HOME).")
-@click.option("--profile", envvar="HUTCH_PROFILE", metavar="NAME", help="Use [profiles.NAME] of config.toml (env HUTCH_PROFILE).")
-@click.pass_context
-def cli(ctx: click.Context, home: str | None, profile: str | None) -> None:
-    """hutch: run commands in isolated sandboxes.
-
-    \b
-    Quick start:
-      hutch run -- python3 -c "print('hi')"     one command in a fresh sandbox
-      SBX=$(hutch create --memory 512M)          a sandbox that stays
-      hutch exec $SBX -- ls -la                  run in it (exit code passes through)
-      hutch destroy $SBX
-
-    Every command takes --json. See hutch doctor when something does not work.
-    """
-    obj = ctx.ensure_object(Ctx)
-    if home:
-        obj.settings_flags["home"] = home
-    if profile:
-        obj.settings_flags["profile"] = profile
-
-
-def _command_name(args: list[str]) -> str | None:
-    """The subcommand in ``args``: the first word that is not a global option or its value."""
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg in ("--home", "--profile"):
-            skip = True
-        elif not arg.startswith("-"):
-            return arg
-    return None
+__all__ = ["COMMANDS", "RUN_COMMANDS", "cli", "main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    own = args[: args.index("--")] if "--" in args else args
-    as_json = "--json" in own
-    obj = Ctx()
-    try:
-        cli.main(args=args, prog_name="hutch", standalone_mode=False, obj=obj)
-    except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else "")
-        return EXIT_USAGE
-    except click.UsageError as exc:
-        hint = getattr(exc, "hint", None)
-        if as_json:
-            emit({"error": {"kind": "invalid", "message": exc.format_message(), "hint": hint or "see hutch --help"}})
-        else:
-            exc.show()
-            if hint:
-                click.echo(f"hint: {hint}", err=True)
-        return EXIT_USAGE
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except HutchError as exc:
-        is_run = _command_name(own) in RUN_COMMANDS
-        try:
-            fail(exc, obj.json or as_json, exit_code_for(exc, is_run))
-        except SystemExit as done:
-            return int(done.code or 0)
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    return 0
+    from hutch.cli import plain
+
+    if plain.applies(args):
+        return plain.main(args)
+    from hutch.cli.tree import main as parsed
+
+    return parsed(args)
+
+
+def __getattr__(name: str) -> Any:
+    """The click objects (``cli``, ``LazyGroup``), loaded when something names them here."""
+    if name in ("cli", "LazyGroup"):
+        from hutch.cli import tree
+
+        return getattr(tree, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

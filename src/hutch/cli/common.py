@@ -3,44 +3,26 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shlex
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from hutch.client import Client
-from hutch.config import Settings
-from hutch.errors import HutchError, InvalidError
+# the click-free part, here too for the commands that import it from this module
+from hutch.cli.base import EXIT_FAILED as EXIT_FAILED
+from hutch.cli.base import EXIT_HUTCH as EXIT_HUTCH
+from hutch.cli.base import EXIT_TIMEOUT as EXIT_TIMEOUT
+from hutch.cli.base import EXIT_USAGE as EXIT_USAGE
+from hutch.cli.base import Ctx as Ctx
+from hutch.cli.base import emit as emit
+from hutch.cli.base import exit_code_for as exit_code_for
+from hutch.cli.base import fail as fail
+from hutch.errors import InvalidError
 from hutch.units import format_size, parse_duration, parse_size
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# Exit codes (DESIGN.md): workload code passes through for run/exec.
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_TIMEOUT = 124
-EXIT_HUTCH = 125
-
-
-class Ctx:
-    def __init__(self) -> None:
-        self.json = False
-        self._client: Client | None = None
-        self.settings_flags: dict[str, Any] = {}
-
-    @property
-    def settings(self) -> Settings:
-        return self.client.settings
-
-    @property
-    def client(self) -> Client:
-        if self._client is None:
-            self._client = Client(Settings.load(**self.settings_flags))
-        return self._client
 
 
 class SandboxCommand(click.Command):
@@ -257,35 +239,6 @@ def json_option(f: F) -> F:
         callback=set_json,
         help='Print one JSON document on stdout (errors as {"error": {...}}).',
     )(f)
-
-
-def emit(obj: Any, line: bool = False) -> None:
-    """One JSON document; ``line`` for NDJSON streams (never indented, flushed at once)."""
-    click.echo(json.dumps(obj, indent=None if line or not sys.stdout.isatty() else 2, default=str))
-    if line:
-        sys.stdout.flush()
-
-
-def exit_code_for(exc: HutchError, run_command: bool) -> int:
-    """DESIGN's contract: bad input is a usage error (2); run/exec report hutch's own
-    failures as 125 and timeouts as 124; other commands fail with 1."""
-    if exc.kind == "invalid":
-        return EXIT_USAGE
-    if exc.kind == "timeout":
-        return EXIT_TIMEOUT  # exec/run --timeout, wait --timeout ...
-    if run_command:
-        return EXIT_TIMEOUT if exc.kind == "timeout" else EXIT_HUTCH
-    return EXIT_FAILED
-
-
-def fail(exc: HutchError, as_json: bool, code: int = EXIT_FAILED) -> None:
-    if as_json:
-        emit(exc.to_dict())
-    else:
-        click.secho(f"hutch: {exc.kind}: {exc.message}", fg="red", err=True)
-        if exc.hint:
-            click.echo(f"hint: {exc.hint}", err=True)
-    raise SystemExit(code)
 
 
 def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> dict[str, str]:

@@ -19,9 +19,7 @@ import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-import click
-
-from hutch.cli.common import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for
+from hutch.cli.base import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for, say
 from hutch.errors import HutchError, InvalidError, TimeoutError_, UnavailableError
 from hutch.wire.build import with_stdin
 
@@ -71,20 +69,20 @@ def explain(result: dict[str, Any]) -> None:
     """hutch's notes about a finished run, on stderr (after the output)."""
     code = int(result["exit_code"])
     if result.get("truncated"):
-        click.echo(f"hutch: {truncation(result)}", err=True)
+        say(f"hutch: {truncation(result)}")
     if result.get("interrupted"):
-        click.echo(f"hutch: interrupted: {result.get('error')}", err=True)
+        say(f"hutch: interrupted: {result.get('error')}")
     elif result["status"] == "timed_out":
-        click.echo("hutch: timed out; the command's process tree was killed", err=True)
+        say("hutch: timed out; the command's process tree was killed")
     elif result["status"] == "oom_killed":
-        click.echo("hutch: the command was killed: out of memory (raise --memory)", err=True)
+        say("hutch: the command was killed: out of memory (raise --memory)")
     elif result["status"] == "killed":
-        click.echo(f"hutch: the command was killed (signal {result.get('signal')})", err=True)
+        say(f"hutch: the command was killed (signal {result.get('signal')})")
     elif result.get("error") and code in (125, 126, 127):
-        click.echo(f"hutch: {result['error']}", err=True)
+        say(f"hutch: {result['error']}")
         hint = spawn_hint(result)
         if hint:
-            click.echo(f"hint: {hint}", err=True)
+            say(f"hint: {hint}")
 
 
 def truncation(result: dict[str, Any]) -> str:
@@ -289,7 +287,7 @@ def follow(
         emit(result)
     if obj.json:
         if result.get("truncated"):  # the document says so; stderr says so too
-            click.echo(f"hutch: {truncation(result)}", err=True)
+            say(f"hutch: {truncation(result)}")
     else:
         explain(result)
     return result
@@ -328,7 +326,7 @@ def _interrupted(obj: Ctx, started: dict[str, Any], output: _Output, lines: bool
     elif obj.json:
         emit(_document(result, output))
     else:
-        click.echo(f"hutch: interrupted: {message}", err=True)
+        say(f"hutch: interrupted: {message}")
     return result
 
 

@@ -25,6 +25,7 @@ from hutch.cli.common import (
 from hutch.cli.foreground import execute, exit_with
 from hutch.cli.network import resolve_secrets, secret_option
 from hutch.cli.oneshot import run_once
+from hutch.cli.plain import command_of
 from hutch.cli.sandbox import build_spec, create_options
 from hutch.errors import HutchError, InvalidError, UnavailableError
 from hutch.units import parse_size
@@ -34,16 +35,6 @@ if TYPE_CHECKING:
     from hutch import wire
 
 EXEC_DURATION = Duration(at_most=7 * 86400)
-SHELL_CHARS = set(" \t\n|&;<>()$`\\\"'*?[]#~=%")
-
-
-def command_of(args: tuple[str, ...]) -> str | list[str]:
-    """One argument with shell syntax is a shell string; otherwise an argv list."""
-    if not args:
-        raise InvalidError("no command given", hint="put the command after --, e.g. hutch exec SBX -- ls -la")
-    if len(args) == 1 and SHELL_CHARS & set(args[0]):
-        return args[0]
-    return list(args)
 
 
 def exec_options(f: Any) -> Any:
