@@ -44,6 +44,18 @@ class Ctx:
         return self._client
 
 
+# How a command line can end besides returning: its exit code, Ctrl-C, a reader that went away.
+ENDINGS = (SystemExit, KeyboardInterrupt, BrokenPipeError)
+
+
+def exit_status(exc: BaseException) -> int:
+    """The process's exit code for one of :data:`ENDINGS`: SystemExit's code (a message is 1),
+    130 after Ctrl-C (128 + SIGINT), 0 when stdout's reader left."""
+    if isinstance(exc, SystemExit):
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
+    return 130 if isinstance(exc, KeyboardInterrupt) else 0
+
+
 def say(text: str, color: str | None = None) -> None:
     """One line on stderr (``color``, an ANSI colour, only on a terminal); stderr replaces
     what its encoding cannot show, so a message never fails to print."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from hutch.cli.base import Ctx, exit_code_for, fail
+from hutch.cli.base import ENDINGS, Ctx, exit_code_for, exit_status, fail
 from hutch.errors import HutchError, InvalidError
 
 # An argument with any of these is a shell command line (one argument: run under /bin/sh -c).
@@ -52,10 +52,6 @@ def main(args: list[str]) -> int:
             exit_with(execute(obj, args[1], req, False, interactive=False, tty=False))
         except HutchError as exc:
             fail(exc, False, exit_code_for(exc, run_command=True))
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+    except ENDINGS as exc:
+        return exit_status(exc)
     return 0

@@ -8,6 +8,7 @@ import sys
 import click
 
 from hutch._version import __version__
+from hutch.cli.base import ENDINGS, exit_status
 from hutch.cli.commands import COMMANDS, RUN_COMMANDS
 from hutch.cli.common import EXIT_USAGE, Ctx, emit, exit_code_for, fail
 from hutch.errors import HutchError
@@ -99,10 +100,6 @@ def main(argv: list[str] | None = None) -> int:
             fail(exc, obj.json or as_json, exit_code_for(exc, is_run))
         except SystemExit as done:
             return int(done.code or 0)
-    except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 1
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+    except ENDINGS as exc:
+        return exit_status(exc)
     return 0
