@@ -15,9 +15,13 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from hutch.credentials import REGISTRY_HEADER, RegistryLogin, decode_login
 from hutch.errors import InvalidError
+from hutch.server.edge import too_large
 from hutch.service import Service
 from hutch.service.images import MAX_IMPORT
 
@@ -32,6 +36,16 @@ class FrameStream(StreamingResponse):
     media_type = NDJSON
 
 
+class UploadFrameStream(FrameStream):
+    """The answer to an upload that the import is still reading as the frames go out: nothing
+    else may take the request's messages (Starlette would listen for a disconnect on them, and
+    take body chunks). A client that leaves mid-upload ends the body early, which ends the
+    import with nothing kept; one that leaves after it is not written to (uvicorn drops sends)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.stream_response(send)
+
+
 class ImagePullRequest(BaseModel):
     ref: str
     insecure: bool = False
@@ -44,13 +58,26 @@ async def _ndjson(first: dict[str, Any], items: AsyncIterator[dict[str, Any]]) -
         yield json.dumps(item).encode() + b"\n"
 
 
-async def _streamed(items: AsyncIterator[dict[str, Any]]) -> FrameStream:
+async def _streamed(items: AsyncIterator[dict[str, Any]], kind: type[FrameStream] = FrameStream) -> FrameStream:
     first = await anext(items)  # errors before the first frame are plain error answers
     if first.get("type") == "error":
         from hutch.errors import HutchError
 
         raise HutchError.from_dict(first["error"])
-    return FrameStream(_ndjson(first, items), media_type=NDJSON)
+    return kind(_ndjson(first, items), media_type=NDJSON)
+
+
+async def _body(request: Request) -> AsyncIterator[bytes]:
+    """The request's body as it arrives; over the route's limit, or cut by the client, a hutch error."""
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except HTTPException as exc:
+        if exc.status_code == 413:
+            raise too_large(request.scope) from None
+        raise InvalidError(f"the upload was refused: {exc.detail}") from None
+    except ClientDisconnect:
+        raise InvalidError("the upload ended before its end (the client went away)", hint="nothing was kept") from None
 
 
 def _login(request: Request) -> RegistryLogin | None:
@@ -83,13 +110,15 @@ def router(service: Service) -> APIRouter:
         ``oci-archive:`` files are, and how the client sends ``oci:DIR``), ``docker`` (what
         ``docker save`` writes) or ``rootfs`` (a root filesystem tar, plain, gzip or zstd).
         ``name`` names the result (else the names the archive carries); ``ref`` picks an image
-        of an OCI layout by its ref name. The body streams in (at most 64 GiB, refused as it is
-        read); the answer is NDJSON like a pull's. ``changes``: a JSON object (``CommitChanges``: env,
+        of an OCI layout by its ref name. The body is imported as it arrives, nothing spooled
+        (at most 64 GiB, refused as it is read); the answer, which may begin before the upload
+        ends, is NDJSON like a pull's. ``changes``: a JSON object (``CommitChanges``: env,
         workdir, user, cmd, entrypoint) applied to the image's config."""
         if name is not None and not name:
             raise InvalidError("name is empty", hint="drop it, or give NAME[:TAG]")
         edit = _changes(changes)
-        return await _streamed(images.import_(format, request.stream(), name=name, ref=ref, changes=edit))
+        frames = images.import_(format, _body(request), name=name, ref=ref, changes=edit)
+        return await _streamed(frames, UploadFrameStream)
 
     @r.get("/v1/images")
     async def list_() -> list[dict[str, Any]]:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
-import os
-import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from hutch import imageref as refs
 from hutch.actors import OWNER_ID
@@ -164,30 +162,18 @@ class Images:
         want = _platform(platform)
 
         async def work(emit: Emit) -> dict[str, Any]:
-            spool = self.store.tmp / f"upload-{secrets.token_hex(8)}"
-            self.store.tmp.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(spool, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-                size = 0
-                try:
-                    # the whole body is read before the first frame: once the answer streams, Starlette
-                    # listens for the client's disconnect on the same channel and would take the rest
-                    async for chunk in chunks:  # the route's body limit stops it past MAX_IMPORT, as it is read
-                        size += len(chunk)
-                        await asyncio.to_thread(_write_all, fd, chunk)
-                finally:
-                    os.close(fd)
-                emit({"type": "received", "bytes": size})
-                return await asyncio.to_thread(self._import_sync, fmt, spool, target, ref, want, emit, changes)
+            body = Upload(chunks, asyncio.get_running_loop(), emit)
+            try:  # the import reads the body as it arrives (a worker thread, pulling chunks from the loop)
+                return await asyncio.to_thread(self._import_sync, fmt, body, target, ref, want, emit, changes)
             finally:
-                spool.unlink(missing_ok=True)
+                await body.drain()
 
         return self._events(work)
 
     def _import_sync(
         self,
         fmt: str,
-        spool: Path,
+        stream: Upload,
         target: refs.RegistryRef | None,
         ref: str | None,
         want: str,
@@ -195,15 +181,16 @@ class Images:
         changes: dict[str, Any] | None,
     ) -> dict[str, Any]:
         carried: list[str] = []
-        with spool.open("rb") as stream:
-            if fmt == "rootfs":
-                parts = archive.rootfs_parts(self.store, stream, MAX_IMPORT, want, emit, keep_owners=keep_owners())
+        body = cast(IO[bytes], stream)  # read() is all tarfile and the blob store use
+        if fmt == "rootfs":
+            parts = archive.rootfs_parts(self.store, body, MAX_IMPORT, want, emit, keep_owners=keep_owners())
+        else:
+            got = archive.receive(self.store, body, MAX_IMPORT, emit)
+            stream.finish()  # what follows the tar's end (its padding) is read now, not after the build
+            if fmt == "oci":
+                parts, carried = archive.oci_parts(self.store, got, ref, want)
             else:
-                got = archive.receive(self.store, stream, MAX_IMPORT, emit)
-                if fmt == "oci":
-                    parts, carried = archive.oci_parts(self.store, got, ref, want)
-                else:
-                    parts, carried = archive.docker_parts(self.store, got, want)
+                parts, carried = archive.docker_parts(self.store, got, want)
         names = [target.name] if target else _carried_names(carried)
         parts = archive.with_changes(self.store, parts, changes)
         row = build(self.store, parts, names, emit, keep_owners=keep_owners())
@@ -218,7 +205,7 @@ class Images:
 
         def emit(event: dict[str, Any]) -> None:
             kind = event.get("type", "")
-            if kind in ("progress", "received"):
+            if kind == "progress":
                 key = f"{kind} {event.get('digest', '')}"
                 now = time.monotonic()
                 if now - last.get(key, 0.0) < THROTTLE:
@@ -344,7 +331,80 @@ def _enter(cm: contextlib.AbstractContextManager[None]) -> contextlib.AbstractCo
     return cm
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+class Upload(io.RawIOBase):
+    """An upload's body as a blocking stream for a worker thread: each ``read`` takes what the
+    event loop received next (the loop reads the request only when the import asks, so a slow
+    import slows the client down, and nothing is spooled). ``received`` events tell the bytes
+    so far (every THROTTLE seconds, and once at the end)."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], loop: asyncio.AbstractEventLoop, emit: Emit) -> None:
+        self.chunks = chunks
+        self.loop = loop
+        self.emit = emit
+        self.buffer = memoryview(b"")
+        self.size = 0
+        self.ended = False
+        self.told = 0.0
+
+    def readable(self) -> bool:
+        return True
+
+    def _next(self) -> bool:
+        """Wait for the next chunk (from the worker thread); False at the end of the body."""
+        if self.ended:
+            return False
+        try:
+            chunk = asyncio.run_coroutine_threadsafe(_next_chunk(self.chunks), self.loop).result()
+        except BaseException:
+            self.ended = True
+            raise
+        if chunk is None:
+            self.ended = True
+            self.emit({"type": "received", "bytes": self.size})
+            return False
+        self.size += len(chunk)
+        self.buffer = memoryview(chunk)
+        now = time.monotonic()
+        if now - self.told >= THROTTLE:
+            self.told = now
+            self.emit({"type": "received", "bytes": self.size})
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        while not self.buffer:
+            if not self._next():
+                return b""
+        if size < 0 or size >= len(self.buffer):
+            out, self.buffer = self.buffer, memoryview(b"")
+        else:
+            out, self.buffer = self.buffer[:size], self.buffer[size:]
+        return out.tobytes()
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def finish(self) -> None:
+        """Read the rest of the body (the worker thread): an archive's padding after its end."""
+        self.buffer = memoryview(b"")
+        while self._next():
+            self.buffer = memoryview(b"")
+
+    async def drain(self) -> None:
+        """After the import (on the loop): take what is left of the body, so that the answer
+        reaches a client still sending it (a socket closed with unread bytes resets)."""
+        if self.ended:
+            return
+        self.ended = True
+        with contextlib.suppress(Exception):
+            while await _next_chunk(self.chunks) is not None:
+                pass
+
+
+async def _next_chunk(chunks: AsyncIterator[bytes]) -> bytes | None:
+    """The body's next non-empty chunk, None at its end."""
+    async for chunk in chunks:
+        if chunk:
+            return chunk
+    return None

@@ -5,7 +5,7 @@ On disk (``<home>/images``)::
     blobs/sha256/<hex>    every blob (layers as they came, configs, manifests), verified (blobs.py)
     layers/<hex>/         each layer unpacked once, by its diff_id, shared by every image that has it
     rootfs/<hex>/         each image's flattened root filesystem, by its id (hardlinks into layers/)
-    tmp/                  partial blobs, spooled uploads, layers and root filesystems being built
+    tmp/                  partial blobs, blobs an import is writing, layers and root filesystems being built
     locks/                one lock file per layer and root filesystem being built, and ``store.lock``
 
 The rows (which images exist, their manifest, config and layers, and the names pointing at them)
@@ -266,7 +266,7 @@ class ImageStore:
 
     def sweep(self) -> dict[str, int]:
         """Remove what an interrupted pull, import or build left (a daemon killed mid-unpack leaves
-        ``.NAME.unpack-*`` and ``.NAME.flatten-*`` directories, scratch layers and spooled uploads):
+        ``.NAME.unpack-*`` and ``.NAME.flatten-*`` directories, scratch layers and the blob an import was writing):
         everything under ``tmp/`` but the partial blobs a pull resumes from, and any temporary
         directory beside ``layers/`` and ``rootfs/`` entries. Waits for transfers in progress (it
         holds the store's lock exclusively): call from a worker thread. The count and bytes freed."""
