@@ -86,6 +86,23 @@ def test_a_slow_reader_gets_every_byte_and_the_run_waits_for_it(daemon: Daemon) 
     assert run["truncated"]  # the copy kept on disk stops at disk_cap (64 MiB): the record says so
 
 
+def test_a_commands_output_pipes_have_room_for_fast_writers(daemon: Daemon) -> None:
+    """stdout and stderr are pipes of 256 KiB (the kernel's default is 64 KiB), so that a fast
+    writer wakes the supervisor a quarter as often (bench: stdout throughput)."""
+    from hutch.providers.local.agent.spawn import PIPE_SIZE
+
+    sbx = Sandbox.create(settings=daemon.settings)
+    probe = "import fcntl, sys; print(fcntl.fcntl(1, fcntl.F_GETPIPE_SZ), fcntl.fcntl(2, fcntl.F_GETPIPE_SZ))"
+    r = sbx.exec(["python3", "-c", probe])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split() == [str(PIPE_SIZE), str(PIPE_SIZE)] and PIPE_SIZE == 256 << 10
+    c = daemon.client()  # a sandbox with users (root inside), and a run as another of them: the same room
+    sid = str(c.create({"provider": "local", "user": "root"})["id"])
+    r2 = c.exec(sid, {"command": ["python3", "-c", probe], "user": "nobody"})
+    assert r2["exit_code"] == 0, r2
+    assert r2["stdout"].split() == [str(PIPE_SIZE), str(PIPE_SIZE)]
+
+
 def test_tar_of_a_workspace_through_exec_is_byte_exact(daemon: Daemon, tmp_path: Path) -> None:
     sbx = Sandbox.create(settings=daemon.settings)
     made = sbx.exec("mkdir -p src && head -c 70M /dev/urandom > big.bin && seq 1 5000 > src/lines.txt && sha256sum big.bin")

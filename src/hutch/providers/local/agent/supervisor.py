@@ -32,7 +32,7 @@ import time
 from . import procs, wire
 from .hostlink import HostLink, Input
 from .output import Redactor
-from .spawn import Plumbing, spawn_failure
+from .spawn import PIPE_SIZE, Plumbing, spawn_failure
 from .users import UserError
 
 TYPE_CHECKING = False
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .output import RunDir
     from .wire import ExecRequest, Status
 
-CHUNK = 1 << 16
+CHUNK = PIPE_SIZE
 GRACE = 0.25  # after the command exits, how long its descendants may hold the pipes
 TICK = 1.0  # the longest the loop sleeps without a reason
 
