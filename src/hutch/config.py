@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,13 @@ def default_home() -> Path:
     return user_state_path("hutch", appauthor=False)
 
 
-@dataclass
 class Settings:
-    home: Path = field(default_factory=default_home)
+    """Every setting: the class attributes are the defaults (``home``: :func:`default_home`).
+    A plain class, not a dataclass: every CLI call builds one, and ``dataclasses`` (with
+    ``inspect``) and the code it generates for sixty fields were a sixth of ``hutch exec``'s
+    start. ``Settings(**values)`` takes known names only; :meth:`replace` copies with changes."""
+
+    home: Path
     provider: str = "local"
     memory: str = "1G"
     pids: int = 512
@@ -94,7 +97,31 @@ class Settings:
     e2b_domain: str = ""  # E2B_DOMAIN mode: https://api.DOMAIN and https://PORT-ID.DOMAIN on the gateway (docs/e2b.md)
     profile: str = ""
     config_path: str = ""  # the config file that was read (or would have been)
-    sources: dict[str, str] = field(default_factory=dict)
+    sources: dict[str, str]  # where each value came from (flag, env, profile NAME, file); {} by default
+
+    def __init__(self, **values: Any) -> None:
+        unknown = values.keys() - FIELDS
+        if unknown:
+            raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        self.__dict__.update(values)  # the rest are the class's defaults
+        if "home" not in values:
+            self.home = default_home()
+        if "sources" not in values:
+            self.sources = {}
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` (known names only), as ``dataclasses.replace`` made."""
+        return Settings(**{name: getattr(self, name) for name in FIELDS} | changes)
+
+    def __repr__(self) -> str:
+        return f"Settings({', '.join(f'{name}={getattr(self, name)!r}' for name in FIELDS)})"
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in FIELDS)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass was
 
     def placed_by(self, provider: str) -> str:
         """The provider a create for ``provider`` goes to: on a cluster gateway, the ``local``
@@ -131,7 +158,7 @@ class Settings:
         """Resolve every setting; ``flags`` given as None are ignored."""
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        names = [f.name for f in fields(cls) if f.name not in ("sources", "profile", "config_path")]
+        names = [name for name in FIELDS if name not in ("sources", "profile", "config_path")]
         home_env = os.environ.get(ENV_PREFIX + "HOME")
         home = Path(flags.get("home") or home_env or default_home())
         named = os.environ.get(ENV_PREFIX + "CONFIG")
@@ -192,6 +219,9 @@ class Settings:
             return ("from the command line" if source == "flag" else "as given"), f"give {expected}"
         table = "" if source == "file" else f"[{source.replace('profile ', 'profiles.')}] of "
         return f"from {table}{self.config_path}", f"set {name} in {table}{self.config_path} to {expected}, or remove it"
+
+
+FIELDS = tuple(Settings.__annotations__)  # every setting, in the order of the class
 
 
 def _optional_float(value: Any) -> float | None:

@@ -20,9 +20,9 @@ import os
 import stat
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import NamedTuple
 
 from hutch.errors import InvalidError
 
@@ -47,19 +47,22 @@ HOLD_HINT = (  # an account's resources need its credential, and the daemon hold
 )
 
 
-@dataclass(frozen=True)
-class Credential:
+class Credential(NamedTuple):
     """One provider credential. ``source`` says where it was found (a variable name, the
-    config file, the credentials file): safe to show; the token never is."""
+    config file, the credentials file): safe to show; the token never is. (A NamedTuple,
+    not a dataclass: the CLI gathers credentials at every call; ``hutch.config.Settings``.)"""
 
     provider: str
-    token: str = field(default="", repr=False)
+    token: str = ""
     source: str = ""
     metro: str = ""
 
     @property
     def fingerprint(self) -> str:
         return fingerprint(self.token)
+
+    def __repr__(self) -> str:
+        return f"Credential(provider={self.provider!r}, source={self.source!r}, metro={self.metro!r})"
 
 
 def fingerprint(token: str) -> str:
@@ -252,13 +255,16 @@ MAX_DOCKER_CONFIG = 1 << 20
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
-@dataclass(frozen=True)
-class RegistryLogin:
-    """A registry username and password (or identity token) of the caller, and where they were found."""
+class RegistryLogin(NamedTuple):
+    """A registry username and password (or identity token) of the caller, and where they were
+    found; its repr shows only where."""
 
-    username: str = field(default="", repr=False)
-    password: str = field(default="", repr=False)
+    username: str = ""
+    password: str = ""
     source: str = ""
+
+    def __repr__(self) -> str:
+        return f"RegistryLogin(source={self.source!r})"
 
 
 def _docker_config(environ: Mapping[str, str]) -> dict[str, object]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import re
 import time
 
 from hutch.errors import InvalidError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import datetime
 
 _SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
 _HINT = "use a positive number with an optional unit: 512M, 1G, 2GiB, 65536"
@@ -72,6 +75,8 @@ def parse_time(value: str | float | datetime.datetime, now: float | None = None)
     """When something happened, as a Unix time: a Unix time (``1767225600``), an ISO 8601 time
     (``2026-12-01T10:00:00Z``; without a zone it is local time), a ``datetime``, or a duration
     with its unit meaning that long ago (``90s``, ``10m``, ``2h``, ``1d``)."""
+    import datetime  # here: the CLI's exec and run never parse a time
+
     hint = "use a Unix time (1767225600), an ISO 8601 time (2026-12-01T10:00:00Z) or a duration ago (10m, 2h)"
     if isinstance(value, datetime.datetime):
         return value.timestamp()

@@ -5,7 +5,6 @@ The cluster itself (real Ray, nodes in network namespaces) is tests/integration/
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -94,7 +93,7 @@ def test_a_daemon_that_is_not_a_cluster_answers_unavailable(app_client: TestClie
 def test_exec_user_is_refused_as_the_sandboxs_node_would_refuse_it(settings: Settings) -> None:
     """The gateway refuses exec --user before a run with the local provider's words, from the sandbox's
     spec and how its node's daemon maps users (its actor says; root maps a range of its own)."""
-    provider = ClusterProvider(dataclasses.replace(settings, cluster="127.0.0.1:1"))  # Ray is never called here
+    provider = ClusterProvider(settings.replace(cluster="127.0.0.1:1"))  # Ray is never called here
     assert provider.monitor is not None and "exec_users" in provider.capabilities.declared()
     provider.monitor.nodes = {"n1": Node("n1", "r1", users="range"), "n2": Node("n2", "r2", users="single")}
 

@@ -142,7 +142,7 @@ def test_undeclared_provider_options_are_refused_before_anything_is_made(service
 
 
 def test_a_declared_options_value_is_checked_by_the_provider_before_anything_is_made(settings: Settings) -> None:
-    svc = Service(dataclasses.replace(settings, provider="unikraft"))
+    svc = Service(settings.replace(provider="unikraft"))
     try:
         with pytest.raises(InvalidError) as err:
             asyncio.run(svc.create(SandboxSpec(provider="unikraft", provider_options={"metro": "mars"})))

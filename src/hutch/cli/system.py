@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ from hutch.server.home import daemon_pid, socket_answers
 
 def _local(obj: Ctx) -> Settings:
     """The daemon commands manage the local daemon, whatever HUTCH_HOST says."""
-    return dataclasses.replace(Settings.load(**obj.settings_flags), host="")
+    return Settings.load(**obj.settings_flags).replace(host="")
 
 
 def _daemon_status(settings: Settings) -> dict[str, Any]:

@@ -10,11 +10,9 @@ error or a repr.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 import sys
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -30,17 +28,55 @@ if TYPE_CHECKING:
 HOST_HINT = "set HUTCH_HOST to unix:///path/to/hutchd.sock, http://127.0.0.1:PORT or https://HOST:PORT"
 
 
-@dataclass(frozen=True)
 class Endpoint:
-    scheme: str  # unix | http | https
-    address: str  # the socket path, or the host name
-    port: int = 0
-    token: str | None = field(default=None, repr=False)
-    ca_file: str = ""
-    cert_file: str = ""  # a client certificate (hutch login), presented to a gateway that takes them
-    key_file: str = field(default="", repr=False)
-    remote: bool = False  # HUTCH_HOST given: the client never starts a daemon
-    credentials: str = field(default="", repr=False)  # the caller's provider credentials (header value)
+    """Where the daemon is and what goes with each request; a value (equal by its fields).
+    A plain class, not a dataclass: every CLI call makes one (see ``hutch.config.Settings``).
+    Its repr never shows the token, the key file or the credentials."""
+
+    SHOWN = ("scheme", "address", "port", "ca_file", "cert_file", "remote")
+
+    def __init__(
+        self,
+        scheme: str,  # unix | http | https
+        address: str,  # the socket path, or the host name
+        port: int = 0,
+        token: str | None = None,
+        ca_file: str = "",
+        cert_file: str = "",  # a client certificate (hutch login), presented to a gateway that takes them
+        key_file: str = "",
+        remote: bool = False,  # HUTCH_HOST given: the client never starts a daemon
+        credentials: str = "",  # the caller's provider credentials (header value)
+    ) -> None:
+        self.scheme, self.address, self.port, self.token = scheme, address, port, token
+        self.ca_file, self.cert_file, self.key_file = ca_file, cert_file, key_file
+        self.remote, self.credentials = remote, credentials
+
+    def _fields(self) -> tuple[str, str, int, str | None, str, str, str]:
+        return (self.scheme, self.address, self.port, self.token, self.ca_file, self.cert_file, self.key_file)
+
+    def replace(self, *, credentials: str) -> Endpoint:
+        return Endpoint(
+            self.scheme,
+            self.address,
+            self.port,
+            self.token,
+            self.ca_file,
+            self.cert_file,
+            self.key_file,
+            self.remote,
+            credentials,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Endpoint):
+            return NotImplemented
+        return (*self._fields(), self.remote, self.credentials) == (*other._fields(), other.remote, other.credentials)
+
+    def __hash__(self) -> int:
+        return hash((*self._fields(), self.remote, self.credentials))
+
+    def __repr__(self) -> str:
+        return f"Endpoint({', '.join(f'{name}={getattr(self, name)!r}' for name in self.SHOWN)})"
 
     @property
     def label(self) -> str:
@@ -60,7 +96,7 @@ class Endpoint:
         if not credentials.sendable(ep.scheme, ep.address, ep.remote):
             return ep  # never over plain TCP, nor to a socket of another user
         creds = credentials.gather(os.environ, settings.home)
-        return dataclasses.replace(ep, credentials=credentials.encode(creds)) if creds else ep
+        return ep.replace(credentials=credentials.encode(creds)) if creds else ep
 
     @classmethod
     def _from_settings(cls, settings: Settings) -> Endpoint:

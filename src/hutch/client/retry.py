@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from collections.abc import Mapping
 
 from hutch.client.http1 import RemoteDisconnected
@@ -48,6 +47,8 @@ def dropped(exc: BaseException) -> bool:
 
 def backoff(wait: float, refused: int) -> float:
     """How long to wait after the ``refused``-th refusal (0 the first) that said ``wait``."""
+    import random  # here: only a refused request pays for it
+
     return min(MAX_RATE_WAIT, wait + random.uniform(0, max(wait, 0.05) * 2**refused))
 
 
