@@ -101,7 +101,7 @@ def egress(kind: str) -> Measure:
 CPU_EXEC = 6.5
 CPU_CREATE = 12.0
 CPU_CLI_EXEC = 6.5  # the plain exec path (no click, no dataclasses; 2026-12-07): 3.3x-4.6x under load
-CPU_CLI_RUN = 12.0
+CPU_CLI_RUN = 7.0  # the plain run path (no click; 2026-12-07): 3.7x-4.1x quiet (6.1x-7.9x through the tree)
 
 
 @dataclass(frozen=True)

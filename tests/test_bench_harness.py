@@ -183,7 +183,7 @@ CPU_HEALTHY = {
     "cpu_proc_walk": {"samples_ms": [0.9, 1.4, 1.9]},
     "cpu_sdk_create": {"samples_ms": [32.0, 35.0, 38.0]},
     "cpu_cli_exec": {"samples_ms": [60.0, 67.0, 74.0]},  # the plain exec path (no click, no dataclasses)
-    "cpu_cli_run": {"samples_ms": [105.0, 115.0, 125.0]},
+    "cpu_cli_run": {"samples_ms": [55.0, 62.0, 70.0]},  # the plain run path (no click)
 }
 
 

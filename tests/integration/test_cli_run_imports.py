@@ -45,9 +45,10 @@ def test_hutch_exec_and_run_import_no_event_loop_tls_or_http_client(daemon: Daem
         loaded = _modules(daemon, *argv)
         assert banned(loaded, RUN_CALL_FREE) == [], argv
         assert "hutch.client.http1" in loaded
-        # the plain exec form runs without the command tree (click); run and an exec with options use it
-        assert ("click" in loaded) == (argv[0] == "run"), argv
-        if argv[0] == "exec":  # nor what only some calls need: a time to parse, a refused request's jitter
-            assert banned(loaded, ("datetime", "random")) == [], argv
-    loaded = _modules(daemon, "exec", "--cwd", "/workspace", sbx, "--", "true")
-    assert "click" in loaded and banned(loaded, RUN_CALL_FREE) == []
+        # the plain forms run without the command tree (click), nor dataclasses (the settings and
+        # the endpoint are plain classes), nor what only some calls need: a time to parse, a
+        # refused request's jitter
+        assert banned(loaded, ("click", "dataclasses", "datetime", "random")) == [], argv
+    for argv in (("exec", "--cwd", "/workspace", sbx, "--", "true"), ("run", "--memory", "512M", "--", "true")):
+        loaded = _modules(daemon, *argv)  # with an option: the command tree
+        assert "click" in loaded and banned(loaded, RUN_CALL_FREE) == [], argv

@@ -1,8 +1,9 @@
 """The ``hutch`` command line. Thin: parse, one client call, render.
 
-Every command goes through the command tree (click, :mod:`hutch.cli.tree`) but the most
-frequent one in its plainest form, ``hutch exec SANDBOX -- CMD [ARGS...]`` with no option,
-which :mod:`hutch.cli.plain` runs without loading click (a third of that process's start).
+Every command goes through the command tree (click, :mod:`hutch.cli.tree`) but the two most
+frequent in their plainest forms, ``hutch exec SANDBOX -- CMD [ARGS...]`` and ``hutch run --
+CMD [ARGS...]`` with no option, which :mod:`hutch.cli.plain` runs without loading click (a
+third of those processes' start).
 """
 
 from __future__ import annotations

@@ -1,15 +1,21 @@
-"""What every command and the plain exec path share, without click: the context (settings
-and the client, made on first use), JSON output, the error/exit-code contract.
+"""What every command and the plain exec and run paths share, without click: the context
+(settings and the client, made on first use), JSON output, the error/exit-code contract,
+``K=V`` pairs and the progress bar.
 
-``hutch exec SANDBOX -- CMD`` with no option runs on this module alone (see
-:mod:`hutch.cli.plain`): click's import is a third of that process's start.
+``hutch exec SANDBOX -- CMD`` and ``hutch run -- CMD`` with no option run without click (see
+:mod:`hutch.cli.plain`): click's import is a third of those processes' start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
+
+from hutch.errors import InvalidError
 
 if TYPE_CHECKING:
     from hutch.client import Client
@@ -91,3 +97,33 @@ def fail(exc: HutchError, as_json: bool, code: int = EXIT_FAILED) -> None:
         if exc.hint:
             say(f"hint: {exc.hint}")
     raise SystemExit(code)
+
+
+def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> dict[str, str]:
+    """``K=V`` pairs; with ``from_env``, a bare ``K`` takes its value from the environment."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not key:
+            raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
+        if not sep:
+            if not from_env:
+                raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
+            if key not in os.environ:
+                raise InvalidError(f"--env {key}: not set in this environment", hint=f"export {key}, or pass {key}=VALUE")
+            value = os.environ[key]
+        out[key] = value
+    return out
+
+
+@contextlib.contextmanager
+def progress_bar(obj: Ctx, label: str) -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on a terminal (bytes packed so far); nothing with --json or a pipe."""
+    if obj.json or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda n: bar.advance(task, n)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -19,6 +18,7 @@ from hutch.cli.base import Ctx as Ctx
 from hutch.cli.base import emit as emit
 from hutch.cli.base import exit_code_for as exit_code_for
 from hutch.cli.base import fail as fail
+from hutch.cli.base import parse_pairs as parse_pairs
 from hutch.errors import InvalidError
 from hutch.units import format_size, parse_duration, parse_size
 
@@ -239,23 +239,6 @@ def json_option(f: F) -> F:
         callback=set_json,
         help='Print one JSON document on stdout (errors as {"error": {...}}).',
     )(f)
-
-
-def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> dict[str, str]:
-    """``K=V`` pairs; with ``from_env``, a bare ``K`` takes its value from the environment."""
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not key:
-            raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
-        if not sep:
-            if not from_env:
-                raise InvalidError(f"invalid {what} {item!r}", hint=f"use {what.upper()}=VALUE")
-            if key not in os.environ:
-                raise InvalidError(f"--env {key}: not set in this environment", hint=f"export {key}, or pass {key}=VALUE")
-            value = os.environ[key]
-        out[key] = value
-    return out
 
 
 def human_bytes(n: int) -> str:

@@ -8,9 +8,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import click
-
-from hutch.cli.common import Ctx
+from hutch.cli.base import Ctx, progress_bar, say
 from hutch.cli.foreground import follow, stdin_is_piped
 from hutch.errors import HutchError
 
@@ -47,7 +45,7 @@ class Frames:
             if self.kept:
                 self.extra["kept"] = frame["sandbox_id"]
         elif kind == "pushed" and not self.obj.json:
-            click.echo(f"hutch: pushed {frame['files_sent']} file(s) to {frame['sandbox']}", err=True)
+            say(f"hutch: pushed {frame['files_sent']} file(s) to {frame['sandbox']}")
 
     def drain(self) -> None:
         """The rest of the answer: the pull, the destroy; a failure there raises."""
@@ -63,11 +61,9 @@ class Frames:
 
 def run_once(obj: Ctx, req: wire.RunOnceRequest, sync: str | None, stream: bool, kept: bool) -> tuple[dict[str, Any], str]:
     """Run, show it as exec does; the result (``kept``: it names the sandbox) and the sandbox's id."""
-    from hutch.cli.workspace import progress_bar
-
     exec_req = req["exec"]
     stdin = 0 if "stdin" not in exec_req and stdin_is_piped() else None
-    with progress_bar(obj, "pushing") as advance:
+    with progress_bar(obj, "pushing") if sync else contextlib.nullcontext() as advance:  # a bar only for a push
         answer = obj.client.run_once(req, sync=sync, stdin=stdin, progress=advance)
     frames = Frames(obj, answer, kept)
     try:

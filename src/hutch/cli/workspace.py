@@ -2,32 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
-import sys
 import time
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from hutch.cli.base import progress_bar
 from hutch.cli.common import Ctx, SandboxCommand, count, emit, human_bytes, json_option, table
 from hutch.errors import NotFoundError
 
 if TYPE_CHECKING:
     from hutch import wire
-
-
-@contextlib.contextmanager
-def progress_bar(obj: Ctx, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on a terminal (bytes packed so far); nothing with --json or a pipe."""
-    if obj.json or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda n: bar.advance(task, n)
 
 
 def do_push(obj: Ctx, ref: str, directory: str, **kw: Any) -> wire.PushSummary:
