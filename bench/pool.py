@@ -1,6 +1,7 @@
 """The warm pool's rows: create -> first result from the pool, against the hardened bare
-bwrap ``true`` measured in the same rounds, and ``count`` concurrent creates from a pool of
-``count``. Used by bench/run.py (section ``pool``); the rest of the harness runs with the
+bwrap ``true`` measured in the same rounds, the one-shot ``hutch run -- true`` (whole process)
+when the pool serves it (as it does with the default ``pool_size``), and ``count`` concurrent
+creates from a pool of ``count``. Used by bench/run.py (section ``pool``); the rest of the harness runs with the
 pool off (``HUTCH_POOL_SIZE=0``), so its create rows stay cold.
 
 The pool is filled before each timed part and not timed: a member starts in the background
@@ -30,6 +31,7 @@ class Ops:
     destroy_many: Callable[[list[hutch.Sandbox]], None]
     batch: Callable[[int, Callable[[], Any]], tuple[float, list[Any]]]
     created: set[str]
+    cli_run: Callable[[], float] | None = None  # ms of one whole `hutch run -- true` process
 
 
 def fill(client: Client, size: int, log: Callable[[str], None]) -> float:
@@ -83,6 +85,8 @@ def measure(bench: Ops, rounds: int, warmup: int, count: int, conc_rounds: int) 
         }
         for key, values in samples.items():
             out[key] = {"label": labels[key], "unit": "ms", **summarize(values), "samples_ms": [round(x, 4) for x in values]}
+        if bench.cli_run is not None:
+            out["cli_run"] = _cli_runs(client, bench.cli_run, rounds, warmup, bench.log)
         conc: list[float] = []
         for _ in range(conc_rounds):
             took = fill(client, count, bench.log)
@@ -103,3 +107,24 @@ def measure(bench: Ops, rounds: int, warmup: int, count: int, conc_rounds: int) 
         client.pool_drain()
         client.close()
     return out
+
+
+def _cli_runs(client: Client, run: Callable[[], float], rounds: int, warmup: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """``hutch run -- true`` as whole processes while the pool has a member for each; every
+    one's sandbox must have come from the pool (its ``sandbox_created`` event says so)."""
+    from report import summarize
+
+    fill(client, rounds + warmup, log)
+    since = time.time()
+    values = []
+    for i in range(warmup + rounds):
+        took = run()
+        if i >= warmup:
+            values.append(took)
+    made = [e for e in client.events(types=["sandbox_created"], since=since, limit=1000) if e["type"] == "sandbox_created"]
+    pooled = sum(1 for e in made if e["data"].get("pool"))
+    if pooled != warmup + rounds or len(made) != warmup + rounds:
+        raise RuntimeError(f"of {warmup + rounds} runs, {pooled} took a pooled sandbox ({len(made)} made)")
+    log(f"pool: {rounds} one-shot CLI runs, each from the pool")
+    label = "CLI `hutch run -- true` from the warm pool (whole process)"
+    return {"label": label, "unit": "ms", **summarize(values), "samples_ms": [round(x, 4) for x in values]}

@@ -410,7 +410,15 @@ class Bench:
 
     def pool_rows(self, rounds: int, warmup: int, count: int, conc_rounds: int) -> dict[str, Any]:
         """The warm pool's rows (bench/pool.py), against bare bwrap measured in the same rounds."""
-        ops = pool.Ops(log, lambda: self.bare_bwrap()["bare_bwrap"], self._create, self._destroy_many, self._batch, self.created)
+        ops = pool.Ops(
+            log,
+            lambda: self.bare_bwrap()["bare_bwrap"],
+            self._create,
+            self._destroy_many,
+            self._batch,
+            self.created,
+            lambda: self.cli_run()["cli_run"],
+        )
         return pool.measure(ops, rounds, warmup, count, conc_rounds)
 
     def concurrent(self, count: int, rounds: int) -> dict[str, Any]:

@@ -387,3 +387,17 @@ def test_goal_tables_take_the_pool_rows(report: ModuleType) -> None:
     assert conc["met"] is True and "0.42 s from a pool of 100" in conc["hutch"]
     data["pool"]["create_first"]["samples_ms"] = [16.0, 17.0, 18.0]  # > 15 ms from the pool
     assert {r["metric"]: r for r in goals.rows(data)}["create -> first result (SDK)"]["met"] is False
+
+
+def test_the_one_shot_run_row_shows_the_pooled_run_and_is_judged_cold(report: ModuleType) -> None:
+    goals = report._sibling("goals")
+    data = results()
+    python = 20.0
+    data["metrics"]["bare_python"] = {"samples_ms": [python] * 3}
+    data["metrics"]["cli_run"] = {"samples_ms": [5 * python] * 3}  # cold: 5x python -c pass
+    data["pool"] = {"cli_run": {"samples_ms": [3 * python] * 3}}  # from the pool: 3x
+    row = {r["metric"]: r for r in goals.rows(data)}["one-shot `hutch run -- true`, whole process"]
+    assert row["hutch"] == f"{goals.ms(5 * python)} cold, {goals.ms(3 * python)} from the pool"
+    assert row["met"] is False  # the cold run decides
+    data["metrics"]["cli_run"] = {"samples_ms": [3.5 * python] * 3}
+    assert {r["metric"]: r for r in goals.rows(data)}["one-shot `hutch run -- true`, whole process"]["met"] is True
