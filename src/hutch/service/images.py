@@ -371,10 +371,12 @@ class Upload(io.RawIOBase):
         return True
 
     def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            return self.readall()
         while not self.buffer:
             if not self._next():
                 return b""
-        if size < 0 or size >= len(self.buffer):
+        if size >= len(self.buffer):
             out, self.buffer = self.buffer, memoryview(b"")
         else:
             out, self.buffer = self.buffer[:size], self.buffer[size:]
