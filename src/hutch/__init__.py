@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from hutch._version import __version__
 
+TYPE_CHECKING = False  # (typing stays out of the CLI's start: see hutch.cli.plain)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hutch.errors import HutchError
     from hutch.sdk import (
         AsyncImages,

@@ -10,23 +10,55 @@ that unprivileged sandbox users can be given their own directories beneath it), 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+import sys
 
 from hutch.errors import InvalidError
 from hutch.units import parse_size
+
+# Every CLI call loads its settings: typing, collections and pathlib (with re) stay out of its
+# start. ``home`` is kept as text (``home_dir``) and made a Path when something asks for it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+    from typing import Any
 
 ENV_PREFIX = "HUTCH_"
 CLUSTER_PROVIDER = "cluster"  # the provider of a cluster gateway (hutch serve --cluster)
 
 
 def default_home() -> Path:
-    if os.geteuid() == 0:
-        return Path("/var/lib/hutch")
-    from platformdirs import user_state_path
+    from pathlib import Path
 
-    return user_state_path("hutch", appauthor=False)
+    return Path(default_home_dir())
+
+
+def default_home_dir() -> str:
+    """``/var/lib/hutch`` for root; else the user's state directory as platformdirs names it.
+    On Linux with an absolute ``XDG_STATE_HOME`` (or none, and an absolute ``HOME``) that is
+    ``$XDG_STATE_HOME/hutch`` (``~/.local/state/hutch``), said here without importing
+    platformdirs (about 15 ms of every CLI call; tests/unit/test_cli_start.py compares them)."""
+    if os.geteuid() == 0:
+        return "/var/lib/hutch"
+    if sys.platform.startswith("linux"):
+        state, home = os.environ.get("XDG_STATE_HOME", ""), os.environ.get("HOME", "")
+        if state.startswith("/"):
+            return os.path.join(state, "hutch")
+        if not state.strip() and home.startswith("/"):
+            return os.path.join(home, ".local", "state", "hutch")
+    from platformdirs import user_state_dir
+
+    return user_state_dir("hutch", appauthor=False)
+
+
+def absolute(path: str) -> str:
+    """``Path(path).expanduser().absolute()`` as text, without pathlib: ``~`` expanded, relative
+    to the working directory, empty and ``.`` parts dropped (``..`` kept, as pathlib keeps it)."""
+    path = os.path.expanduser(path)
+    if not path.startswith("/"):
+        path = os.getcwd() + "/" + path
+    lead = "//" if path.startswith("//") and not path.startswith("///") else "/"
+    return lead + "/".join(part for part in path.split("/") if part not in ("", "."))
 
 
 class Settings:
@@ -35,7 +67,6 @@ class Settings:
     ``inspect``) and the code it generates for sixty fields were a sixth of ``hutch exec``'s
     start. ``Settings(**values)`` takes known names only; :meth:`replace` copies with changes."""
 
-    home: Path
     provider: str = "local"
     memory: str = "1G"
     pids: int = 512
@@ -103,9 +134,9 @@ class Settings:
         unknown = values.keys() - FIELDS
         if unknown:
             raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        home = values.pop("home", None)
         self.__dict__.update(values)  # the rest are the class's defaults
-        if "home" not in values:
-            self.home = default_home()
+        self.home_dir: str = default_home_dir() if home is None else os.fspath(home)
         if "sources" not in values:
             self.sources = {}
 
@@ -138,8 +169,24 @@ class Settings:
         return self.runtime if provider == "local" and self.runtime != "bwrap" else None
 
     @property
+    def home(self) -> Path:
+        """The state directory (:func:`default_home` unless given)."""
+        from pathlib import Path
+
+        return Path(self.home_dir)
+
+    @home.setter
+    def home(self, value: str | os.PathLike[str]) -> None:
+        self.home_dir = os.fspath(value)
+
+    @property
     def socket_path(self) -> Path:
         return self.home / "hutchd.sock"
+
+    @property
+    def socket_file(self) -> str:
+        """:attr:`socket_path` as text (what the CLI connects to, without pathlib)."""
+        return os.path.join(self.home_dir, "hutchd.sock")
 
     @property
     def db_path(self) -> Path:
@@ -160,21 +207,22 @@ class Settings:
         sources: dict[str, str] = {}
         names = [name for name in FIELDS if name not in ("sources", "profile", "config_path")]
         home_env = os.environ.get(ENV_PREFIX + "HOME")
-        home = Path(flags.get("home") or home_env or default_home())
+        home = os.fspath(flags.get("home") or home_env or default_home_dir())
         named = os.environ.get(ENV_PREFIX + "CONFIG")
-        cfg_path = Path(named or home / "config.toml")
-        if named and not cfg_path.is_file():
+        cfg_path = os.path.normpath(named) if named else os.path.join(home, "config.toml")
+        if named and not os.path.isfile(cfg_path):
             raise InvalidError(
                 f"HUTCH_CONFIG names {cfg_path}, which is not a file",
-                hint=f"create {cfg_path}, or unset HUTCH_CONFIG to use {home / 'config.toml'}",
+                hint=f"create {cfg_path}, or unset HUTCH_CONFIG to use {os.path.join(home, 'config.toml')}",
             )
         file_values: dict[str, Any] = {}
-        if cfg_path.is_file():
+        if os.path.isfile(cfg_path):
             import tomllib  # here: most calls have no config file
 
             try:
-                file_values = tomllib.loads(cfg_path.read_text())
-            except (tomllib.TOMLDecodeError, OSError) as exc:
+                with open(cfg_path, encoding="utf-8") as f:
+                    file_values = tomllib.loads(f.read())
+            except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
                 raise InvalidError(f"cannot read config file {cfg_path}: {exc}", hint="fix or remove the file") from exc
         profile = str(flags.get("profile") or os.environ.get(ENV_PREFIX + "PROFILE") or "")
         profile_values = _profile(file_values, profile, cfg_path)
@@ -192,14 +240,14 @@ class Settings:
         settings = cls(**{k: v for k, v in values.items() if k in names})
         settings.sources = sources
         settings.profile = profile
-        settings.config_path = str(cfg_path)
+        settings.config_path = cfg_path
         settings._coerce()
         return settings
 
     def _coerce(self) -> None:
         """Every setting to its type; one that does not convert is ``invalid``, naming the
         setting and where its value came from (``HUTCH_PIDS``, the config file ...)."""
-        self.home = Path(self.home).expanduser().absolute()
+        self.home_dir = absolute(self.home_dir)
         for name, (convert, expected) in COERCE.items():
             value = getattr(self, name)
             try:
@@ -221,7 +269,7 @@ class Settings:
         return f"from {table}{self.config_path}", f"set {name} in {table}{self.config_path} to {expected}, or remove it"
 
 
-FIELDS = tuple(Settings.__annotations__)  # every setting, in the order of the class
+FIELDS = ("home", *Settings.__annotations__)  # every setting, in the order of the class
 
 
 def _optional_float(value: Any) -> float | None:
@@ -346,7 +394,7 @@ COERCE: dict[str, tuple[Callable[[Any], Any], str]] = {
 }
 
 
-def _profile(file_values: dict[str, Any], name: str, cfg_path: Path) -> dict[str, Any]:
+def _profile(file_values: dict[str, Any], name: str, cfg_path: str) -> dict[str, Any]:
     """The ``[profiles.NAME]`` table of the config file ({} without a profile)."""
     profiles = file_values.get("profiles", {})
     if not isinstance(profiles, dict):

@@ -13,18 +13,22 @@ the header.
 
 from __future__ import annotations
 
-import base64
 import binascii
-import json
 import os
 import stat
-from collections.abc import Mapping
 from contextvars import ContextVar
-from pathlib import Path
 from types import MappingProxyType
-from typing import NamedTuple
 
+from hutch import jsonwire
 from hutch.errors import InvalidError
+
+# Every CLI call gathers credentials: typing, pathlib, json and base64 (each loading more)
+# stay out of its start; the records below are plain classes, not NamedTuples, for that.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from typing import Any
 
 HEADER = "x-hutch-credentials"
 MAX_HEADER = 8192  # bytes of the header value
@@ -47,15 +51,23 @@ HOLD_HINT = (  # an account's resources need its credential, and the daemon hold
 )
 
 
-class Credential(NamedTuple):
-    """One provider credential. ``source`` says where it was found (a variable name, the
-    config file, the credentials file): safe to show; the token never is. (A NamedTuple,
-    not a dataclass: the CLI gathers credentials at every call; ``hutch.config.Settings``.)"""
+class Credential:
+    """One provider credential (a value: equal by its fields). ``source`` says where it was
+    found (a variable name, the config file, the credentials file): safe to show; the token never is."""
 
-    provider: str
-    token: str = ""
-    source: str = ""
-    metro: str = ""
+    __slots__ = ("metro", "provider", "source", "token")
+
+    def __init__(self, provider: str, token: str = "", source: str = "", metro: str = "") -> None:
+        self.provider, self.token, self.source, self.metro = provider, token, source, metro
+
+    def _fields(self) -> tuple[str, str, str, str]:
+        return (self.provider, self.token, self.source, self.metro)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, Credential) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
     @property
     def fingerprint(self) -> str:
@@ -76,15 +88,16 @@ def fingerprint(token: str) -> str:
 CALLER: ContextVar[Mapping[str, Credential]] = ContextVar("hutch_caller_credentials", default=MappingProxyType({}))
 
 
-def config_file(environ: Mapping[str, str], home: Path | None = None) -> dict[str, object]:
+def config_file(environ: Mapping[str, str], home: str | Path | None = None) -> dict[str, object]:
     """hutch's config file (``HUTCH_CONFIG`` or ``$HUTCH_HOME/config.toml``) as a dict; {} when absent or unreadable."""
     if not environ.get("HUTCH_CONFIG") and home is None:
-        from hutch.config import default_home
+        from hutch.config import default_home_dir
 
-        home = Path(environ.get("HUTCH_HOME") or default_home())
-    path = Path(environ.get("HUTCH_CONFIG") or Path(home or ".") / "config.toml")
+        home = environ.get("HUTCH_HOME") or default_home_dir()
+    path = environ.get("HUTCH_CONFIG") or os.path.join(home or ".", "config.toml")
     try:
-        text = path.read_text()
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except (OSError, UnicodeDecodeError):
         return {}
     import tomllib  # here: most calls have no config file
@@ -95,7 +108,7 @@ def config_file(environ: Mapping[str, str], home: Path | None = None) -> dict[st
         return {}
 
 
-def gather(environ: Mapping[str, str], home: Path | None = None) -> dict[str, Credential]:
+def gather(environ: Mapping[str, str], home: str | Path | None = None) -> dict[str, Credential]:
     """The provider credentials of an environment (and its config file): for the Unikraft
     Cloud, the first of ``UNIKRAFT_TOKEN_VARS``, else the config file's ``unikraft_token``;
     the metro from ``UKC_METRO``, else the config file's ``unikraft_metro``."""
@@ -120,7 +133,7 @@ def gather(environ: Mapping[str, str], home: Path | None = None) -> dict[str, Cr
 def encode(creds: Mapping[str, Credential]) -> str:
     """The header value: base64url of a JSON object, provider -> {token, source, metro}."""
     doc = {name: {"token": c.token, "source": c.source, "metro": c.metro} for name, c in creds.items()}
-    return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
+    return _pack(doc)
 
 
 def _text(value: object, what: str, limit: int, header: str = HEADER) -> str:
@@ -138,7 +151,7 @@ def decode(value: str) -> dict[str, Credential]:
     if len(value) > MAX_HEADER:
         raise InvalidError(f"the {HEADER} header is longer than {MAX_HEADER} bytes", hint=hint)
     try:
-        doc = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        doc = _unpack(value)
     except (binascii.Error, ValueError):
         raise InvalidError(f"the {HEADER} header is not base64url JSON", hint=hint) from None
     if not isinstance(doc, dict):
@@ -255,13 +268,23 @@ MAX_DOCKER_CONFIG = 1 << 20
 DOCKER_HUB_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
 
-class RegistryLogin(NamedTuple):
+class RegistryLogin:
     """A registry username and password (or identity token) of the caller, and where they were
-    found; its repr shows only where."""
+    found (a value: equal by its fields); its repr shows only where."""
 
-    username: str = ""
-    password: str = ""
-    source: str = ""
+    __slots__ = ("password", "source", "username")
+
+    def __init__(self, username: str = "", password: str = "", source: str = "") -> None:
+        self.username, self.password, self.source = username, password, source
+
+    def _fields(self) -> tuple[str, str, str]:
+        return (self.username, self.password, self.source)
+
+    def __eq__(self, other: object) -> bool:
+        return self._fields() == other._fields() if isinstance(other, RegistryLogin) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
 
     def __repr__(self) -> str:
         return f"RegistryLogin(source={self.source!r})"
@@ -272,7 +295,7 @@ def _docker_config(environ: Mapping[str, str]) -> dict[str, object]:
     try:
         with open(os.path.join(base, "config.json"), "rb") as f:
             raw = f.read(MAX_DOCKER_CONFIG + 1)
-        doc = json.loads(raw) if len(raw) <= MAX_DOCKER_CONFIG else {}
+        doc = jsonwire.loads(raw) if len(raw) <= MAX_DOCKER_CONFIG else {}
     except (OSError, ValueError):
         return {}
     return doc if isinstance(doc, dict) else {}
@@ -313,6 +336,8 @@ def registry_login(environ: Mapping[str, str], registry: str) -> RegistryLogin |
         user, password = str(entry.get("username") or ""), str(entry.get("password") or "")
         if not (user and password) and isinstance(entry.get("auth"), str):
             try:
+                import base64
+
                 user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
             except (binascii.Error, UnicodeDecodeError):
                 continue
@@ -323,7 +348,7 @@ def registry_login(environ: Mapping[str, str], registry: str) -> RegistryLogin |
 
 def encode_login(login: RegistryLogin) -> str:
     doc = {"username": login.username, "password": login.password, "source": login.source}
-    return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
+    return _pack(doc)
 
 
 def decode_login(value: str) -> RegistryLogin:
@@ -332,7 +357,7 @@ def decode_login(value: str) -> RegistryLogin:
     if len(value) > MAX_HEADER:
         raise InvalidError(f"the {REGISTRY_HEADER} header is longer than {MAX_HEADER} bytes", hint=hint)
     try:
-        doc = json.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))
+        doc = _unpack(value)
     except (binascii.Error, ValueError):
         raise InvalidError(f"the {REGISTRY_HEADER} header is not base64url JSON", hint=hint) from None
     if not isinstance(doc, dict):
@@ -345,3 +370,18 @@ def decode_login(value: str) -> RegistryLogin:
     if not login.username or not login.password:
         raise InvalidError(f"the {REGISTRY_HEADER} header has no username or password", hint=hint)
     return login
+
+
+def _pack(doc: object) -> str:
+    """A header value: base64url (unpadded) of compact JSON."""
+    import base64
+    import json
+
+    return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _unpack(value: str) -> Any:
+    """What :func:`_pack` made (binascii.Error or ValueError when it is not that)."""
+    import base64
+
+    return jsonwire.loads(base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)))

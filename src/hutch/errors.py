@@ -24,8 +24,10 @@ Foreign exceptions are translated at the boundary where they happen.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar
+TYPE_CHECKING = False  # (typing, and collections with it, stays out of the CLI's start)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, ClassVar
 
 
 class HutchError(Exception):

@@ -74,7 +74,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
 
 def test_the_sync_client_destroys_an_orphan_after_a_dropped_request(home: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[str] = []
-    monkeypatch.setattr("hutch.client.transport.ensure_daemon", lambda s: _answering(s.socket_path, started))
+    monkeypatch.setattr("hutch.client.launcher.ensure_daemon", lambda s: _answering(s.socket_path, started))
     dying = _dying(home.socket_path)
     with Client(home) as c:
         assert c._orphaned("sbx_1")["destroyed"] is True  # type: ignore[index]
@@ -84,7 +84,7 @@ def test_the_sync_client_destroys_an_orphan_after_a_dropped_request(home: Settin
 
 def test_the_async_client_destroys_an_orphan_after_a_dropped_request(home: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[str] = []
-    monkeypatch.setattr("hutch.client.transport.ensure_daemon", lambda s: _answering(s.socket_path, started))
+    monkeypatch.setattr("hutch.client.launcher.ensure_daemon", lambda s: _answering(s.socket_path, started))
     dying = _dying(home.socket_path)
 
     async def go() -> Any:

@@ -101,6 +101,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "credhelper",
             "tokens",
             "errors",
+            "casts",
+            "jsonwire",
             "_version",
             "imageref",
             "fdlimit",

@@ -84,7 +84,7 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
     def no_daemon(*args: Any) -> None:
         raise AssertionError("this test talks to no daemon")
 
-    monkeypatch.setattr("hutch.client.transport.ensure_daemon", no_daemon)
+    monkeypatch.setattr("hutch.client.launcher.ensure_daemon", no_daemon)
     return got
 
 

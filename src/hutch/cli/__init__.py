@@ -9,9 +9,12 @@ third of those processes' start).
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from hutch.cli.commands import COMMANDS, RUN_COMMANDS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["COMMANDS", "RUN_COMMANDS", "cli", "main"]
 

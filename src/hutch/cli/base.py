@@ -1,23 +1,24 @@
 """What every command and the plain exec and run paths share, without click: the context
-(settings and the client, made on first use), JSON output, the error/exit-code contract,
-``K=V`` pairs and the progress bar.
+(settings and the client, made on first use), JSON output, the error/exit-code contract
+and ``K=V`` pairs (the progress bar of a push is :mod:`hutch.cli.progress`).
 
 ``hutch exec SANDBOX -- CMD`` and ``hutch run -- CMD`` with no option run without click (see
-:mod:`hutch.cli.plain`): click's import is a third of those processes' start.
+:mod:`hutch.cli.plain`): click's import is a third of those processes' start. Those paths
+load none of ``typing``, ``re``, ``json``, ``pathlib``, ``socket`` or ``signal`` either
+(tests/unit/test_cli_imports.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
 
 from hutch.errors import InvalidError
 
+TYPE_CHECKING = False  # typing, json and what they import stay out of the plain paths' start
 if TYPE_CHECKING:
+    from typing import Any
+
     from hutch.client import Client
     from hutch.config import Settings
     from hutch.errors import HutchError
@@ -73,6 +74,8 @@ def say(text: str, color: str | None = None) -> None:
 
 def emit(obj: Any, line: bool = False) -> None:
     """One JSON document; ``line`` for NDJSON streams (never indented, flushed at once)."""
+    import json  # (its indented form is json's)
+
     sys.stdout.write(json.dumps(obj, indent=None if line or not sys.stdout.isatty() else 2, default=str) + "\n")
     sys.stdout.flush()
 
@@ -114,16 +117,3 @@ def parse_pairs(values: tuple[str, ...], what: str, from_env: bool = False) -> d
             value = os.environ[key]
         out[key] = value
     return out
-
-
-@contextlib.contextmanager
-def progress_bar(obj: Ctx, label: str) -> Iterator[Callable[[int], None] | None]:
-    """A rich progress bar on a terminal (bytes packed so far); nothing with --json or a pipe."""
-    if obj.json or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True) as bar:
-        task = bar.add_task(label, total=None)
-        yield lambda n: bar.advance(task, n)

@@ -9,22 +9,26 @@ gathered here, at most ``max_output`` bytes per stream, into one result document
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import os
-import signal
 import stat
 import sys
-import threading
-from collections.abc import Callable, Generator, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from hutch.casts import cast
 from hutch.cli.base import EXIT_HUTCH, EXIT_TIMEOUT, Ctx, emit, exit_code_for, say
 from hutch.errors import HutchError, InvalidError, TimeoutError_, UnavailableError
 from hutch.wire.build import with_stdin
 
+# typing, base64, contextlib and threading stay out of the plain paths' start, and so does
+# signal.py (its enums import enum): the C module under it has what a Ctrl-C guard needs.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
+    from collections.abc import Callable, Generator, Iterator, Mapping
+    from typing import Any, Protocol
+
     from hutch import wire
+else:
+    import _signal as signal
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, like a shell
 KILL_WAIT = 10.0  # how long Ctrl-C waits for the killed run's record
@@ -42,8 +46,14 @@ def stdin_is_piped() -> bool:
 
 def write_chunk(stream: str, data: str, b64: bool) -> None:
     out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
-    out.write(base64.b64decode(data) if b64 else data.encode())
+    out.write(_unb64(data) if b64 else data.encode())
     out.flush()
+
+
+def _unb64(data: str) -> bytes:
+    import base64  # here: most output is text
+
+    return base64.b64decode(data)
 
 
 def spawn_hint(result: dict[str, Any]) -> str | None:
@@ -117,7 +127,7 @@ class _Interrupts:
         self.held = False
         self.waiting = True
         self.previous: Any = None
-        if guard_ok() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # an ignored SIGINT stays ignored
+        if guard_ok() and signal.getsignal(signal.SIGINT) != signal.SIG_IGN:  # an ignored SIGINT stays ignored
             self.previous = signal.signal(signal.SIGINT, self._on_sigint)
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
@@ -146,7 +156,7 @@ class _Output:
         self.seen = {"stdout": 0, "stderr": 0}
 
     def add(self, name: str, data: str, b64: bool) -> None:
-        raw = base64.b64decode(data) if b64 else data.encode()
+        raw = _unb64(data) if b64 else data.encode()
         self.seen[name] += len(raw)
         room = self.cap - len(self.data[name])
         if room > 0:
@@ -160,7 +170,11 @@ class _Output:
                 b64 = "\x00" in text
             except UnicodeDecodeError:
                 b64 = True
-            out[name] = base64.b64encode(raw).decode("ascii") if b64 else text
+            if b64:
+                import base64
+
+                text = base64.b64encode(raw).decode("ascii")
+            out[name] = text
             out[f"{name}_base64"] = b64
         return out
 
@@ -176,9 +190,11 @@ def _document(final: dict[str, Any], output: _Output) -> dict[str, Any]:
     return {k: body[k] for k in RESULT_ORDER if k in body} | {k: v for k, v in body.items() if k not in RESULT_ORDER}
 
 
-class Events(Protocol):
-    def __iter__(self) -> Iterator[dict[str, Any]]: ...
-    def close(self) -> None: ...
+if TYPE_CHECKING:
+
+    class Events(Protocol):
+        def __iter__(self) -> Iterator[dict[str, Any]]: ...
+        def close(self) -> None: ...
 
 
 def events_for(obj: Ctx, ref: str, req: wire.ExecRequest, interactive: bool, tty: bool) -> Events:
@@ -199,7 +215,7 @@ def events_for(obj: Ctx, ref: str, req: wire.ExecRequest, interactive: bool, tty
             return attached
         attached.close()  # refused (no live input there, or bad input): the plain request says which
         req = with_stdin(req, _whole_stdin(ref))
-    return cast(Generator[dict[str, Any], None, None], obj.client.exec_stream(ref, req))
+    return cast("Generator[dict[str, Any], None, None]", obj.client.exec_stream(ref, req))
 
 
 MAX_WHOLE_STDIN = 64 << 20  # what a request body carries (base64 in JSON)
@@ -273,6 +289,8 @@ def follow(
             return _interrupted(obj, started, output, lines, extra)
         except BrokenPipeError:
             if started:  # our stdout was closed (| head): end the run like a pipeline ends its writer
+                import contextlib
+
                 with contextlib.suppress(HutchError):
                     obj.client.kill(str(started["run_id"]), int(signal.SIGPIPE))
             raise
@@ -303,6 +321,8 @@ def _interrupted(obj: Ctx, started: dict[str, Any], output: _Output, lines: bool
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     record: Mapping[str, Any] = {"status": "running", "exit_code": None}
+    import contextlib  # (here: only Ctrl-C comes this way)
+
     with contextlib.suppress(TimeoutError_, KeyboardInterrupt):  # a second Ctrl-C: stop waiting
         record = obj.client.wait(run_id, KILL_WAIT)
     ended = record["status"] != "running"
@@ -331,4 +351,7 @@ def _interrupted(obj: Ctx, started: dict[str, Any], output: _Output, lines: bool
 
 
 def guard_ok() -> bool:
-    return threading.current_thread() is threading.main_thread()
+    """This is the main thread (only it may set a signal handler). A process that never
+    imported threading started no thread with it: the CLI's own case, known without it."""
+    threading = sys.modules.get("threading")
+    return threading is None or bool(threading.current_thread() is threading.main_thread())

@@ -4,15 +4,15 @@ with a line on stderr for the push and the kept sandbox."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-from hutch.cli.base import Ctx, progress_bar, say
+from hutch.cli.base import Ctx, say
 from hutch.cli.foreground import follow, stdin_is_piped
 from hutch.errors import HutchError
 
+TYPE_CHECKING = False  # (typing, collections and contextlib stay out of hutch run's start)
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
+
     from hutch import wire
     from hutch.client.oneshot import RunOnceStream
 
@@ -63,16 +63,23 @@ def run_once(obj: Ctx, req: wire.RunOnceRequest, sync: str | None, stream: bool,
     """Run, show it as exec does; the result (``kept``: it names the sandbox) and the sandbox's id."""
     exec_req = req["exec"]
     stdin = 0 if "stdin" not in exec_req and stdin_is_piped() else None
-    with progress_bar(obj, "pushing") if sync else contextlib.nullcontext() as advance:  # a bar only for a push
-        answer = obj.client.run_once(req, sync=sync, stdin=stdin, progress=advance)
+    if sync:  # a bar only for a push
+        from hutch.cli.progress import progress_bar
+
+        with progress_bar(obj, "pushing") as advance:
+            answer = obj.client.run_once(req, sync=sync, stdin=stdin, progress=advance)
+    else:
+        answer = obj.client.run_once(req, stdin=stdin)
     frames = Frames(obj, answer, kept)
     try:
         cap = int(exec_req.get("max_output") or obj.settings.output_cap)
         try:
             result = follow(obj, lambda: frames, cap, obj.json and stream, frames.extra)
         except (HutchError, SystemExit):  # a failure (with --stream --json: said already, as its exit code)
-            with contextlib.suppress(HutchError):
+            try:  # noqa: SIM105 - (contextlib stays out of hutch run's start)
                 frames.drain()  # the sandbox goes before this command ends
+            except HutchError:
+                pass
             raise
         frames.drain()
     finally:

@@ -3,11 +3,10 @@ plain ``hutch run -- CMD`` path builds one with every option at its default)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from hutch.cli.base import Ctx, parse_pairs
 from hutch.wire.build import git_source, sandbox_spec
 
+TYPE_CHECKING = False  # (typing stays out of hutch run's start)
 if TYPE_CHECKING:
     from hutch import wire
 

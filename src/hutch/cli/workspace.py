@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from hutch.cli.base import progress_bar
 from hutch.cli.common import Ctx, SandboxCommand, count, emit, human_bytes, json_option, table
+from hutch.cli.progress import progress_bar
 from hutch.errors import NotFoundError
 
 if TYPE_CHECKING:

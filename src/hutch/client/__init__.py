@@ -17,9 +17,12 @@ through its transport::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import sys
 
+TYPE_CHECKING = False  # (typing stays out of the CLI's start)
 if TYPE_CHECKING:
+    from typing import Any
+
     from hutch.client.aio import AsyncClient
     from hutch.client.endpoint import Endpoint
     from hutch.client.launcher import ensure_daemon
@@ -42,6 +45,6 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'hutch.client' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(f"hutch.client.{_WHERE[name]}"), name)
+    module = f"hutch.client.{_WHERE[name]}"
+    __import__(module)
+    return getattr(sys.modules[module], name)

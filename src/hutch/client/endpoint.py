@@ -10,11 +10,8 @@ error or a repr.
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from hutch import credentials
 from hutch.client import http1
@@ -22,8 +19,10 @@ from hutch.config import Settings
 from hutch.errors import InvalidError, UnauthorizedError, UnavailableError
 from hutch.tokens import check_token, is_loopback, read_token
 
+TYPE_CHECKING = False  # typing, functools and urllib.parse stay out of the CLI's start
 if TYPE_CHECKING:
     import ssl
+    from typing import Any
 
 HOST_HINT = "set HUTCH_HOST to unix:///path/to/hutchd.sock, http://127.0.0.1:PORT or https://HOST:PORT"
 
@@ -50,6 +49,7 @@ class Endpoint:
         self.scheme, self.address, self.port, self.token = scheme, address, port, token
         self.ca_file, self.cert_file, self.key_file = ca_file, cert_file, key_file
         self.remote, self.credentials = remote, credentials
+        self._ssl: ssl.SSLContext | None = None  # loading CAs costs milliseconds: once per client
 
     def _fields(self) -> tuple[str, str, int, str | None, str, str, str]:
         return (self.scheme, self.address, self.port, self.token, self.ca_file, self.cert_file, self.key_file)
@@ -95,14 +95,16 @@ class Endpoint:
         ep = cls._from_settings(settings)
         if not credentials.sendable(ep.scheme, ep.address, ep.remote):
             return ep  # never over plain TCP, nor to a socket of another user
-        creds = credentials.gather(os.environ, settings.home)
+        creds = credentials.gather(os.environ, settings.home_dir)
         return ep.replace(credentials=credentials.encode(creds)) if creds else ep
 
     @classmethod
     def _from_settings(cls, settings: Settings) -> Endpoint:
         host = settings.host.strip()
         if not host:
-            return cls("unix", str(settings.socket_path))
+            return cls("unix", settings.socket_file)
+        from urllib.parse import urlsplit  # here: a local daemon's socket needs no URL
+
         url = urlsplit(host)
         if url.scheme == "unix":
             path = (url.netloc + url.path) if url.netloc else url.path
@@ -147,10 +149,11 @@ class Endpoint:
         return out
 
     def ssl_context(self) -> ssl.SSLContext:
-        return self._ssl_context
+        if self._ssl is None:
+            self._ssl = self._ssl_context()
+        return self._ssl
 
-    @functools.cached_property
-    def _ssl_context(self) -> ssl.SSLContext:  # loading CAs costs milliseconds: once per client
+    def _ssl_context(self) -> ssl.SSLContext:
         import ssl  # here: only https needs it (a CLI process over the unix socket never does)
 
         ctx = ssl.create_default_context(cafile=self.ca_file or None)

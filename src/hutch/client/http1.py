@@ -11,11 +11,15 @@ one request per connection, bodies by length, chunked or up to the close. The na
 
 from __future__ import annotations
 
-import socket
-from typing import TYPE_CHECKING
+import os
+from _socket import AF_UNIX, IPPROTO_TCP, SOCK_STREAM, TCP_NODELAY
+from _socket import socket as _Socket  # noqa: N812 - the C type, beside socket.socket
 
+# socket.py (its enums import enum) is loaded only for TCP; the unix socket is the C type's.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ssl
+    from io import BufferedReader
 
 MAX_LINE = 65536  # a status line, a header line or a chunk-size line
 MAX_HEADERS = 100
@@ -42,7 +46,8 @@ class Connection:
         self.address = address
         self.port = port
         self.context = context
-        self.sock: socket.socket | None = None
+        self.sock: _Socket | None = None
+        self.response: Response | None = None
         self._head: list[bytes] = []
         host = "hutch" if scheme == "unix" else (f"[{address}]" if ":" in address else address)
         self.host = host if scheme == "unix" or port in (80, 443) else f"{host}:{port}"
@@ -54,7 +59,7 @@ class Connection:
         if self.sock is not None:
             return
         if self.scheme == "unix":
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _Socket(AF_UNIX, SOCK_STREAM)
             sock.settimeout(CONNECT_TIMEOUT)
             try:
                 sock.connect(self.address)
@@ -62,8 +67,10 @@ class Connection:
                 sock.close()
                 raise
         else:
+            import socket
+
             sock = socket.create_connection((self.address, self.port), timeout=CONNECT_TIMEOUT)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(IPPROTO_TCP, TCP_NODELAY, 1)
             if self.scheme == "https":
                 assert self.context is not None
                 try:
@@ -103,14 +110,19 @@ class Connection:
             self.putheader("Content-Length", str(len(body or b"")))
         self.endheaders(body)
 
-    def getresponse(self, method: str = "GET") -> Response:
+    def getresponse(self, method: str = "GET", begin: bool = True) -> Response:
+        """The answer (its head read, unless ``begin`` is false); closed with the connection."""
         assert self.sock is not None
-        resp = Response(self.sock, method)
-        resp.begin()
+        resp = self.response = Response(self.sock, method)
+        if begin:
+            resp.begin()
         return resp
 
     def close(self) -> None:
         sock, self.sock = self.sock, None
+        response, self.response = self.response, None
+        if response is not None:
+            response.close()
         if sock is not None:
             sock.close()
 
@@ -118,8 +130,9 @@ class Connection:
 class Response:
     """An answer: ``status``, its headers, and its body through ``read``/``readline``."""
 
-    def __init__(self, sock: socket.socket, method: str = "GET") -> None:
-        self.fp = sock.makefile("rb")
+    def __init__(self, sock: _Socket, method: str = "GET") -> None:
+        make = getattr(sock, "makefile", None)  # socket.py's (TCP, TLS); the C socket reads through its own descriptor
+        self.fp: BufferedReader = make("rb") if make is not None else open(os.dup(sock.fileno()), "rb")  # noqa: SIM115
         self.method = method
         self.status = 0
         self.headers: list[tuple[str, str]] = []

@@ -7,22 +7,23 @@ the destroy) is the daemon's one use-case.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import _socket
+import _thread
 import os
-import queue
-import socket
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from _queue import Empty, SimpleQueue
 
+from hutch import jsonwire
+from hutch.casts import cast
 from hutch.client import http1
-from hutch.client.launcher import ensure_daemon
 from hutch.client.transport import MAX_RESPONSE, Response, raise_for
 from hutch.errors import HutchError, InvalidError, UnavailableError
 
+# typing, collections, contextlib, json, socket.py and pathlib stay out of hutch run's start.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from typing import Any
+
     from hutch import wire
     from hutch.client.endpoint import Endpoint
     from hutch.client.transport import AsyncTransport, Transport
@@ -49,7 +50,7 @@ def framed(req: wire.RunOnceRequest, push: bytes | None) -> bytes:
     """``<length>\\n<request JSON>`` and the push body (see hutch.wire.oneshot)."""
     if push:
         req = {**req, "push_size": len(push)}
-    head = json.dumps(req).encode()
+    head = jsonwire.dumps(req).encode()
     return str(len(head)).encode() + b"\n" + head + (push or b"")
 
 
@@ -105,6 +106,8 @@ class Answer:
     def unpack(self) -> None:
         """The pulled tree into ``sync``; files the command changed overwrite the local ones
         (the local tree was pushed just before)."""
+        from pathlib import Path
+
         from hutch.client import transfer
 
         assert self.sync is not None
@@ -140,6 +143,8 @@ class RunOnceStream:
             except (StopIteration, UnavailableError):
                 orphan = self.answer.orphan()
                 if orphan is not None:
+                    import contextlib  # (here: only a lost answer comes this way)
+
                     with contextlib.suppress(HutchError):
                         self._destroy(orphan)
                 raise
@@ -178,6 +183,8 @@ class AsyncRunOnceStream:
             except (StopAsyncIteration, UnavailableError):
                 orphan = self.answer.orphan()
                 if orphan is not None:
+                    import contextlib
+
                     with contextlib.suppress(HutchError):
                         await self._destroy(orphan)
                 raise
@@ -257,7 +264,7 @@ def stream(
     transport: Transport, req: wire.RunOnceRequest, push: bytes | None, sync: str | None, destroy: Callable[[str], object]
 ) -> RunOnceStream:
     """hutch run whose request is sent whole (JSON, or framed with a push)."""
-    body, media = (framed(req, push), FRAMED) if push else (json.dumps(req).encode(), "application/json")
+    body, media = (framed(req, push), FRAMED) if push else (jsonwire.dumps(req).encode(), "application/json")
     return RunOnceStream(lambda: _open(transport, body, media, None), Answer(sync), destroy)
 
 
@@ -272,7 +279,7 @@ def astream(
     if push:
         frames = transport.stream("POST", URL, content=framed(req, push), content_type=FRAMED)
     else:
-        frames = transport.stream("POST", URL, content=json.dumps(req).encode(), content_type="application/json")
+        frames = transport.stream("POST", URL, content=jsonwire.dumps(req).encode(), content_type="application/json")
     return AsyncRunOnceStream(frames, Answer(sync), destroy)
 
 
@@ -298,13 +305,15 @@ class Sender:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self.credit = 0
         self.stopped = False
+        import threading  # here: only a piped stdin has a sender
+
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="hutch-run-input", daemon=True)
 
-    def start(self, sock: socket.socket) -> None:
+    def start(self, sock: _socket.socket) -> None:
         self.sock = sock
         self.thread.start()
 
@@ -339,13 +348,16 @@ class Sender:
             return  # the request is over (the run ended, or the connection broke)
 
 
-def send_chunk(sock: socket.socket, data: bytes) -> None:
+def send_chunk(sock: _socket.socket, data: bytes) -> None:
     sock.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
 
 
 class Lines:
     """The answer's NDJSON lines, read by a thread of their own: the caller waits on a queue,
-    so an exception while it waits (Ctrl-C) loses nothing and leaves the request open."""
+    so an exception while it waits (Ctrl-C) loses nothing and leaves the request open. At most
+    ``AHEAD`` lines wait: the reader takes a slot from ``room`` for each (a slow caller blocks
+    it, and so the daemon). (``_thread`` and ``_queue``, not ``threading`` and ``queue``: those
+    import functools and collections, a tenth of hutch run's start; the thread is a daemon's.)"""
 
     def __init__(self, transport: Transport, conn: http1.Connection, raw: http1.Response) -> None:
         self.transport = transport
@@ -353,21 +365,27 @@ class Lines:
         self.raw = raw
         self.sender: Sender | None = None
         self.closed = False
-        self.queue: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue(AHEAD)
-        self.thread = threading.Thread(target=self._read, name="hutch-run-answer", daemon=True)
-        self.thread.start()
+        self.queue: SimpleQueue[dict[str, Any] | BaseException | None] = SimpleQueue()
+        self.room: SimpleQueue[None] = SimpleQueue()
+        for _ in range(AHEAD):
+            self.room.put(None)
+        self.end: list[BaseException | None] = []  # what ended the answer, once the caller met it
+        _thread.start_new_thread(self._read, ())
 
     def _put(self, item: dict[str, Any] | BaseException | None) -> bool:
         while not self.closed:
-            with contextlib.suppress(queue.Full):
-                self.queue.put(item, timeout=0.5)
-                return True
+            try:
+                self.room.get(timeout=0.5)
+            except Empty:
+                continue
+            self.queue.put(item)
+            return True
         return False
 
     def _read(self) -> None:  # a slow caller blocks this thread, and so the daemon (backpressure)
         try:
             while line := self.raw.readline(MAX_RESPONSE):
-                if not self._put(json.loads(line)):
+                if not self._put(jsonwire.loads(line)):
                     return
             self._put(None)
         except (OSError, http1.HTTPException) as exc:
@@ -380,9 +398,13 @@ class Lines:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        item = self.queue.get()
+        if self.end:  # what ended the answer ends every later next() too
+            item: dict[str, Any] | BaseException | None = self.end[0]
+        else:
+            item = self.queue.get()
+            self.room.put(None)
         if item is None or isinstance(item, BaseException):
-            self.queue.put(item)  # what ended the answer ends every later next() too
+            self.end[:] = [item]
             if item is None:
                 raise StopIteration
             raise item
@@ -394,8 +416,10 @@ class Lines:
             self.sender.stop()
         sock = self.conn.sock
         if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # the reader's and the sender's calls return at once
+            try:  # noqa: SIM105 - (contextlib stays out of hutch run's start)
+                sock.shutdown(_socket.SHUT_RDWR)  # the reader's and the sender's calls return at once
+            except OSError:
+                pass
         self.conn.close()
 
 
@@ -410,6 +434,8 @@ def _open(transport: Transport, body: bytes, media: str, sender: Sender | None) 
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             conn.close()
             if attempt == 0 and transport.autostart:
+                from hutch.client.launcher import ensure_daemon  # here: only when no daemon answers
+
                 ensure_daemon(transport.settings)
                 continue
             raise endpoint.unavailable(exc) from exc
@@ -432,7 +458,7 @@ def _open(transport: Transport, body: bytes, media: str, sender: Sender | None) 
         except OSError as exc:
             conn.close()
             raise endpoint.unavailable(exc) from exc
-        raw = http1.Response(sock, method="POST")  # read here: the connection may still send
+        raw = conn.getresponse("POST", begin=False)  # read here: the connection may still send
         try:
             raw.begin()
             if raw.status >= 400:

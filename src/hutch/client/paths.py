@@ -3,13 +3,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
-
+TYPE_CHECKING = False  # typing and urllib.parse stay out of the CLI's start
 if TYPE_CHECKING:
+    from typing import Any
+
     import httpx
 
     from hutch.client.transport import Response
+
+
+# What a path segment keeps as it is (quote's own safe set with safe=""): ids and names are these.
+PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+
+
+def quote(segment: str, safe: str = "") -> str:
+    """``urllib.parse.quote(segment, safe="")``; a segment of plain characters without loading it."""
+    if not safe and PLAIN.issuperset(segment):
+        return segment
+    from urllib import parse
+
+    return parse.quote(segment, safe=safe)
 
 
 def sandbox(ref: str) -> str:

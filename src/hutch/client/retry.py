@@ -18,11 +18,14 @@ quota) is not retried: waiting does not free a quota.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
 
+from hutch import jsonwire
 from hutch.client.http1 import RemoteDisconnected
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 KEY_HEADER = "idempotency-key"
 ATTEMPTS = 3  # the first try and two more
@@ -57,7 +60,7 @@ def rate_wait(status: int, headers: Mapping[str, str], content: bytes) -> float 
     if status != 429:
         return None
     try:
-        error = json.loads(content)["error"]
+        error = jsonwire.loads(content)["error"]
     except (ValueError, KeyError, TypeError):
         return None
     if not isinstance(error, dict) or error.get("kind") != "rate_limited":

@@ -8,10 +8,8 @@ methods over httpx.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack, cast
 
+from hutch.casts import cast
 from hutch.client import paths
 from hutch.client.endpoint import Endpoint
 from hutch.client.retry import new_key
@@ -19,7 +17,11 @@ from hutch.client.transport import Response, Transport
 from hutch.config import Settings
 from hutch.errors import UnavailableError
 
+TYPE_CHECKING = False  # typing, collections and pathlib stay out of the CLI's start
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from typing import Any, Unpack
+
     from hutch import wire
     from hutch.client.oneshot import RunOnceStream
     from hutch.client.transfer import Progress
@@ -192,6 +194,8 @@ class Client:
 
         push = None
         if sync:
+            from pathlib import Path
+
             from hutch.client import transfer
 
             kept: dict[str, wire.ManifestEntry] = {}
@@ -273,6 +277,8 @@ class Client:
         progress: Progress | None = None,
         approval: str | None = None,
     ) -> wire.PushSummary:
+        from pathlib import Path
+
         from hutch.client import transfer
 
         kept = cast("wire.Manifest", self.json("GET", paths.sandbox(ref) + "/manifest"))["files"]
@@ -283,6 +289,8 @@ class Client:
         return plan.summary(cast("wire.PushResult", answer))
 
     def pull(self, ref: str, dest: str, *, dry_run: bool = False, force: bool = False) -> wire.PullSummary:
+        from pathlib import Path
+
         from hutch.client import transfer
 
         data = self.request("GET", paths.sandbox(ref) + "/pull").content

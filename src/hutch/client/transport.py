@@ -10,21 +10,23 @@ again only as :mod:`hutch.client.retry` allows, bound the answer, and raise the 
 
 from __future__ import annotations
 
-import contextlib
-import json
-import json as _json
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
 
+from hutch import jsonwire
 from hutch.client import http1
 from hutch.client.endpoint import Endpoint
-from hutch.client.launcher import ensure_daemon
+from hutch.client.paths import PLAIN
 from hutch.client.retry import ATTEMPTS, RATE_ATTEMPTS, backoff, dropped, may_retry, rate_wait
 from hutch.config import Settings
 from hutch.errors import HutchError, InternalError
 
+# typing, collections, contextlib and json (with re) stay out of the CLI's start; the daemon's
+# launcher is loaded when no daemon answers.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+    from typing import Any
+
     import httpx
 
 MAX_RESPONSE = 256 << 20
@@ -39,7 +41,7 @@ class Response:
         self.content = content
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return jsonwire.loads(self.content)
 
 
 def raise_for(resp: Response | httpx.Response) -> None:
@@ -47,7 +49,7 @@ def raise_for(resp: Response | httpx.Response) -> None:
         return
     try:
         body = resp.json()
-    except (json.JSONDecodeError, ValueError):
+    except ValueError:  # (json.JSONDecodeError is one)
         text = resp.content[:200].decode(errors="replace")
         raise InternalError(f"daemon answered HTTP {resp.status_code}: {text}", hint="see hutch daemon logs") from None
     raise HutchError.from_dict(body)
@@ -57,7 +59,9 @@ def query(params: dict[str, object]) -> str:
     clean = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
     if not clean:
         return ""
-    from urllib.parse import urlencode  # here: exec and run send no query (urllib.parse pulls in more)
+    if all(isinstance(v, (str, int)) and PLAIN.issuperset(k) and PLAIN.issuperset(str(v)) for k, v in clean.items()):
+        return "?" + "&".join(f"{k}={v}" for k, v in clean.items())  # what urlencode gives for plain words
+    from urllib.parse import urlencode  # here: only another query (urllib.parse pulls in more)
 
     return "?" + urlencode(clean, doseq=True)
 
@@ -112,7 +116,7 @@ class Transport:
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 if attempt == 0 and self.autostart:
                     attempt += 1
-                    ensure_daemon(self.settings)
+                    _start_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (OSError, http1.HTTPException) as exc:
@@ -154,6 +158,8 @@ class Transport:
                     conn.request(method, url, body=body, headers=headers)
                 else:
                     # a daemon that refused the body closes it early: its answer says why
+                    import contextlib  # (here: an upload's request only)
+
                     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                         _send_chunked(conn, method, url, headers, upload)
                 raw = conn.getresponse(method)
@@ -161,7 +167,7 @@ class Transport:
                 conn.close()
                 if attempt == 0 and self.autostart:
                     attempt += 1
-                    ensure_daemon(self.settings)
+                    _start_daemon(self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (OSError, http1.HTTPException) as exc:
@@ -230,7 +236,7 @@ class AsyncTransport:
             except (h.ConnectError, FileNotFoundError) as exc:
                 if attempt == 0 and self.autostart:
                     attempt += 1
-                    await asyncio.to_thread(ensure_daemon, self.settings)
+                    await asyncio.to_thread(_start_daemon, self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except (h.RemoteProtocolError, h.ReadError, h.WriteError) as exc:  # the daemon dropped the connection
@@ -282,12 +288,12 @@ class AsyncTransport:
                         raise_for(resp)
                     async for line in resp.aiter_lines():
                         if line:
-                            yield _json.loads(line)  # ``json`` here is the request's body
+                            yield jsonwire.loads(line)
                     return
             except (h.ConnectError, FileNotFoundError) as exc:
                 if attempt == 0 and self.autostart:
                     attempt += 1
-                    await asyncio.to_thread(ensure_daemon, self.settings)
+                    await asyncio.to_thread(_start_daemon, self.settings)
                     continue
                 raise self.endpoint.unavailable(exc) from exc
             except h.TransportError as exc:
@@ -296,11 +302,17 @@ class AsyncTransport:
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj).encode()
+    return jsonwire.dumps(obj).encode()
 
 
 def _loads(data: bytes) -> Any:
-    return json.loads(data)
+    return jsonwire.loads(data)
+
+
+def _start_daemon(settings: Settings) -> None:
+    from hutch.client.launcher import ensure_daemon  # here: only a call that finds no daemon
+
+    ensure_daemon(settings)
 
 
 def _send_chunked(conn: http1.Connection, method: str, url: str, headers: dict[str, str], upload: Iterable[bytes]) -> None:

@@ -10,18 +10,20 @@ repository could carry it. Naming the file (``--manifest FILE``, or ``--manifest
 
 from __future__ import annotations
 
-import base64
 import os
-import re
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, NamedTuple
 
 from hutch.errors import InvalidError
 from hutch.manifest import DEFAULT_NAME, refs
-from hutch.manifest.lines import Path as KeyPath
-from hutch.manifest.lines import line_of, locate
 from hutch.wire.build import git_depth, git_source, mount, secret_binding, seed_file
+
+# hutch run reads no manifest unless there is one: typing, re, pathlib and base64 (and the
+# line finder, which needs re) are loaded only to read one.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from hutch.manifest.lines import Path as KeyPath
 
 MAX_MANIFEST = 4 << 20  # bytes of a manifest file (seeded files are capped at 1 MiB in the spec)
 MAX_ERRORS = 20
@@ -38,13 +40,18 @@ RESTRICTED = {
 }
 
 
-class Loaded(NamedTuple):
+class Loaded:
     """A manifest read and checked: the builder's arguments (no secret value read yet). (A
-    NamedTuple: ``hutch run`` imports this module, and ``dataclasses`` is a tenth of its start.)"""
+    plain class: ``hutch run`` imports this module, and ``typing`` or ``dataclasses`` would be
+    a tenth of its start.)"""
 
-    path: str
-    args: dict[str, Any]
-    pass_env: list[str]
+    __slots__ = ("args", "pass_env", "path")
+
+    def __init__(self, path: str, args: dict[str, Any], pass_env: list[str]) -> None:
+        self.path, self.args, self.pass_env = path, args, pass_env
+
+    def __repr__(self) -> str:
+        return f"Loaded(path={self.path!r}, args=..., pass_env={self.pass_env!r})"
 
 
 def find(given: str | None, setting: str = "") -> tuple[str, bool] | None:
@@ -52,7 +59,7 @@ def find(given: str | None, setting: str = "") -> tuple[str, bool] | None:
     default name here), else the ``manifest`` setting's file here, restricted, if it exists."""
     if given is not None:
         return (given or DEFAULT_NAME), True
-    if setting and Path(setting).is_file():
+    if setting and os.path.isfile(setting):
         return setting, False
     return None
 
@@ -80,6 +87,7 @@ def load(path: str, *, trusted: bool = True) -> Loaded:
     """Read, check against the schema (every error with its line) and turn into arguments."""
     from pydantic import ValidationError
 
+    from hutch.manifest.lines import locate
     from hutch.manifest.schema import Manifest
 
     text, data = read(path)
@@ -108,7 +116,7 @@ def load(path: str, *, trusted: bool = True) -> Loaded:
     for name in m.secret_hosts:
         if name not in names:
             raise fail(("secret_hosts", name), f"{name} is not in [secrets]")
-    base = str(Path(path).resolve().parent) if not path.startswith("/dev/") else os.getcwd()
+    base = os.path.dirname(os.path.realpath(path)) if not path.startswith("/dev/") else os.getcwd()
     try:
         return Loaded(path, _args(m, base, trusted), list(m.pass_env))
     except _AtError as at:
@@ -138,6 +146,10 @@ def _union_pruned(errors: list[Any]) -> list[tuple[KeyPath, str]]:
 
 def _problem(path: str, where: dict[KeyPath, int], loc: KeyPath, msg: str) -> tuple[int, str]:
     """(its line, the line of the error) for one schema error."""
+    import re
+
+    from hutch.manifest.lines import line_of
+
     text = msg.removeprefix("Value error, ")
     named = re.match(r"secret (\S+):", text)
     if loc == ("secrets",) and named:  # the table's check names the entry: point at it
@@ -214,11 +226,14 @@ def _file(i: int, f: Any, base: str, trusted: bool) -> dict[str, Any]:
             )
         where = os.path.join(base, os.path.expanduser(f.source))
         try:
-            data = Path(where).read_bytes()
+            with open(where, "rb") as fh:
+                data = fh.read()
         except OSError as exc:
             raise _AtError(("files", i, "source"), f"cannot read {where}: {exc.strerror}", "check the path") from None
     elif f.content_base64 is not None:
         try:
+            import base64
+
             data = base64.b64decode(f.content_base64, validate=True)
         except ValueError:
             raise _AtError(("files", i, "content_base64"), "not base64") from None

@@ -4,10 +4,12 @@ A manifest holds only these (``NAME = "env:VAR"`` or ``"file:PATH"``), never a v
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from hutch.errors import InvalidError
+
+TYPE_CHECKING = False  # (typing, collections and pathlib stay out of hutch run's start)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 HINT = "use NAME, NAME=env:VAR or NAME=file:PATH"
 
@@ -39,6 +41,8 @@ def read(name: str, source: str) -> str:
             raise InvalidError(f"secret {name}: ${where} is not set", hint=f"export {where}=..., or use {name}=file:PATH")
     elif kind == "file" and where:
         try:
+            from pathlib import Path
+
             value = Path(where).expanduser().read_text().rstrip("\n")
         except OSError as exc:
             raise InvalidError(f"secret {name}: cannot read {where}: {exc.strerror}", hint="check the path") from exc

@@ -28,9 +28,9 @@ here (``wire.ExecResult``) loads its module.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
+import sys
 
+TYPE_CHECKING = False  # (typing stays out of the CLI's start; the submodules load on first use)
 if TYPE_CHECKING:
     from hutch.wire.changes import Change, ChangeKind, ChangeList, CommitChanges, CommitLayer, CommitRequest, ImageCommitted
     from hutch.wire.cluster import (
@@ -340,7 +340,8 @@ def __getattr__(name: str) -> object:
     if name not in __all__:  # a submodule (``from hutch.wire import build``), or nothing
         raise AttributeError(f"module 'hutch.wire' has no attribute {name!r}")
     for module in MODULES:
-        found = importlib.import_module(f"hutch.wire.{module}")
+        __import__(f"hutch.wire.{module}")
+        found = sys.modules[f"hutch.wire.{module}"]
         if name in found.__all__:
             value = getattr(found, name)
             globals()[name] = value

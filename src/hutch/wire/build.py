@@ -9,16 +9,17 @@ and the network rules that need a mode.
 
 from __future__ import annotations
 
-import base64
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
+from hutch.casts import cast
 from hutch.errors import InvalidError
 
+TYPE_CHECKING = False  # typing, collections and base64 stay out of the plain CLI paths' start
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Literal, Unpack
 
+    from hutch.wire.buildtypes import ExecOptions, Shape, SpecDefaults
     from hutch.wire.oneshot import RunOnceRequest, UploadFile
     from hutch.wire.runs import AttachStart, ExecRequest
     from hutch.wire.sandboxes import (
@@ -59,21 +60,6 @@ __all__ = [
 GIT_USER = "x-access-token"  # the user name sent with a git token when none is given
 
 LOGIN_SHELL = ["/bin/sh", "-c", "command -v bash >/dev/null && exec bash -l || exec sh -l"]  # hutch shell, sbx.pty()
-
-
-class SpecDefaults(Protocol):
-    """Where unset limits and the provider come from: the caller's :class:`hutch.config.Settings`."""
-
-    @property
-    def provider(self) -> str: ...
-    @property
-    def memory(self) -> int | str: ...
-    @property
-    def pids(self) -> int: ...
-    @property
-    def cpus(self) -> float | None: ...
-    def default_image(self, provider: str) -> str | None: ...
-    def default_runtime(self, provider: str) -> str | None: ...
 
 
 def limits(
@@ -198,23 +184,13 @@ def git_depth(depth: int | str | None) -> int | None:
 
 def seed_file(path: str, data: bytes, mode: int = 0o644) -> SeedFile:
     """A file written into a new sandbox at create (base64 in the JSON)."""
-    return {"path": path, "content": base64.b64encode(data).decode(), "mode": mode}
+    return {"path": path, "content": _b64(data), "mode": mode}
 
 
-class Shape(TypedDict, total=False):
-    """The keywords a sandbox spec and a sub-agent request share: limits (unset: the caller's
-    settings), environment, labels, and the network (allow rules without a mode: an allowlist)."""
+def _b64(data: bytes) -> str:
+    import base64  # here: only a body with bytes in it needs it
 
-    memory: int | str | None
-    pids: int | None
-    cpus: float | None
-    disk: int | str | None
-    env: Mapping[str, str] | None
-    labels: Mapping[str, str] | None
-    network: str | None
-    allow_hosts: Iterable[str]
-    allow_ports: Iterable[int]
-    allow_cidrs: Iterable[str]
+    return base64.b64encode(data).decode()
 
 
 def _shape(defaults: SpecDefaults, shape: Shape) -> tuple[Limits, dict[str, str], dict[str, str]]:
@@ -326,7 +302,7 @@ def sandbox_spec(
 
 def secret_binding(items: Iterable[str] | Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     """``--secret-host NAME=HOST`` items (repeatable, also ``NAME=HOST1,HOST2``) as secret -> hosts."""
-    if isinstance(items, Mapping):
+    if not isinstance(items, str) and hasattr(items, "items"):  # a mapping
         return {name: [hosts] if isinstance(hosts, str) else list(hosts) for name, hosts in items.items()}
     out: dict[str, list[str]] = {}
     for item in items:
@@ -362,22 +338,6 @@ def subagent_request(
     return req
 
 
-class ExecOptions(TypedDict, total=False):
-    """The keywords of an exec beside its command and ``background`` (``Sandbox.exec`` and
-    ``AsyncSandbox.exec`` take them as they are)."""
-
-    env: Mapping[str, str] | None  # added to the sandbox's environment
-    cwd: str | None  # default: the sandbox's workdir
-    timeout: float | None  # wall seconds
-    idle_timeout: float | None  # seconds without output
-    stdin: bytes | str | None  # the command's whole standard input
-    max_output: int | None  # bytes kept per stream
-    secrets: Mapping[str, str] | None  # in the environment, redacted from output
-    redact: bool  # False: no redaction at all (default True)
-    approval: str | None  # an approval id, when the sandbox's policy requires one
-    user: str | None  # run as this user of the sandbox (NAME, UID, NAME:GROUP, UID:GID); None: its own
-
-
 def exec_request(command: str | Sequence[str], *, background: bool = False, **options: Unpack[ExecOptions]) -> ExecRequest:
     """The body of exec (and, with :func:`attach_start`, of an interactive run). ``stdin`` travels
     base64-encoded; unset keys take the daemon's defaults."""
@@ -409,7 +369,7 @@ def exec_request(command: str | Sequence[str], *, background: bool = False, **op
 
 def with_stdin(req: ExecRequest, data: bytes) -> ExecRequest:
     """``req`` with ``data`` as the command's whole standard input (base64 in the JSON)."""
-    return {**req, "stdin": base64.b64encode(data).decode(), "stdin_base64": True}
+    return {**req, "stdin": _b64(data), "stdin_base64": True}
 
 
 def run_once_request(
@@ -431,7 +391,7 @@ def run_once_request(
         req["spec"] = spec
     if sandbox is not None:
         req["sandbox"] = sandbox
-    uploads: list[UploadFile] = [{"path": p, "data": base64.b64encode(d).decode(), "mode": m} for p, d, m in files]
+    uploads: list[UploadFile] = [{"path": p, "data": _b64(d), "mode": m} for p, d, m in files]
     if uploads:
         req["files"] = uploads
     return req
@@ -471,3 +431,12 @@ def approval_request(
     action: str, sandbox: str | None = None, reason: str | None = None, timeout: float | None = None
 ) -> ApprovalRequest:
     return {"action": action, "sandbox": sandbox, "reason": reason, "timeout": timeout}
+
+
+def __getattr__(name: str) -> object:
+    """The builder's argument types (typing's classes, so loaded only when named)."""
+    if name in ("ExecOptions", "Shape", "SpecDefaults"):
+        from hutch.wire import buildtypes
+
+        return getattr(buildtypes, name)
+    raise AttributeError(f"module 'hutch.wire.build' has no attribute {name!r}")
