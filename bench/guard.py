@@ -100,8 +100,8 @@ def egress(kind: str) -> Measure:
 # The CPU checks' limits: about 1.5x the ratios measured under load (docs/benchmarks.md).
 CPU_EXEC = 6.5
 CPU_CREATE = 12.0
-CPU_CLI_EXEC = 6.5  # the plain exec path (no click, no dataclasses; 2026-12-07): 3.3x-5.0x under load
-CPU_CLI_RUN = 7.0  # the plain run path (no click; 2026-12-07): 3.9x-5.2x under load (6.1x-7.9x through the tree)
+CPU_CLI_EXEC = 3.5  # the plain exec path, no typing/re/json/pathlib (2026-12-07): 2.1x-2.4x under load
+CPU_CLI_RUN = 4.0  # the plain run path, the same (2026-12-07): 2.1x-2.8x under load
 
 
 @dataclass(frozen=True)

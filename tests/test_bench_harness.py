@@ -182,8 +182,8 @@ CPU_HEALTHY = {
     "cpu_bwrap_loop": {"samples_ms": [4.0, 4.3, 4.8]},
     "cpu_proc_walk": {"samples_ms": [0.9, 1.4, 1.9]},
     "cpu_sdk_create": {"samples_ms": [32.0, 35.0, 38.0]},
-    "cpu_cli_exec": {"samples_ms": [60.0, 67.0, 74.0]},  # the plain exec path (no click, no dataclasses)
-    "cpu_cli_run": {"samples_ms": [55.0, 62.0, 70.0]},  # the plain run path (no click)
+    "cpu_cli_exec": {"samples_ms": [27.0, 31.0, 35.0]},  # the plain exec path (no click, typing, re, json ...)
+    "cpu_cli_run": {"samples_ms": [30.0, 34.0, 39.0]},  # the plain run path (the same)
 }
 
 

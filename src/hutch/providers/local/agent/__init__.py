@@ -13,4 +13,11 @@ also ``hutch.providers.local.agent`` on the host, where the daemon imports :mod:
 - :mod:`.supervisor`: one run, as a state machine; :mod:`.spawn`, :mod:`.hostlink`,
   :mod:`.output` its parts
 - :mod:`.files`, :mod:`.procs`: file requests; processes, signals, ``ps``
+
+Its start is on the path of every cold create's first run and every wake of an idle
+sandbox, so it imports only C modules and small ones: the C halves of ``socket``, ``signal``
+and ``json`` (their Python modules import ``enum`` and ``re``), its own fork and exec for a
+run's command (:func:`.spawn.start`; ``subprocess`` imports ``threading``, ``selectors``,
+``locale`` ...), no ``contextlib`` (:class:`.wire.ignoring`) and no ``array``
+(tests/unit/test_agent_spawn.py checks it).
 """

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import socket
+import os
+import sys
+from _socket import CMSG_LEN, SCM_RIGHTS, SOL_SOCKET
+from _socket import socket as Socket  # noqa: N812 - the C type (socket.py imports enum: the agent's start)
 
 from . import wire
 
@@ -15,8 +18,33 @@ CHUNK = 1 << 16
 MAX_FDS = 8
 
 
+def accept(listener: Socket) -> Socket:
+    """``socket.accept`` of the C type: the connection (blocking), or BlockingIOError."""
+    fd, _ = listener._accept()  # type: ignore[attr-defined]  # (what socket.socket.accept calls)
+    return Socket(fileno=fd)
+
+
+INT = 4  # a C int, as SCM_RIGHTS carries descriptors (array("i"), which imports collections)
+
+
+def send_fds(sock: Socket, data: bytes, fds: list[int]) -> int:
+    """``socket.send_fds``: ``data`` with ``fds`` attached (SCM_RIGHTS)."""
+    ints = b"".join(fd.to_bytes(INT, sys.byteorder, signed=True) for fd in fds)
+    return sock.sendmsg([data], [(SOL_SOCKET, SCM_RIGHTS, ints)])
+
+
+def recv_fds(sock: Socket, size: int, most: int) -> tuple[bytes, list[int]]:
+    """``socket.recv_fds``: up to ``size`` bytes and the descriptors attached (at most ``most``)."""
+    data, ancillary, _, _ = sock.recvmsg(size, CMSG_LEN(most * INT))
+    fds: list[int] = []
+    for level, kind, body in ancillary:
+        if level == SOL_SOCKET and kind == SCM_RIGHTS:
+            fds += (int.from_bytes(body[i : i + INT], sys.byteorder, signed=True) for i in range(0, len(body) - INT + 1, INT))
+    return data, fds
+
+
 class Connection:
-    def __init__(self, sock: socket.socket, pending: bytes = b"") -> None:
+    def __init__(self, sock: Socket, pending: bytes = b"") -> None:
         self.sock = sock
         self.reader = wire.Reader()
         self.reader.feed(pending)  # what the idle helper (hold.c) read of it before it handed over
@@ -26,17 +54,17 @@ class Connection:
         (None when the peer closed without a word)."""
         if self.reader.buf:
             return self.message(), []
-        chunk, fds, _, _ = socket.recv_fds(self.sock, CHUNK, MAX_FDS)
+        chunk, fds = recv_fds(self.sock, CHUNK, MAX_FDS)
         if not chunk:
             for fd in fds:
-                socket.close(fd)
+                os.close(fd)
             return None, []
         self.reader.feed(chunk)
         try:
             return self.message(), fds
         except BaseException:
             for fd in fds:
-                socket.close(fd)
+                os.close(fd)
             raise
 
     def _frame(self) -> tuple[int, bytes]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -76,7 +75,7 @@ def write(conn: Connection, req: Any) -> None:
                 os.fchmod(f.fileno(), int(req.get("mode", 0o644)))
             os.replace(tmp, path)
         except BaseException:
-            with contextlib.suppress(OSError):
+            with wire.ignoring(OSError):
                 os.unlink(tmp)
             raise
     except OSError as exc:

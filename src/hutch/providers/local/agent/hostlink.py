@@ -10,13 +10,13 @@ the daemon's frames.
 from __future__ import annotations
 
 import os
-import socket
 
 from . import wire
 from .spawn import set_winsize
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from _socket import socket
     from collections.abc import Mapping
     from typing import Any
 
@@ -29,9 +29,9 @@ class HostLink:
     """The run's connection to the daemon; ``sock`` is None once the daemon went away
     (the run goes on, its output on disk)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket) -> None:
         sock.setblocking(False)
-        self.sock: socket.socket | None = sock
+        self.sock: socket | None = sock
         self.reader = wire.Reader()
         self.sendq = bytearray()
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
+
+from . import wire
 
 RUNS_DIR = "/.hutch/runs"
 MIN_REDACT = 4  # shorter secret values are not searched for in output (they would match everywhere)
@@ -127,9 +128,9 @@ class RunDir:
         if self.status_fd is not None:
             os.close(self.status_fd)
             self.status_fd = None
-        with contextlib.suppress(OSError):
+        with wire.ignoring(OSError):
             os.unlink(os.path.join(spare, ".status.tmp"))
-        with contextlib.suppress(OSError):
+        with wire.ignoring(OSError):
             os.rmdir(spare)
 
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import select
-import signal
 
-from . import users
+from . import users, wire
 
+# signal.py's enums import enum (a fifth of the agent's start): the C module under it has the
+# same functions and numbers; the type checker reads signal.py.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import signal
     from collections.abc import Callable
     from typing import Any
+else:
+    import _signal as signal
 
 REAPED: dict[int, int] = {}  # pid -> wait status, for children reaped while sweeping orphans
 PR_SET_CHILD_SUBREAPER = 36
@@ -56,7 +59,7 @@ def kill_tree(root: int, sig: int) -> None:
         if not pids:
             return
         for pid in pids:
-            with contextlib.suppress(OSError):
+            with wire.ignoring(OSError):
                 os.kill(pid, sig)
         if sig != signal.SIGKILL:
             return
@@ -92,7 +95,7 @@ def watch_child(pid: int) -> tuple[int, bool]:
 
 def ended(pid: int, fd: int) -> bool:
     """Whether child ``pid`` has ended (not reaped: :func:`wait_for` does that); drains ``fd``."""
-    with contextlib.suppress(BlockingIOError):
+    with wire.ignoring(BlockingIOError):
         os.read(fd, 512)
     if pid in REAPED:
         return True

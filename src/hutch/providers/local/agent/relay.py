@@ -7,27 +7,30 @@ The daemon's proxy decides every connection as for bwrap; the relay decides noth
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import threading
+from _socket import AF_UNIX, SHUT_WR, SOCK_STREAM
+from _socket import socket as Socket  # noqa: N812 - the agent's sockets are the C type (conn.py)
+
+from . import wire
+from .conn import accept
 
 CHUNK = 64 << 10
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
+def _pump(src: Socket, dst: Socket) -> None:
     try:
         while data := src.recv(CHUNK):
             dst.sendall(data)
     except OSError:
         pass
     finally:
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
+        with wire.ignoring(OSError):
+            dst.shutdown(SHUT_WR)
 
 
-def _carry(client: socket.socket, path: str) -> None:
-    up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _carry(client: Socket, path: str) -> None:
+    up = Socket(AF_UNIX, SOCK_STREAM)
     try:
         up.connect(path)
     except OSError:
@@ -42,7 +45,7 @@ def _carry(client: socket.socket, path: str) -> None:
     client.close()
 
 
-def start(listener: socket.socket, path: str, close: list[socket.socket]) -> int:
+def start(listener: Socket, path: str, close: list[Socket]) -> int:
     """Fork the relay (its pid): accepts on ``listener``, each connection carried to ``path``."""
     pid = os.fork()
     if pid:
@@ -53,7 +56,7 @@ def start(listener: socket.socket, path: str, close: list[socket.socket]) -> int
             sock.close()
         while True:
             try:
-                client, _ = listener.accept()
+                client = accept(listener)
             except InterruptedError:
                 continue
             threading.Thread(target=_carry, args=(client, path), daemon=True).start()

@@ -11,23 +11,25 @@ inherits the sandbox's namespaces, dropped capabilities, cgroup and uid.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
-import socket
 import sys
 import time
+from _socket import AF_INET, AF_UNIX, SO_REUSEADDR, SOCK_STREAM, SOL_SOCKET, socketpair
+from _socket import socket as Socket  # noqa: N812 - the C type: socket.py (and signal.py) import enum
 
-from . import files, lean, procs, relay, wire
-from .conn import Connection
+from . import files, lean, procs, wire
+from .conn import Connection, accept, send_fds
 from .output import RUNS_DIR, RunDir, Transcript
 from .supervisor import Supervisor
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # (the type checker reads signal.py; the agent uses its C module)
 if TYPE_CHECKING:
+    import signal
     from collections.abc import Callable
     from typing import Any
+else:
+    import _signal as signal
 
 CONNECT_TIMEOUT = 5.0
 KILL_HEAR = 2.0  # how long a kill of a run the agent does not know waits for a spare to name it
@@ -62,7 +64,7 @@ class Spare:
     """A supervisor forked ahead of time, waiting on the exec socket for its run."""
 
     def __init__(self, agent: Agent) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours, theirs = socketpair(AF_UNIX, SOCK_STREAM)
         pid = os.fork()
         if pid == 0:  # never returns
             ours.close()
@@ -73,7 +75,7 @@ class Spare:
         self.took = False  # it accepted a connection: no longer the spare
 
     @staticmethod
-    def _wait(agent: Agent, ctl: socket.socket) -> None:
+    def _wait(agent: Agent, ctl: Socket) -> None:
         code = 0
         try:
             listener = agent.exec_listener
@@ -81,7 +83,7 @@ class Spare:
             for name in os.listdir("/proc/self/fd"):
                 # whatever the agent had open (its control socket, other spares' links...) is not ours
                 if int(name) > 2 and int(name) not in keep:
-                    with contextlib.suppress(OSError):
+                    with wire.ignoring(OSError):
                         os.close(int(name))
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             procs.set_subreaper()
@@ -100,13 +102,13 @@ class Spare:
                 except BlockingIOError:
                     pass
                 try:
-                    sock, _ = listener.accept()
+                    sock = accept(listener)
                 except (BlockingIOError, InterruptedError):
                     continue  # another spare took it
                 break
             listener.close()
             ctl.setblocking(True)
-            with contextlib.suppress(OSError):  # (the agent gone: the run goes on)
+            with wire.ignoring(OSError):  # (the agent gone: the run goes on)
                 ctl.sendall(TOOK)
             sock.setblocking(True)
             conn = Connection(sock)
@@ -115,7 +117,7 @@ class Spare:
                 rundir.drop()
                 return
             req, stdin_fd = got
-            with contextlib.suppress(OSError):
+            with wire.ignoring(OSError):
                 ctl.sendall(RUN + req["run_id"].encode() + b"\n")
             ctl.close()
             Supervisor(sock, req, stdin_fd, rundir).run()
@@ -129,13 +131,13 @@ class Spare:
 
 
 class Agent:
-    def __init__(self, server: socket.socket, exec_listener: socket.socket) -> None:
+    def __init__(self, server: Socket, exec_listener: Socket) -> None:
         self.server = server
         self.exec_listener = exec_listener  # non-blocking: spares (and the agent, without one) race for it
         self.env: dict[str, str] = {}  # the sandbox's environment, sent once by the daemon; never on a command line
         self.secrets: dict[str, str] = {}  # in every run's environment, redacted from its output
         self.configured = False
-        self.listener: socket.socket | None = None  # the egress proxy's port in this network namespace
+        self.listener: Socket | None = None  # the egress proxy's port in this network namespace
         self.relay = 0  # gvisor: the pid of the relay carrying that port's connections to the daemon (relay.py)
         self.runs: dict[str, int] = {}  # run id -> supervisor pid, kept across daemon restarts
         self.spare: Spare | None = None  # the one waiting on the exec socket
@@ -172,7 +174,7 @@ class Agent:
     def retire(self) -> None:
         """The spare leaves without taking a connection (one that raced this is its run)."""
         if self.spare is not None:
-            with contextlib.suppress(OSError):
+            with wire.ignoring(OSError):
                 self.spare.sock.send(RETIRE)
             self.spare = None
 
@@ -248,24 +250,24 @@ class Agent:
             return
         config = {"type": "configure", "env": self.env, "secrets": self.secrets, "spare_idle": self.spare_idle}
         listener = self.listener.fileno() if self.listener is not None else -1
-        with contextlib.suppress(wire.WireError):  # a configuration over a frame: the agent stays
+        with wire.ignoring(wire.WireError):  # a configuration over a frame: the agent stays
             lean.back((self.server.fileno(), self.exec_listener.fileno(), listener), config if self.configured else None)
         self.leans = False  # (back returned: it could not)
 
     def accept(self) -> None:
         try:
-            sock, _ = self.server.accept()
+            sock = accept(self.server)
         except (BlockingIOError, InterruptedError):
             return
         self.answer(sock)
 
-    def answer(self, sock: socket.socket, pending: bytes = b"") -> None:
+    def answer(self, sock: Socket, pending: bytes = b"") -> None:
         sock.setblocking(True)
         conn = Connection(sock, pending)
         try:
             self.handle(conn)
         except Exception as exc:  # noqa: BLE001 - one bad request never kills the agent
-            with contextlib.suppress(OSError):
+            with wire.ignoring(OSError):
                 conn.send(wire.error("internal", str(exc)))
         finally:
             sock.close()
@@ -277,7 +279,7 @@ class Agent:
         if self.spare is not None:
             return
         try:
-            sock, _ = self.exec_listener.accept()
+            sock = accept(self.exec_listener)
         except (BlockingIOError, InterruptedError):
             return
         sock.setblocking(True)
@@ -343,7 +345,7 @@ class Agent:
         while (frame := reader.next()) is not None:
             self.apply(wire.decode(frame[1]))
         if listener >= 0:
-            self.listener = socket.socket(fileno=listener)
+            self.listener = Socket(fileno=listener)
             os.set_inheritable(listener, False)
         if self.configured:
             self.new_spare()  # the exec that woke the helper waits in the exec socket's backlog for it
@@ -352,27 +354,29 @@ class Agent:
                 f.seek(0)
                 data = f.read()
             os.set_inheritable(conn, False)
-            self.answer(socket.socket(fileno=conn), data)
+            self.answer(Socket(fileno=conn), data)
 
     def listen(self, conn: Connection, req: Any) -> None:
         if self.listener is None:
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener = Socket(AF_INET, SOCK_STREAM)
+            listener.setsockopt(SOL_SOCKET, SO_REUSEADDR, 1)
             listener.bind(("127.0.0.1", int(req["port"])))
             listener.listen(256)
             self.listener = listener  # kept open: the port stays the proxy's even while the daemon restarts
         forward = req.get("forward")
         if not forward:
-            socket.send_fds(conn.sock, [wire.message(wire.ok())], [self.listener.fileno()])
+            send_fds(conn.sock, wire.message(wire.ok()), [self.listener.fileno()])
             return
         if not (self.relay and procs.alive(self.relay)):
             links = [spare.sock for spare in self.links.values()]  # a spare sees EOF when the agent dies
+            from . import relay  # (gvisor only: it loads threading)
+
             self.relay = relay.start(self.listener, str(forward), [self.server, self.exec_listener, conn.sock, *links])
         conn.send(wire.ok())
 
     def unlisten(self, conn: Connection, _: Any) -> None:
         if self.relay:
-            with contextlib.suppress(ProcessLookupError):
+            with wire.ignoring(ProcessLookupError):
                 os.kill(self.relay, signal.SIGKILL)  # its copy of the port goes with it: connections are refused
             self.relay = 0
         if self.listener is not None:
@@ -385,7 +389,7 @@ class Agent:
         if not isinstance(port, int) or not 0 < port < 65536:
             conn.send(wire.error("invalid", f"no such port {port!r}"))
             return
-        peer = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        peer = Socket(AF_INET, SOCK_STREAM)
         try:
             peer.settimeout(CONNECT_TIMEOUT)  # loopback answers at once, unless its backlog is full
             peer.connect(("127.0.0.1", port))
@@ -395,7 +399,7 @@ class Agent:
             conn.send(wire.error("unavailable", f"cannot connect to port {port} in the sandbox: {why}"))
             return
         try:
-            socket.send_fds(conn.sock, [wire.message(wire.ok())], [peer.fileno()])
+            send_fds(conn.sock, wire.message(wire.ok()), [peer.fileno()])
         finally:
             peer.close()
 
@@ -440,7 +444,7 @@ def main() -> None:
     if held:  # the idle helper's sockets: AGENT,EXEC,STATE,CONN,PENDING,LISTENER (-1: none)
         for fd in held[:2]:
             os.set_inheritable(fd, False)
-        server, exec_listener = socket.socket(fileno=held[0]), socket.socket(fileno=held[1])
+        server, exec_listener = Socket(fileno=held[0]), Socket(fileno=held[1])
         server.setblocking(True)
     else:
         server, exec_listener = _bind(sock_path), _bind(os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET))
@@ -456,10 +460,10 @@ def main() -> None:
     agent.serve()
 
 
-def _bind(path: str) -> socket.socket:
-    with contextlib.suppress(FileNotFoundError):
+def _bind(path: str) -> Socket:
+    with wire.ignoring(FileNotFoundError):
         os.unlink(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = Socket(AF_UNIX, SOCK_STREAM)
     sock.bind(path)
     os.chmod(path, 0o600)
     sock.listen(64)

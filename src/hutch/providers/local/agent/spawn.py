@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import fcntl
 import os
-import subprocess
 
+from . import wire
 from .output import Sink
 from .users import clear_inheritable, resolve
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # (subprocess and signal.py import enum, re, threading ...: the agent's start)
 if TYPE_CHECKING:
+    import signal
+
     from .wire import ExecRequest
+else:
+    import _signal as signal
 
 PIPE_SIZE = 1 << 18  # an output pipe's room, and what the supervisor reads at once
 
@@ -76,9 +80,9 @@ class Plumbing:
         first = next(iter(self.sinks.values()))
         return Sink(name, first.run_id, first.rdir, first.cap, first.live_limit)
 
-    def spawn(self, req: ExecRequest) -> subprocess.Popen[bytes]:
-        """Start the command in a session of its own; the child's descriptors are closed here
-        whether or not it started."""
+    def spawn(self, req: ExecRequest) -> int:
+        """Start the command in a session of its own (its pid); the child's descriptors are
+        closed here whether or not it started."""
         try:
             env = req.get("env") or {}
             uid = gid = groups = None
@@ -88,31 +92,97 @@ class Plumbing:
                 clear_inheritable()
                 own = req.get("own_env") or ()
                 env = {**env, **{k: v for k, v in login.items() if k not in own}}
-            return subprocess.Popen(
-                req["argv"],
-                stdin=self.io["stdin"],
-                stdout=self.io["stdout"],
-                stderr=self.io["stderr"],
-                cwd=req.get("cwd") or "/workspace",
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                restore_signals=True,
-                preexec_fn=take_terminal if self.tty else None,
-                user=uid,
-                group=gid,
-                extra_groups=groups,
-            )
+            stdio = (self.io["stdin"], self.io["stdout"], self.io["stderr"])
+            return start(req["argv"], stdio, req.get("cwd") or "/workspace", env, (uid, gid, groups), self.tty)
         finally:
             for fd in self.child_ends:
                 os.close(fd)
+
+
+def start(
+    argv: list[str],
+    stdio: tuple[int, int, int],
+    cwd: str,
+    env: dict[str, str],
+    ids: tuple[int | None, int | None, list[int] | None],
+    tty: bool,
+) -> int:
+    """Fork and exec ``argv`` (its pid), as ``subprocess.Popen`` does with ``start_new_session``,
+    ``close_fds``, ``restore_signals`` and ``user``/``group``/``extra_groups``: in the child,
+    ``stdio`` on 0-2, the working directory, SIGPIPE and SIGXFSZ at their default, a session
+    of its own, the ids (every capability goes), the terminal (``tty``), every other descriptor
+    closed, then ``argv[0]`` through the environment's ``PATH``. A child that could not start
+    reports its errno on a close-on-exec pipe; that becomes the ``OSError`` Popen raises (its
+    ``filename`` the working directory when that failed, else the program). (Not subprocess:
+    it imports enum, re, threading and more, a third of the agent's start.)"""
+    program = argv[0]
+    paths = [program] if "/" in program else [os.path.join(d, program) for d in os.get_exec_path(env)]
+    report_r, report_w = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: no return
+        step = "setup"
+        try:
+            os.close(report_r)
+            for target, fd in enumerate(stdio):
+                if fd == target:
+                    os.set_inheritable(fd, True)
+                else:
+                    os.dup2(fd, target)  # (the copy is inheritable)
+            step = "chdir"
+            os.chdir(cwd)
+            step = "setup"
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
+            os.setsid()
+            uid, gid, groups = ids
+            if groups is not None:
+                os.setgroups(groups)
+            if gid is not None:
+                os.setregid(gid, gid)
+            if uid is not None:
+                os.setreuid(uid, uid)
+            if tty:
+                take_terminal()
+            os.closerange(3, report_w)
+            os.closerange(report_w + 1, 1 << 20)
+            step = "exec"
+            first: OSError | None = None
+            last: OSError | None = None
+            for path in paths:
+                try:
+                    os.execve(path, argv, env)
+                except OSError as exc:  # the next directory of PATH; the first other error wins
+                    last = exc
+                    if first is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                        first = exc
+            raise first or last or FileNotFoundError(errno.ENOENT, "no PATH to look in")
+        except OSError as exc:
+            os.write(report_w, f"{exc.errno or 0}:{step}".encode())
+        except BaseException:  # noqa: BLE001 - anything else: it could not start
+            os.write(report_w, b"0:setup")
+        finally:
+            os._exit(127)
+    os.close(report_w)
+    try:
+        report = b""
+        while chunk := os.read(report_r, 64):  # EOF at exec (close-on-exec), or the child's exit
+            report += chunk
+    finally:
+        os.close(report_r)
+    if not report:
+        return pid
+    os.waitpid(pid, 0)
+    number, _, step = report.decode().partition(":")
+    code = int(number) or errno.EINVAL
+    filename = cwd if step == "chdir" else program if step == "exec" else None
+    raise OSError(code, os.strerror(code), filename)
 
 
 def widen(fd: int) -> None:
     """Give an output pipe PIPE_SIZE of room (the kernel's default is 64 KiB): a command that
     writes fast wakes the supervisor a quarter as often. Best effort: past the user's pipe
     allowance (``/proc/sys/fs/pipe-user-pages-soft``) the pipe keeps its size."""
-    with contextlib.suppress(OSError):
+    with wire.ignoring(OSError):
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
 
 

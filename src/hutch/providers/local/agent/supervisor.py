@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import time
 
 from . import procs, wire
@@ -35,14 +34,16 @@ from .output import Redactor
 from .spawn import PIPE_SIZE, Plumbing, spawn_failure
 from .users import UserError
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # (signal.py imports enum: its C module has what a supervisor needs)
 if TYPE_CHECKING:
-    import socket
-    import subprocess
+    import signal
+    from _socket import socket
     from typing import Any
 
     from .output import RunDir
     from .wire import ExecRequest, Status
+else:
+    import _signal as signal
 
 CHUNK = PIPE_SIZE
 GRACE = 0.25  # after the command exits, how long its descendants may hold the pipes
@@ -53,7 +54,7 @@ OUTCOMES = {None: "exited", "killed": "killed", "timeout": "timed_out", "idle_ti
 
 
 class Supervisor:
-    def __init__(self, sock: socket.socket, req: ExecRequest, stdin_fd: int, rundir: RunDir) -> None:
+    def __init__(self, sock: socket, req: ExecRequest, stdin_fd: int, rundir: RunDir) -> None:
         self.req = req
         self.run_id = req["run_id"]
         self.rundir = rundir
@@ -72,7 +73,7 @@ class Supervisor:
         self.idle = req.get("idle_timeout")
         self.last_output = time.monotonic()
         self.reason: str | None = None  # why it ended, when asked: killed, timeout, idle_timeout
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.pid = 0  # the command's, once started
         self.pidfd = -1
         self.pidfd_is_pipe = False  # no pidfd here (gVisor): SIGCHLD's wakeup pipe, then waitid
         self.wait_status = 0
@@ -90,7 +91,7 @@ class Supervisor:
         assert self.state == STARTING
         argv, cwd = self.req["argv"], self.req.get("cwd") or "/workspace"
         try:
-            self.proc = self.io.spawn(self.req)
+            self.pid = self.io.spawn(self.req)
         except (OSError, UserError) as exc:
             if isinstance(exc, UserError):
                 code, message = 126, f"cannot run as {self.req.get('user')}: {exc}"
@@ -102,9 +103,9 @@ class Supervisor:
             self._to_finished(status)
             return
         self.state = RUNNING
-        self.host.queue({"type": "started", "pid": self.proc.pid})
+        self.host.queue({"type": "started", "pid": self.pid})
         self.host.send_some()  # now: the daemon acknowledges a background run on it
-        self.pidfd, self.pidfd_is_pipe = procs.watch_child(self.proc.pid)
+        self.pidfd, self.pidfd_is_pipe = procs.watch_child(self.pid)
         try:  # a kill that came before the command existed
             with open(os.path.join(self.rdir, "killed")) as f:
                 self._kill(int(f.read().strip() or signal.SIGKILL), "killed")
@@ -113,8 +114,8 @@ class Supervisor:
 
     def _exited(self) -> None:
         """RUNNING -> DRAINING: the command ended (its descendants may live on)."""
-        assert self.state == RUNNING and self.proc is not None
-        self.wait_status = procs.wait_for(self.proc.pid)
+        assert self.state == RUNNING and self.pid
+        self.wait_status = procs.wait_for(self.pid)
         self.exited_at = time.monotonic()
         self.state = DRAINING
 
@@ -208,7 +209,7 @@ class Supervisor:
 
     @property
     def _pid(self) -> int:
-        return -1 if self.proc is None else self.proc.pid
+        return self.pid or -1
 
     def _sleep(self, now: float) -> float:
         waits = [TICK]

@@ -109,8 +109,6 @@ Exec: one run (see ExecRequest for the fields)
 
 from __future__ import annotations
 
-import json
-
 TYPE_CHECKING = False  # typing costs the agent's start ~2 ms: only the type checker reads these
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -173,6 +171,20 @@ OUTPUT = {STDOUT: "stdout", STDERR: "stderr"}  # output frame type -> stream nam
 STREAM = {"stdout": STDOUT, "stderr": STDERR}
 
 
+class ignoring:  # noqa: N801 - used as contextlib.suppress is
+    """``contextlib.suppress``: contextlib (with collections and functools) stays out of the
+    agent's start, which every idle sandbox's first run waits for."""
+
+    def __init__(self, *exceptions: type[BaseException]) -> None:
+        self.exceptions = exceptions
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, value: object, tb: object) -> bool:
+        return kind is not None and issubclass(kind, self.exceptions)
+
+
 class WireError(ValueError):
     """A frame that breaks the protocol: over MAX_FRAME, of an unknown type, not a JSON object."""
 
@@ -183,15 +195,38 @@ def frame(kind: int, body: bytes | bytearray | memoryview) -> bytes:
     return len(body).to_bytes(4, "big") + bytes((kind,)) + body
 
 
-# One of each, made once: json.dumps(separators=...) would build an encoder per message,
-# and every Python-level step of an exec costs the agent (copy-on-write faults after each fork).
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-_DECODER = json.JSONDecoder()
+class _Defaults:
+    """What json's C scanner reads of a decoder: ``json.loads``'s defaults (``float`` reads
+    NaN, Infinity and -Infinity as json's parse_constant does)."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float = parse_constant = float
+    parse_int = int
+
+
+def _unencodable(obj: object) -> object:
+    raise TypeError(f"Object of type {obj.__class__.__name__} is not JSON serializable")
+
+
+# The json package's own C encoder and scanner, made once, without importing the package:
+# ``import json`` brings ``re`` and ``enum``, a fifth of the agent's start (each wake of an idle
+# sandbox, each cold create's first run). Where they are missing (another Python), json's own.
+try:
+    from _json import encode_basestring_ascii, make_encoder, make_scanner
+
+    _ENCODE = make_encoder(None, _unencodable, encode_basestring_ascii, None, ":", ",", False, False, True)
+    _SCAN = make_scanner(_Defaults())  # type: ignore[arg-type]  # it reads only those attributes
+except ImportError:  # pragma: no cover - CPython has them
+    import json
+
+    _ENCODE = json.JSONEncoder(separators=(",", ":")).iterencode  # type: ignore[assignment]
+    _SCAN = json.JSONDecoder().raw_decode  # type: ignore[assignment]  # (raises ValueError, never StopIteration)
 
 
 def encode(msg: Mapping[str, Any]) -> bytes:
     """A message's JSON (ASCII: everything else escaped)."""
-    return _ENCODER.encode(msg).encode("ascii")
+    return "".join(_ENCODE(msg, 0)).encode("ascii")
 
 
 def message(msg: Mapping[str, Any]) -> bytes:
@@ -214,7 +249,9 @@ def decode(body: bytes | bytearray) -> Any:
     """The message in a J frame's body: a JSON object with a string ``type``."""
     try:
         text = body.decode("utf-8").strip()
-        msg, end = _DECODER.raw_decode(text)
+        msg, end = _SCAN(text, 0)
+    except StopIteration as stop:
+        raise WireError(f"a message that is not JSON: no value at character {stop.value}") from None
     except ValueError as exc:  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
         raise WireError(f"a message that is not JSON: {exc}") from None
     if end != len(text) or not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
