@@ -1,6 +1,6 @@
-"""The agent starts a run's command as subprocess.Popen did (spawn.start), and its own start
-imports none of the standard library's heavier modules (it runs at every cold create's first
-run and every wake of an idle sandbox)."""
+"""The agent starts a run's command as subprocess.Popen does, also before it has imported
+subprocess (spawn._fork, its first run's way), and its start imports none of the standard
+library's heavier modules (every cold create's first run and every wake waits for it)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,21 @@ AGENT = Path(spawn.__file__).parent
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def _run(argv: list[str], cwd: str = "/", env: dict[str, str] | None = None, tty: bool = False) -> tuple[int, bytes, bytes]:
-    """Start ``argv`` with pipes on 1 and 2 and /dev/null on 0; its status and output."""
+WAYS = ["popen", "fork"]  # once the agent has imported subprocess, and before (its first run)
+
+
+def _run(argv: list[str], cwd: str = "/", env: dict[str, str] | None = None, way: str = "popen") -> tuple[int, bytes, bytes]:
+    """Start ``argv`` with pipes on 1 and 2 and /dev/null on 0 (``way``: which of the two
+    ways spawn.start takes); its status and output."""
     out_r, out_w = os.pipe2(os.O_CLOEXEC)
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    here = os.getcwd()  # (a supervisor, one run each, starts its command from the run's directory)
     try:
-        pid = spawn.start(argv, (null, out_w, err_w), cwd, env if env is not None else dict(os.environ), (None, None, None), tty)
+        start = spawn.start if way == "popen" else spawn._fork
+        pid = start(argv, (null, out_w, err_w), cwd, env if env is not None else dict(os.environ), (None, None, None), False)
     finally:
+        os.chdir(here)
         for fd in (null, out_w, err_w):
             os.close(fd)
     with os.fdopen(out_r, "rb") as out, os.fdopen(err_r, "rb") as err:
@@ -36,11 +43,13 @@ def _run(argv: list[str], cwd: str = "/", env: dict[str, str] | None = None, tty
     return os.waitstatus_to_exitcode(status), stdout, stderr
 
 
-def test_a_command_gets_its_stdio_cwd_environment_and_session(tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_a_command_gets_its_stdio_cwd_environment_and_session(tmp_path: Path, way: str) -> None:
     code, out, err = _run(
         ["/bin/sh", "-c", 'pwd; echo "$X"; echo oops >&2; ps -o sid= -p $$; echo $$; exit 3'],
         str(tmp_path),
         {"X": "y", "PATH": "/usr/bin:/bin"},
+        way,
     )
     lines = out.decode().split()
     assert code == 3 and err == b"oops\n"
@@ -48,17 +57,19 @@ def test_a_command_gets_its_stdio_cwd_environment_and_session(tmp_path: Path) ->
     assert lines[2] == lines[3]  # a session of its own: its sid is its pid
 
 
-def test_the_program_is_found_through_the_environments_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_the_program_is_found_through_the_environments_path(tmp_path: Path, way: str) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "bin").mkdir()
     tool = tmp_path / "bin" / "mytool"
     tool.write_text("#!/bin/sh\necho found $0\n")
     tool.chmod(0o755)
     env = {"PATH": f"{tmp_path / 'missing'}:{tmp_path / 'empty'}:{tmp_path / 'bin'}"}
-    assert _run(["mytool"], "/", env) == (0, f"found {tool}\n".encode(), b"")
+    assert _run(["mytool"], "/", env, way) == (0, f"found {tool}\n".encode(), b"")
 
 
-def test_what_cannot_start_raises_what_popen_raises(tmp_path: Path) -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_what_cannot_start_raises_what_popen_raises(tmp_path: Path, way: str) -> None:
     plain = tmp_path / "plain"
     plain.write_text("not a program")
     cases = [
@@ -70,7 +81,7 @@ def test_what_cannot_start_raises_what_popen_raises(tmp_path: Path) -> None:
     ]
     for argv, cwd, _ in cases:
         with pytest.raises(OSError) as ours:
-            _run(argv, cwd, {"PATH": "/usr/bin:/bin"})
+            _run(argv, cwd, {"PATH": "/usr/bin:/bin"}, way)
         with pytest.raises(OSError) as theirs:
             subprocess.Popen(argv, cwd=cwd, env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.DEVNULL)
         assert (type(ours.value), ours.value.errno, ours.value.filename) == (
@@ -80,22 +91,23 @@ def test_what_cannot_start_raises_what_popen_raises(tmp_path: Path) -> None:
         ), argv
     # and the agent's words for them
     with pytest.raises(OSError) as exc:
-        _run(["true"], str(tmp_path / "no-dir"))
+        _run(["true"], str(tmp_path / "no-dir"), way=way)
     assert spawn.spawn_failure(exc.value, "true", str(tmp_path / "no-dir")) == (
         126,
         f"working directory {tmp_path / 'no-dir'} does not exist",
     )
     with pytest.raises(OSError) as exc:
-        _run(["no-such-command-here"], "/")
+        _run(["no-such-command-here"], "/", way=way)
     assert spawn.spawn_failure(exc.value, "no-such-command-here", "/") == (127, "command not found: no-such-command-here")
 
 
-def test_no_other_descriptor_reaches_the_command_and_signals_are_at_their_default() -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_no_other_descriptor_reaches_the_command_and_signals_are_at_their_default(way: str) -> None:
     keep = os.open("/dev/null", os.O_RDONLY)  # inheritable, not the command's
     os.set_inheritable(keep, True)
     old = signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     try:
-        code, out, _ = _run(["/bin/sh", "-c", "ls /proc/self/fd; echo --; grep SigIgn /proc/self/status"])
+        code, out, _ = _run(["/bin/sh", "-c", "ls /proc/self/fd; echo --; grep SigIgn /proc/self/status"], way=way)
     finally:
         signal.signal(signal.SIGPIPE, old)
         os.close(keep)

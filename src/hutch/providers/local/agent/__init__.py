@@ -15,9 +15,10 @@ also ``hutch.providers.local.agent`` on the host, where the daemon imports :mod:
 - :mod:`.files`, :mod:`.procs`: file requests; processes, signals, ``ps``
 
 Its start is on the path of every cold create's first run and every wake of an idle
-sandbox, so it imports only C modules and small ones: the C halves of ``socket``, ``signal``
-and ``json`` (their Python modules import ``enum`` and ``re``), its own fork and exec for a
-run's command (:func:`.spawn.start`; ``subprocess`` imports ``threading``, ``selectors``,
-``locale`` ...), no ``contextlib`` (:class:`.wire.ignoring`) and no ``array``
-(tests/unit/test_agent_spawn.py checks it).
+sandbox, so what that run waits for imports only C modules and small ones: the C halves of
+``socket``, ``signal`` and ``json`` (their Python modules import ``enum`` and ``re``), no
+``contextlib`` (:class:`.wire.ignoring`), no ``array``, and no ``subprocess`` (``threading``,
+``selectors``, ``locale`` ...): the first run's command is forked by :func:`.spawn._fork`,
+while the agent imports ``subprocess`` for the runs after it (Popen's vfork is cheaper than
+forking a Python process). tests/unit/test_agent_spawn.py checks both.
 """

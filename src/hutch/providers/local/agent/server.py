@@ -457,6 +457,8 @@ def main() -> None:
     if held:  # first: the run that woke the helper waits (the spare loads ctypes itself, after its fork)
         agent.take_over(*held[2:])
     procs.load_prctl()
+    import subprocess  # noqa: F401 - then: spares forked from here on start commands with Popen (spawn.start)
+
     agent.serve()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import sys
 
 from . import wire
 from .output import Sink
@@ -107,14 +108,53 @@ def start(
     ids: tuple[int | None, int | None, list[int] | None],
     tty: bool,
 ) -> int:
-    """Fork and exec ``argv`` (its pid), as ``subprocess.Popen`` does with ``start_new_session``,
-    ``close_fds``, ``restore_signals`` and ``user``/``group``/``extra_groups``: in the child,
-    ``stdio`` on 0-2, the working directory, SIGPIPE and SIGXFSZ at their default, a session
-    of its own, the ids (every capability goes), the terminal (``tty``), every other descriptor
-    closed, then ``argv[0]`` through the environment's ``PATH``. A child that could not start
-    reports its errno on a close-on-exec pipe; that becomes the ``OSError`` Popen raises (its
-    ``filename`` the working directory when that failed, else the program). (Not subprocess:
-    it imports enum, re, threading and more, a third of the agent's start.)"""
+    """Start ``argv`` (its pid) in a session of its own: ``stdio`` on 0-2, the working
+    directory, SIGPIPE and SIGXFSZ at their default, the ids (every capability goes), the
+    terminal (``tty``), no other descriptor, ``argv[0]`` through the environment's ``PATH``;
+    what cannot start raises the ``OSError`` ``subprocess.Popen`` raises (its ``filename`` the
+    working directory when that failed, else the program).
+
+    ``subprocess`` (with enum, re, threading, selectors ...) is a third of the agent's start,
+    which every cold create's first run and every wake of an idle sandbox waits for: the
+    agent imports it once its first run has started (:meth:`.server.Agent.from_spare`), and
+    spares forked after that start their command with Popen (a vfork: no copy of this
+    process's page tables). Before that, :func:`_fork` does the same with ``os.fork``.
+    (Not ``os.posix_spawn``: glibc's leaves its two internal signals ignored in the child.)"""
+    subprocess = sys.modules.get("subprocess")
+    if subprocess is None:
+        return _fork(argv, stdio, cwd, env, ids, tty)
+    proc = subprocess.Popen(
+        argv,
+        stdin=stdio[0],
+        stdout=stdio[1],
+        stderr=stdio[2],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+        restore_signals=True,
+        preexec_fn=take_terminal if tty else None,
+        user=ids[0],
+        group=ids[1],
+        extra_groups=ids[2],
+    )
+    _STARTED.append(proc)  # kept: a Popen collected while its child runs would reap it (the supervisor does)
+    return int(proc.pid)
+
+
+_STARTED: list[object] = []
+
+
+def _fork(
+    argv: list[str],
+    stdio: tuple[int, int, int],
+    cwd: str,
+    env: dict[str, str],
+    ids: tuple[int | None, int | None, list[int] | None],
+    tty: bool,
+) -> int:
+    """Fork, set the child up, exec; a child that could not start reports its errno on a
+    close-on-exec pipe."""
     program = argv[0]
     paths = [program] if "/" in program else [os.path.join(d, program) for d in os.get_exec_path(env)]
     report_r, report_w = os.pipe2(os.O_CLOEXEC)
