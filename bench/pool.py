@@ -1,6 +1,7 @@
 """The warm pool's rows: create -> first result from the pool, against the hardened bare
 bwrap ``true`` measured in the same rounds, the one-shot ``hutch run -- true`` (whole process)
-when the pool serves it (as it does with the default ``pool_size``), and ``count`` concurrent
+when the pool serves it (from a pool with a member ready for each, and back to back as a script
+runs them with the default ``pool_size`` of 2, the refill racing the runs), and ``count`` concurrent
 creates from a pool of ``count``. Used by bench/run.py (section ``pool``); the rest of the harness runs with the
 pool off (``HUTCH_POOL_SIZE=0``), so its create rows stay cold.
 
@@ -19,6 +20,7 @@ import hutch
 from hutch.client import Client
 
 FILL_TIMEOUT = 900.0  # seconds for a pool of 100 to fill on a loaded 2-core machine
+DEFAULT_SIZE = 2  # the pool_size setting's default
 
 
 @dataclass
@@ -87,6 +89,7 @@ def measure(bench: Ops, rounds: int, warmup: int, count: int, conc_rounds: int) 
             out[key] = {"label": labels[key], "unit": "ms", **summarize(values), "samples_ms": [round(x, 4) for x in values]}
         if bench.cli_run is not None:
             out["cli_run"] = _cli_runs(client, bench.cli_run, rounds, warmup, bench.log)
+            out["cli_run_default"] = _cli_runs_back_to_back(client, bench.cli_run, rounds, warmup, bench.log)
         conc: list[float] = []
         for _ in range(conc_rounds):
             took = fill(client, count, bench.log)
@@ -128,3 +131,32 @@ def _cli_runs(client: Client, run: Callable[[], float], rounds: int, warmup: int
     log(f"pool: {rounds} one-shot CLI runs, each from the pool")
     label = "CLI `hutch run -- true` from the warm pool (whole process)"
     return {"label": label, "unit": "ms", **summarize(values), "samples_ms": [round(x, 4) for x in values]}
+
+
+def _cli_runs_back_to_back(
+    client: Client, run: Callable[[], float], rounds: int, warmup: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """``hutch run -- true`` whole processes one after another, as a script runs them, with the
+    pool at its default size: what a run costs when the refill has only the gaps between runs.
+    Says how many of them the pool served (the rest were cold)."""
+    from report import summarize
+
+    fill(client, DEFAULT_SIZE, log)
+    since = time.time()
+    values = []
+    for i in range(warmup + rounds):
+        took = run()
+        if i >= warmup:
+            values.append(took)
+    made = [e for e in client.events(types=["sandbox_created"], since=since, limit=1000) if e["type"] == "sandbox_created"]
+    pooled = sum(1 for e in made if e["data"].get("pool"))
+    log(f"pool: {rounds + warmup} one-shot CLI runs back to back with a pool of {DEFAULT_SIZE}: {pooled} from the pool")
+    label = f"CLI `hutch run -- true` back to back, the default pool of {DEFAULT_SIZE} (whole process)"
+    return {
+        "label": label,
+        "unit": "ms",
+        **summarize(values),
+        "samples_ms": [round(x, 4) for x in values],
+        "from_pool": pooled,
+        "runs": len(made),
+    }

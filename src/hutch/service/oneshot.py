@@ -135,6 +135,10 @@ class OneShot:
             await asyncio.wait(tasks, timeout=timeout)
 
     async def _run(self, job: Job, req: RunOnce) -> None:
+        with self.service.pool.job():  # the pool refills once this run is over (its sandbox gone)
+            await self._run_job(job, req)
+
+    async def _run_job(self, job: Job, req: RunOnce) -> None:
         svc = self.service
         rec: SandboxRecord | None = None
         kept = True

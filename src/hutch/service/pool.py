@@ -15,13 +15,19 @@ answer is destroyed and the next one (or a cold create) is used.
 
 The pool refills in the background after a create returns, a few members at a time and only
 while no create is in progress; its size is capped by the memory the machine has (a share of
-it), and ``hutch doctor`` says when it is.
+it), and ``hutch doctor`` says when it is. A refill waits :data:`REFILL_QUIET` after a create
+(the new sandbox's first runs go first), but only while a ``hutch run`` (:meth:`Pool.job`)
+lasts for the sandbox a one-shot run made: its end lets the refill start at once, in the gap
+before the next run of a script that runs them one after another. A create that finds no
+member ready while one is starting waits for that one (it is already part way through the
+same work a cold create would do) rather than starting another beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +47,9 @@ log = logging.getLogger("hutch.service.pool")
 
 REFILL_AT_ONCE = 2  # members started at the same time, over every shape
 REFILL_QUIET = 0.25  # seconds after the last create before a refill starts a member (its first runs go first)
+JOB_HOLD = 2.0  # seconds a hutch run in progress holds refills at most (a long command does not starve the pool)
+CLAIM_WAIT = 5.0  # seconds a create waits for a member that is starting before it goes cold
+_IN_JOB: contextvars.ContextVar[bool] = contextvars.ContextVar("hutch_pool_in_job", default=False)
 RETRY_MAX = 60.0  # seconds between attempts at a shape whose members fail to start
 # what a started member can take from a request (the rest of a spec must be its shape's)
 AFTER_START = (
@@ -72,6 +81,9 @@ class Pool(PoolSizes):
         self._foreground = 0  # creates in progress: refills wait for none
         self._last_create = 0.0  # when the last one ended (monotonic)
         self._quiet: asyncio.Event | None = None
+        self._jobs: dict[object, float] = {}  # hutch runs in progress: when each began (monotonic)
+        self._changed: asyncio.Event | None = None  # set (and replaced) when a member is ready or a start ends
+        self._claims: dict[Shape, int] = {}  # creates waiting for a member that is starting
         self._gate: asyncio.Semaphore | None = None
         self._failures: dict[Shape, int] = {}
         self.recovered: dict[str, list[str]] = {"adopted": [], "cleaned": []}  # members a previous daemon left
@@ -98,25 +110,68 @@ class Pool(PoolSizes):
 
     @contextlib.contextmanager
     def foreground(self) -> Iterator[None]:
-        """A create in progress: refills wait until none is."""
+        """A create in progress: refills wait until none is (and :data:`REFILL_QUIET` after
+        it, unless the create is a ``hutch run``'s: :meth:`job` holds them then)."""
         self._foreground += 1
         try:
             yield
         finally:
             self._foreground -= 1
-            self._last_create = time.monotonic()
-            if self._foreground == 0 and self._quiet is not None:
-                self._quiet.set()
+            if not _IN_JOB.get():
+                self._last_create = time.monotonic()
+            self._wake()
+
+    @contextlib.contextmanager
+    def job(self) -> Iterator[None]:
+        """A ``hutch run`` in progress: refills wait for its end (at most :data:`JOB_HOLD`),
+        then start at once: its sandbox's one run is over."""
+        token = object()
+        self._jobs[token] = time.monotonic()
+        mark = _IN_JOB.set(True)
+        try:
+            yield
+        finally:
+            _IN_JOB.reset(mark)
+            del self._jobs[token]
+            self._wake()
+
+    def _wake(self) -> None:
+        if self._foreground == 0 and self._quiet is not None:
+            self._quiet.set()
 
     async def take(self, spec: SandboxSpec, provider: Provider) -> SandboxRecord | None:
         """A member made into the sandbox ``spec`` asks for, or None (create it cold)."""
         shape = Shape.of(spec)
-        if not self.idle.get(shape) or self.refusal(spec, provider) is not None:
+        if not self.idle.get(shape) and self.starting.get(shape, 0) <= self._claims.get(shape, 0):
+            return None  # nothing ready, nor starting for this create
+        if self.refusal(spec, provider) is not None or not await self._claim(shape):
             return None
         try:
             return await self._take(spec, provider, shape)
         finally:
             self._refill(shape)
+
+    async def _claim(self, shape: Shape) -> bool:
+        """Whether a member is ready, after waiting (bounded) for one that is starting."""
+        if self.idle.get(shape):
+            return True
+        self._claims[shape] = self._claims.get(shape, 0) + 1
+        deadline = time.monotonic() + CLAIM_WAIT
+        try:
+            while not self.idle.get(shape) and self.starting.get(shape, 0) > 0 and self._changed is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), left)
+        finally:
+            self._claims[shape] -= 1
+        return bool(self.idle.get(shape))
+
+    def _changes(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = asyncio.Event()
 
     async def _take(self, spec: SandboxSpec, provider: Provider, shape: Shape) -> SandboxRecord | None:
         idle = self.idle.get(shape, [])
@@ -173,12 +228,14 @@ class Pool(PoolSizes):
             raise
         finally:
             self.starting[shape] -= 1
+            self._changes()  # a create waiting for it goes cold if it failed
         member = MemberRow(member_id, shape.provider, shape.image, "ready", spec, data, enforcement, now)
         wanted = self._running and self.count(shape) < self.target(shape)
         if not wanted or not self.store.pool.ready(member_id, data, enforcement):
             await self._destroy(member_record(member), "not wanted any more", event=False)
             return
         self.idle.setdefault(shape, []).append(member)
+        self._changes()
         if provider.capabilities.watch:
             watching_provider(provider).watch(member_record(member), self._died)
         measured = await pool_provider(provider).member_memory(member_record(member))
@@ -215,6 +272,7 @@ class Pool(PoolSizes):
         self._running = True
         self._quiet = asyncio.Event()
         self._quiet.set()
+        self._changed = asyncio.Event()
         self._gate = asyncio.Semaphore(REFILL_AT_ONCE)
         for shape in self.sizes():
             self._refill(shape)
@@ -257,17 +315,21 @@ class Pool(PoolSizes):
             await asyncio.sleep(min(RETRY_MAX, 0.5 * 2**tries))
 
     async def _wait_quiet(self) -> None:
-        """Until no create is in progress and none ended in the last REFILL_QUIET seconds."""
+        """Until no create is in progress, none ended in the last REFILL_QUIET seconds and no
+        hutch run began in the last JOB_HOLD seconds is still going."""
         assert self._quiet is not None
         while True:
             if self._foreground:
                 self._quiet.clear()
                 await self._quiet.wait()
                 continue
-            left = self._last_create + REFILL_QUIET - time.monotonic()
+            until = max([self._last_create + REFILL_QUIET, *(began + JOB_HOLD for began in self._jobs.values())])
+            left = until - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(left)
+            self._quiet.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), left)
 
     async def _drain_gone(self, shape: Shape, exc: NotFoundError) -> None:
         self.store.pool.set_size(shape.provider, shape.image, None)

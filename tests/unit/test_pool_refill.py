@@ -1,0 +1,171 @@
+"""When the warm pool refills (service/pool.py), on the fake provider: a create that finds a
+member starting waits for it instead of starting another cold; a ``hutch run`` holds
+refills while it lasts and lets them start at once when it ends (a script's next run finds a
+member), but no longer than JOB_HOLD; a plain create still keeps REFILL_QUIET for its first
+runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from hutch.config import Settings
+from hutch.models import ExecRequest, SandboxRecord, SandboxSpec
+from hutch.providers.fake import FakeProvider
+from hutch.service import Service
+from hutch.service import pool as pool_module
+from hutch.service.oneshot import Job, RunOnce
+from hutch.service.poolsizes import Shape
+
+HOST = Shape("fake")
+DEADLINE = 60.0
+NEVER = 3600.0  # a quiet time no test waits out: a refill that comes came for another reason
+
+
+@pytest.fixture
+def settings(clean_env: pytest.MonkeyPatch, home: Any) -> Settings:
+    return Settings.load(home=home, provider="fake", pool_size=1)
+
+
+def fake(service: Service) -> FakeProvider:
+    provider = service.provider("fake")
+    assert isinstance(provider, FakeProvider)
+    return provider
+
+
+async def until(check: Callable[[], Any], what: str) -> Any:
+    end = time.monotonic() + DEADLINE
+    while not (value := check()):
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        await asyncio.sleep(0.01)
+    return value
+
+
+def ready(service: Service) -> list[str]:
+    return [m.id for m in service.pool.idle.get(HOST, [])]
+
+
+def run(service: Service, body: Callable[[], Awaitable[None]]) -> None:
+    async def go() -> None:
+        service.pool.start()
+        try:
+            await body()
+        finally:
+            await service.close()
+
+    asyncio.run(go())
+
+
+def gate_creates(service: Service, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, list[str]]:
+    """Member starts (creates of records marked pool_member) wait for the returned event."""
+    provider = fake(service)
+    real = provider.create
+    opened = asyncio.Event()
+    started: list[str] = []
+
+    async def create(rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+        if rec.data.get("pool_member"):
+            started.append(rec.id)
+            await opened.wait()
+        return await real(rec)
+
+    monkeypatch.setattr(provider, "create", create)
+    return opened, started
+
+
+async def drain_frames(job: Job) -> list[dict[str, Any]]:
+    frames = []
+    while (frame := await job.next()) is not None:
+        frames.append(frame)
+    return frames
+
+
+def test_a_create_waits_for_a_member_that_is_starting_rather_than_going_cold(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body() -> None:
+        opened, started = gate_creates(service, monkeypatch)
+        await until(lambda: started, "a member starting")
+        assert ready(service) == [] and service.pool.starting.get(HOST) == 1
+        create = asyncio.ensure_future(service.create(SandboxSpec(provider="fake", name="a")))
+        second = asyncio.ensure_future(service.create(SandboxSpec(provider="fake", name="b")))
+        await until(lambda: second.done(), "the second create, which has no member to wait for")
+        assert second.result().id != started[0]  # one member starting: one create waits, the next goes cold
+        assert not create.done()  # still waiting for the member
+        opened.set()
+        rec = await create
+        assert rec.id == started[0] and rec.name == "a"
+        (event,) = service.store.events.all(rec.id, types=["sandbox_created"])
+        assert event["data"]["pool"] is True
+
+    run(service, body)
+
+
+def test_a_member_that_fails_to_start_sends_its_waiting_create_cold(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def body() -> None:
+        provider = fake(service)
+        real = provider.create
+        failing = asyncio.Event()
+        tries: list[str] = []
+
+        async def create(rec: SandboxRecord) -> tuple[dict[str, Any], dict[str, str]]:
+            if rec.data.get("pool_member"):
+                tries.append(rec.id)
+                await failing.wait()
+                raise RuntimeError("the member's start failed")
+            return await real(rec)
+
+        monkeypatch.setattr(provider, "create", create)
+        await until(lambda: tries, "a member starting")
+        create_task = asyncio.ensure_future(service.create(SandboxSpec(provider="fake")))
+        await asyncio.sleep(0.05)
+        assert not create_task.done()
+        failing.set()
+        rec = await asyncio.wait_for(create_task, DEADLINE)
+        assert rec.id not in tries and service.get(rec.id).state.value == "running"
+
+    run(service, body)
+
+
+def test_a_hutch_run_lets_the_pool_refill_as_soon_as_it_ends(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "REFILL_QUIET", NEVER)
+
+    async def body() -> None:
+        (member,) = await until(lambda: ready(service), "a member")
+        job = service.oneshot.start(RunOnce(exec=ExecRequest(command=["true"]), spec=SandboxSpec(provider="fake")))
+        frames = await drain_frames(job)
+        assert frames[0]["sandbox_id"] == member and frames[-1]["type"] == "done" and frames[-1]["destroyed"]
+        (again,) = await until(lambda: ready(service), "a refill after the run's end")
+        assert again != member
+        # a plain create keeps its quiet time: no refill follows it here
+        rec = await service.create(SandboxSpec(provider="fake"))
+        assert rec.id == again
+        await asyncio.sleep(0.3)
+        assert ready(service) == [] and not service.pool.starting.get(HOST)
+
+    run(service, body)
+
+
+def test_a_long_hutch_run_holds_refills_no_longer_than_job_hold(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool_module, "REFILL_QUIET", 0.0)
+    monkeypatch.setattr(pool_module, "JOB_HOLD", NEVER)
+
+    async def body() -> None:
+        (member,) = await until(lambda: ready(service), "a member")
+        job = service.oneshot.start(RunOnce(exec=ExecRequest(command=["sleep", "30"]), spec=SandboxSpec(provider="fake")))
+        assert (await job.next() or {}).get("sandbox_id") == member
+        await asyncio.sleep(0.3)
+        assert ready(service) == [] and not service.pool.starting.get(HOST)  # held while the run goes on
+        monkeypatch.setattr(pool_module, "JOB_HOLD", 0.1)
+        service.pool._wake()  # the filler looks again (it would at its next timeout)
+        (again,) = await until(lambda: ready(service), "a refill while the long run goes on")
+        assert again != member
+        job.leave()
+        assert job.task is not None
+        await asyncio.wait_for(job.task, DEADLINE)
+
+    run(service, body)
