@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from hutch.errors import InvalidError
+from hutch.errors import InvalidError, UnavailableError
 from hutch.units import parse_size
 
 # Every CLI call loads its settings: typing, collections and pathlib (with re) stay out of its
@@ -59,6 +59,40 @@ def absolute(path: str) -> str:
         path = os.getcwd() + "/" + path
     lead = "//" if path.startswith("//") and not path.startswith("///") else "/"
     return lead + "/".join(part for part in path.split("/") if part not in ("", "."))
+
+
+def home_problem(home: str) -> str | None:
+    """Why this user cannot use ``home`` as the state directory (a file in its way, a directory
+    it may not enter or write, nowhere to make it), or None. For messages: nothing calls it
+    on a path that works."""
+    path = absolute(home)
+    here = ""
+    for part in path.split("/")[1:]:
+        parent, here = here or "/", here + "/" + part
+        try:
+            mode = os.stat(here).st_mode
+        except FileNotFoundError:
+            if not os.access(parent, os.W_OK | os.X_OK):
+                return f"{parent} is not writable by this user, so {path} cannot be made in it"
+            return None
+        except PermissionError:
+            return f"this user may not enter {parent}"
+        except OSError as exc:
+            return f"{here}: {exc.strerror}"
+        if mode & 0o170000 != 0o040000:  # not a directory
+            return f"{here} is a file, not a directory" if here == path else f"{here} (in the path {path}) is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"{path} is not writable by this user"
+    return None
+
+
+def unusable_home(home: object, exc: OSError) -> UnavailableError:
+    """The error for a state directory this user cannot make or use, saying why."""
+    why = home_problem(str(home)) or exc.strerror or str(exc)
+    return UnavailableError(
+        f"cannot use the state directory {home}: {why}",
+        hint="set HUTCH_HOME to a directory this user can write (or unset it for the default)",
+    )
 
 
 class Settings:

@@ -10,12 +10,13 @@ error or a repr.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
 from hutch import credentials
 from hutch.client import http1
-from hutch.config import Settings
+from hutch.config import Settings, home_problem, unusable_home
 from hutch.errors import InvalidError, UnauthorizedError, UnavailableError
 from hutch.tokens import check_token, is_loopback, read_token
 
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 HOST_HINT = "set HUTCH_HOST to unix:///path/to/hutchd.sock, http://127.0.0.1:PORT or https://HOST:PORT"
+
+
+UNUSABLE_HOME = (errno.ENOTDIR, errno.EACCES, errno.ELOOP, errno.ENAMETOOLONG)  # the state directory is in the way
 
 
 class Endpoint:
@@ -171,6 +175,10 @@ class Endpoint:
         return http1.Connection(self.scheme, self.address, self.port, self.ssl_context() if self.scheme == "https" else None)
 
     def unavailable(self, exc: BaseException) -> UnavailableError:
+        if not self.remote and self.scheme == "unix" and isinstance(exc, OSError) and exc.errno in UNUSABLE_HOME:
+            home = os.path.dirname(self.address)  # the socket's directory is the state directory
+            if home_problem(home) is not None:
+                return unusable_home(home, exc)
         if not self.remote:
             hint = "start it with hutch serve, or check hutch daemon status and hutch daemon logs"
         elif "Hostname mismatch" in str(exc) or "IP address mismatch" in str(exc):

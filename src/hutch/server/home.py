@@ -10,8 +10,7 @@ import os
 import socket
 from pathlib import Path
 
-from hutch.config import Settings
-from hutch.errors import UnavailableError
+from hutch.config import Settings, unusable_home
 
 
 def socket_answers(path: Path) -> bool:
@@ -45,6 +44,4 @@ def prepare_home(home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)
         os.chmod(home, 0o711 if os.geteuid() == 0 else 0o700)
     except OSError as exc:
-        raise UnavailableError(
-            f"cannot use the state directory {home}: {exc.strerror}", hint="set HUTCH_HOME to a writable directory"
-        ) from exc
+        raise unusable_home(home, exc) from exc

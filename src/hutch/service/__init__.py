@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from hutch import fdlimit
 from hutch._version import __version__
 from hutch.actors import acting
-from hutch.config import Settings
+from hutch.config import Settings, unusable_home
 from hutch.errors import (
     ConflictError,
     HutchError,
@@ -84,7 +84,10 @@ class Service:
         a seam for tests; production leaves it doing nothing."""
         self.settings = settings
         self.on_step = on_step
-        settings.home.mkdir(parents=True, exist_ok=True)
+        try:
+            settings.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise unusable_home(settings.home, exc) from exc
         self.store = store or Store(settings.db_path)
         self._providers: dict[str, Provider] = {}
         self._create_lock = asyncio.Lock()

@@ -36,7 +36,7 @@ from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.hold import bind_args, idle_helper
 from hutch.providers.local.hold import check as hold_check
-from hutch.providers.local.host import check_reachable, drop, kill, launcher, rmtree, start_time, wait_start
+from hutch.providers.local.host import check_reachable, drop, kill, launcher, reach_check, rmtree, start_time, wait_start
 from hutch.providers.local.images import carry, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
@@ -163,6 +163,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         else:
             out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
         out.append(await asyncio.to_thread(self.uids.check))
+        out.append(await asyncio.to_thread(reach_check, self.settings.home))
         out.append(await asyncio.to_thread(hostpython.check))
         out.append(await asyncio.to_thread(hold_check, self.settings.home, self.settings.idle_agent))
         out.append(CheckResult("gvisor", *await asyncio.to_thread(self.gvisor_check)))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hutch.errors import InvalidError, UnavailableError
+from hutch.provider import CheckResult
 
 START_TIMEOUT = 20.0
 
@@ -169,6 +170,12 @@ def wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: P
                 if not chunk and fd == ready_r:
                     proc.wait(timeout=5)
                     log = (sdir / "sandbox.log").read_text(errors="replace").strip()[-2000:]
+                    if os.geteuid() == 0 and (closed := closed_to_sandboxes(sdir)) is not None:
+                        raise UnavailableError(
+                            f"the sandbox failed to start: its uid may not enter {closed} (mode"
+                            f" {closed.stat().st_mode & 0o777:04o}), which holds the state directory ({log})",
+                            hint=f"chmod o+x {closed}, or set HUTCH_HOME to a directory outside it (such as /var/lib/hutch)",
+                        )
                     raise UnavailableError(
                         f"the sandbox failed to start: {log or 'exit code ' + str(proc.returncode)}",
                         hint="run hutch doctor",
@@ -187,3 +194,33 @@ def wait_start(proc: subprocess.Popen[bytes], info_r: int, ready_r: int, sdir: P
         os.close(info_r)
     parsed: dict[str, Any] = json.loads(info)
     return parsed
+
+
+def closed_to_sandboxes(path: Path) -> Path | None:
+    """The first directory above ``path`` that others may not enter (no search permission), or
+    None. A root daemon starts bwrap as the sandbox's own uid, and bwrap resolves the paths it
+    binds: a state directory under such a directory (a 0700 home directory, pytest's temporary
+    directories) cannot hold sandboxes."""
+    for parent in reversed(path.absolute().parents):  # from / down
+        try:
+            if not os.stat(parent).st_mode & 0o001:
+                return parent
+        except OSError:
+            return None
+    return None
+
+
+def reach_check(home: Path) -> CheckResult:
+    """hutch doctor: whether sandboxes' uids can reach the state directory (root only; a
+    user's daemon starts bwrap as that user)."""
+    if os.geteuid() != 0:
+        return CheckResult("state dir reach", True, "bwrap runs as this user")
+    closed = closed_to_sandboxes(home / "sandboxes")
+    if closed is None:
+        return CheckResult("state dir reach", True, f"sandbox uids may enter every directory above {home}")
+    return CheckResult(
+        "state dir reach",
+        False,
+        f"sandbox uids may not enter {closed}, which holds the state directory {home}: no sandbox can start",
+        f"chmod o+x {closed}, or set HUTCH_HOME to a directory outside it (such as /var/lib/hutch)",
+    )
