@@ -67,7 +67,8 @@ from hutch._version import __version__  # noqa: E402
 from hutch.client import Client  # noqa: E402
 from hutch.config import Settings  # noqa: E402
 from hutch.providers.local import bwrap as bw  # noqa: E402
-from hutch.providers.local import cgroups  # noqa: E402
+from hutch.providers.local import cgroups, hold  # noqa: E402
+from hutch.providers.local.host import launcher  # noqa: E402
 from hutch.server.home import daemon_pid, prepare_home  # noqa: E402
 
 PAYLOAD = "100M"  # head -c 100M: 100 MiB
@@ -106,11 +107,12 @@ class Bench:
         self.created: set[str] = set()
         self.root = os.geteuid() == 0
         self.bwrap = bw.find_bwrap(HOME)
-        # As root, hutch starts bwrap as an unprivileged uid through setpriv (no fork of a
-        # Python process); the baseline makes the same identity change the same way.
-        setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+        # As root, hutch starts bwrap as an unprivileged uid through its launcher (the idle
+        # helper's --launch, else setpriv: no fork of a Python process); the baseline makes
+        # the same identity change the same way.
         uid = self.settings.uid_base
-        self.drop_prefix = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"] if self.root and setpriv else []
+        helper = hold.idle_helper(self.settings)
+        self.drop_prefix = (launcher(uid, [], {}, helper) or []) if self.root else []
         self.bwrap_argv = [*self.drop_prefix, self.bwrap.path, *bw.HARDENING, "--ro-bind", "/usr", "/usr", *bw.root_links()]
         self.bwrap_argv += ["--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true"]
         self.live: hutch.Sandbox | None = None

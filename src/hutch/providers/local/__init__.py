@@ -321,7 +321,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
                 procs = cg.procs_files() if cg else []
-                prefix = launcher(uid if self.root else None, procs, rlimits)
+                prefix = launcher(uid if self.root else None, procs, rlimits, held_by)
                 proc = subprocess.Popen(
                     prefix + args if prefix is not None else args,
                     stdin=subprocess.DEVNULL,

@@ -2,6 +2,11 @@
  *
  *   hold PROTOCOL SOCKET READY_FD [--user=UID:GID[:GROUP...]] [--held=AGENT,EXEC,STATE,LISTENER] -- PYTHON...
  *   hold --check      prints "hutch-hold KEY" (the daemon's test that a cached build is whole)
+ *   hold --launch [--procs=FILE]... [--user=UID:GID] [--rlimit=RESOURCE:VALUE]... -- COMMAND...
+ *                     the daemon's launcher of bwrap (see host.py): joins the cgroups (writes its
+ *                     pid to each cgroup.procs FILE), drops to UID:GID with no supplementary groups,
+ *                     sets the rlimits, then execv()s COMMAND (a full path); exit 125 if any fails.
+ *                     One small exec in place of sh and setpriv (about 2.5 ms less per create).
  *
  * It binds the agent's two sockets (SOCKET, agent.sock, and exec.sock beside it), writes
  * "ready" to READY_FD, and waits. It answers the requests an idle sandbox gets (ping,
@@ -23,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -285,11 +291,50 @@ static void become(const char *spec) { /* --user=UID:GID[:GROUP...]: groups, the
     free(groups);
 }
 
+static int launch(int argc, char **argv) {
+    int i = 2;
+    for (; i < argc && strcmp(argv[i], "--"); i++) {
+        if (!strncmp(argv[i], "--procs=", 8)) {
+            int fd = open(argv[i] + 8, O_WRONLY | O_CLOEXEC);
+            if (fd < 0 || dprintf(fd, "%d\n", (int)getpid()) < 0) {
+                dprintf(2, "hutch launch: cannot join the cgroup %s: %s\n", argv[i] + 8, strerror(errno));
+                return 125;
+            }
+            close(fd);
+        } else if (!strncmp(argv[i], "--user=", 7)) {
+            become(argv[i] + 7); /* exits 1 on failure: said on stderr */
+        } else if (!strncmp(argv[i], "--rlimit=", 9)) {
+            int resource;
+            unsigned long long value;
+            if (sscanf(argv[i] + 9, "%d:%llu", &resource, &value) != 2) {
+                dprintf(2, "hutch launch: %s: not RESOURCE:VALUE\n", argv[i]);
+                return 125;
+            }
+            struct rlimit rl = {(rlim_t)value, (rlim_t)value};
+            if (setrlimit(resource, &rl) < 0) {
+                dprintf(2, "hutch launch: rlimit %d: %s\n", resource, strerror(errno));
+                return 125;
+            }
+        } else {
+            dprintf(2, "hutch launch: unknown option %s\n", argv[i]);
+            return 125;
+        }
+    }
+    if (i + 1 >= argc) {
+        dprintf(2, "hutch launch: no command after --\n");
+        return 125;
+    }
+    execv(argv[i + 1], argv + i + 1);
+    dprintf(2, "hutch launch: %s: %s\n", argv[i + 1], strerror(errno));
+    return 125;
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--check")) {
         printf("hutch-hold %s\n", HOLD_KEY);
         return 0;
     }
+    if (argc >= 2 && !strcmp(argv[1], "--launch")) return launch(argc, argv);
     if (argc < 6) {
         dprintf(2, "usage: hold PROTOCOL SOCKET READY_FD [--user=...] [--held=...] -- PYTHON...\n");
         return 2;
