@@ -19,8 +19,9 @@ it), and ``hutch doctor`` says when it is. A refill waits :data:`REFILL_QUIET` a
 (the new sandbox's first runs go first), but only while a ``hutch run`` (:meth:`Pool.job`)
 lasts for the sandbox a one-shot run made: its end lets the refill start at once, in the gap
 before the next run of a script that runs them one after another. A create that finds no
-member ready while one is starting waits for that one (it is already part way through the
-same work a cold create would do) rather than starting another beside it.
+member ready is created cold at once: it does not wait for a member that is starting (that
+one starts at the lowest cpu priority, and on a busy machine a create waiting for it waited
+longer than a cold create takes).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ log = logging.getLogger("hutch.service.pool")
 REFILL_AT_ONCE = 2  # members started at the same time, over every shape
 REFILL_QUIET = 0.25  # seconds after the last create before a refill starts a member (its first runs go first)
 JOB_HOLD = 2.0  # seconds a hutch run in progress holds refills at most (a long command does not starve the pool)
-CLAIM_WAIT = 5.0  # seconds a create waits for a member that is starting before it goes cold
 _IN_JOB: contextvars.ContextVar[bool] = contextvars.ContextVar("hutch_pool_in_job", default=False)
 RETRY_MAX = 60.0  # seconds between attempts at a shape whose members fail to start
 # what a started member can take from a request (the rest of a spec must be its shape's)
@@ -82,8 +82,6 @@ class Pool(PoolSizes):
         self._last_create = 0.0  # when the last one ended (monotonic)
         self._quiet: asyncio.Event | None = None
         self._jobs: dict[object, float] = {}  # hutch runs in progress: when each began (monotonic)
-        self._changed: asyncio.Event | None = None  # set (and replaced) when a member is ready or a start ends
-        self._claims: dict[Shape, int] = {}  # creates waiting for a member that is starting
         self._gate: asyncio.Semaphore | None = None
         self._failures: dict[Shape, int] = {}
         self.recovered: dict[str, list[str]] = {"adopted": [], "cleaned": []}  # members a previous daemon left
@@ -142,36 +140,12 @@ class Pool(PoolSizes):
     async def take(self, spec: SandboxSpec, provider: Provider) -> SandboxRecord | None:
         """A member made into the sandbox ``spec`` asks for, or None (create it cold)."""
         shape = Shape.of(spec)
-        if not self.idle.get(shape) and self.starting.get(shape, 0) <= self._claims.get(shape, 0):
-            return None  # nothing ready, nor starting for this create
-        if self.refusal(spec, provider) is not None or not await self._claim(shape):
+        if not self.idle.get(shape) or self.refusal(spec, provider) is not None:
             return None
         try:
             return await self._take(spec, provider, shape)
         finally:
             self._refill(shape)
-
-    async def _claim(self, shape: Shape) -> bool:
-        """Whether a member is ready, after waiting (bounded) for one that is starting."""
-        if self.idle.get(shape):
-            return True
-        self._claims[shape] = self._claims.get(shape, 0) + 1
-        deadline = time.monotonic() + CLAIM_WAIT
-        try:
-            while not self.idle.get(shape) and self.starting.get(shape, 0) > 0 and self._changed is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), left)
-        finally:
-            self._claims[shape] -= 1
-        return bool(self.idle.get(shape))
-
-    def _changes(self) -> None:
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = asyncio.Event()
 
     async def _take(self, spec: SandboxSpec, provider: Provider, shape: Shape) -> SandboxRecord | None:
         idle = self.idle.get(shape, [])
@@ -228,14 +202,12 @@ class Pool(PoolSizes):
             raise
         finally:
             self.starting[shape] -= 1
-            self._changes()  # a create waiting for it goes cold if it failed
         member = MemberRow(member_id, shape.provider, shape.image, "ready", spec, data, enforcement, now)
         wanted = self._running and self.count(shape) < self.target(shape)
         if not wanted or not self.store.pool.ready(member_id, data, enforcement):
             await self._destroy(member_record(member), "not wanted any more", event=False)
             return
         self.idle.setdefault(shape, []).append(member)
-        self._changes()
         if provider.capabilities.watch:
             watching_provider(provider).watch(member_record(member), self._died)
         measured = await pool_provider(provider).member_memory(member_record(member))
@@ -272,7 +244,6 @@ class Pool(PoolSizes):
         self._running = True
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._changed = asyncio.Event()
         self._gate = asyncio.Semaphore(REFILL_AT_ONCE)
         for shape in self.sizes():
             self._refill(shape)
