@@ -40,3 +40,11 @@ def memory_holds(pid: int, needle: bytes) -> bool:
                 except (OSError, ValueError, OverflowError):
                     continue
     return found
+
+
+def command_name(pid: int) -> str:
+    """The process's name, or "" once it has ended (a process of the sandbox may end while it is looked at)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
