@@ -139,3 +139,30 @@ def test_a_long_hutch_run_holds_refills_no_longer_than_job_hold(service: Service
         await asyncio.wait_for(job.task, DEADLINE)
 
     run(service, body)
+
+
+def test_a_refill_that_stopped_on_an_error_is_started_again_by_the_next_create(
+    service: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body() -> None:
+        (member,) = await until(lambda: ready(service), "a member")
+        real = service.pool._wait_quiet
+        calls = 0
+
+        async def broken() -> None:
+            nonlocal calls
+            calls += 1
+            if calls == 1:
+                raise RuntimeError("a bug in the refill")
+            await real()
+
+        monkeypatch.setattr(service.pool, "_wait_quiet", broken)
+        assert (await service.create(SandboxSpec(provider="fake"))).id == member  # its refill dies on the bug
+        await until(lambda: service.pool._fillers[HOST].done(), "the refill's end")
+        assert ready(service) == [] and "the pool's refill stopped on an error" in caplog.text
+        cold = await service.create(SandboxSpec(provider="fake"))  # none ready: created cold, and the refill goes on
+        assert cold.id != member
+        (again,) = await until(lambda: ready(service), "a member again")
+        assert again not in (member, cold.id)
+
+    run(service, body)

@@ -140,7 +140,11 @@ class Pool(PoolSizes):
     async def take(self, spec: SandboxSpec, provider: Provider) -> SandboxRecord | None:
         """A member made into the sandbox ``spec`` asks for, or None (create it cold)."""
         shape = Shape.of(spec)
-        if not self.idle.get(shape) or self.refusal(spec, provider) is not None:
+        if not self.idle.get(shape):
+            if shape in self._fillers:  # a pooled shape with none ready: its filler goes on (or again, if it ended)
+                self._refill(shape)
+            return None
+        if self.refusal(spec, provider) is not None:
             return None
         try:
             return await self._take(spec, provider, shape)
@@ -251,7 +255,9 @@ class Pool(PoolSizes):
     def _refill(self, shape: Shape) -> None:
         if not self._running or (shape in self._fillers and not self._fillers[shape].done()):
             return
-        self._fillers[shape] = asyncio.get_running_loop().create_task(self._fill(shape))
+        task = asyncio.get_running_loop().create_task(self._fill(shape))
+        task.add_done_callback(_said)
+        self._fillers[shape] = task
 
     async def _fill(self, shape: Shape) -> None:
         assert self._quiet is not None and self._gate is not None
@@ -417,3 +423,9 @@ class Pool(PoolSizes):
         for task in list(self._handouts):
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _said(task: asyncio.Task[None]) -> None:
+    """A filler that ended on an error nobody expected says so (the next create of its shape starts another)."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("the pool's refill stopped on an error: %s", exc, exc_info=exc)
