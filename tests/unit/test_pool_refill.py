@@ -166,3 +166,23 @@ def test_a_refill_that_stopped_on_an_error_is_started_again_by_the_next_create(
         assert again not in (member, cold.id)
 
     run(service, body)
+
+
+def test_the_end_of_a_hutch_run_hurries_the_members_still_starting(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    """They start at the lowest cpu priority; a script's next run comes in a few ms."""
+
+    async def body() -> None:
+        opened, started = gate_creates(service, monkeypatch)
+        await until(lambda: started, "a member starting")
+        await service.create(SandboxSpec(provider="fake"))  # a plain create: nothing hurried
+        assert not [c for c in fake(service).calls if c[0] == "hurry"]
+        job = service.oneshot.start(RunOnce(exec=ExecRequest(command=["true"]), spec=SandboxSpec(provider="fake")))
+        frames = await drain_frames(job)
+        assert frames[-1]["type"] == "done"
+        assert job.task is not None
+        await asyncio.wait_for(job.task, DEADLINE)
+        assert ("hurry", started[0]) in fake(service).calls
+        opened.set()
+        await until(lambda: ready(service), "the member, ready")
+
+    run(service, body)

@@ -222,6 +222,11 @@ class PoolProvider(Protocol):
         """The memory a started sandbox holds now, in bytes (None: not known)."""
         ...
 
+    def hurry_member(self, member_id: str) -> None:
+        """A member still starting (its create in progress) is wanted soon: give it the normal
+        priority from now on, if it has a low one (nothing, if its start has not got that far)."""
+        ...
+
     def memory_available(self) -> int | None:
         """The memory the machine's sandboxes can still take, in bytes (None: not known)."""
         ...

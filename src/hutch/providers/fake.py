@@ -211,6 +211,9 @@ class FakeProvider:
         self.env[rec.id] = dict(rec.spec.env)
         return {k: v for k, v in member.data.items() if k != "pool_member"}, dict(member.enforcement)
 
+    def hurry_member(self, member_id: str) -> None:
+        self.calls.append(("hurry", member_id))
+
     async def member_memory(self, rec: SandboxRecord) -> int | None:
         return 1 << 20 if rec.id in self.sandboxes else None
 

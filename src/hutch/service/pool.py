@@ -82,6 +82,7 @@ class Pool(PoolSizes):
         self._last_create = 0.0  # when the last one ended (monotonic)
         self._quiet: asyncio.Event | None = None
         self._jobs: dict[object, float] = {}  # hutch runs in progress: when each began (monotonic)
+        self._starting_ids: dict[str, Shape] = {}  # members whose create is in progress
         self._gate: asyncio.Semaphore | None = None
         self._failures: dict[Shape, int] = {}
         self.recovered: dict[str, list[str]] = {"adopted": [], "cleaned": []}  # members a previous daemon left
@@ -131,7 +132,16 @@ class Pool(PoolSizes):
         finally:
             _IN_JOB.reset(mark)
             del self._jobs[token]
+            self._hurry()
             self._wake()
+
+    def _hurry(self) -> None:
+        """A hutch run ended: the next one of a script comes in a few ms; members still
+        starting (at the lowest cpu priority) get the normal one, so that the cold runs of a
+        busy loop do not starve them."""
+        for member_id, shape in list(self._starting_ids.items()):
+            with contextlib.suppress(HutchError, OSError):
+                pool_provider(self.svc.provider(shape.provider)).hurry_member(member_id)
 
     def _wake(self) -> None:
         if self._foreground == 0 and self._quiet is not None:
@@ -199,6 +209,7 @@ class Pool(PoolSizes):
             updated_at=now,
         )
         self.starting[shape] = self.starting.get(shape, 0) + 1
+        self._starting_ids[member_id] = shape
         try:
             data, enforcement = await provider.create(rec)
         except BaseException:
@@ -206,6 +217,7 @@ class Pool(PoolSizes):
             raise
         finally:
             self.starting[shape] -= 1
+            del self._starting_ids[member_id]
         member = MemberRow(member_id, shape.provider, shape.image, "ready", spec, data, enforcement, now)
         wanted = self._running and self.count(shape) < self.target(shape)
         if not wanted or not self.store.pool.ready(member_id, data, enforcement):

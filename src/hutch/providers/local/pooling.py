@@ -68,6 +68,13 @@ class PoolMixin:
     async def member_memory(self, rec: SandboxRecord) -> int | None:
         return self._cgroup(rec).memory_current() if rec.data.get("cgroups") else None
 
+    def hurry_member(self, member_id: str) -> None:
+        layout = self._layout or cgroups.detect()
+        parents = [*layout.v1.values(), *([layout.v2 / cgroups.GROUP] if layout.v2 else [])]
+        dirs = [p / member_id for p in parents if (p / member_id).is_dir()]
+        if dirs:
+            cgroups.SandboxCgroup(dirs, v2=False).set_background(False)
+
     def memory_available(self) -> int | None:
         with contextlib.suppress(OSError, ValueError):
             for line in MEMINFO.read_text().splitlines():
