@@ -99,7 +99,7 @@ def egress(kind: str) -> Measure:
 
 # The CPU checks' limits: about 1.5x the ratios measured under load (docs/benchmarks.md).
 CPU_EXEC = 6.5
-CPU_CREATE = 17.0  # bare bwrap started by the native launcher (2026-12-07): 9.6x-12.7x under load, a 1.8x copy 19.6x
+CPU_CREATE = 18.0  # bwrap via the native launcher (2026-12-07): 9.6x-12.7x loaded, 13.5x-14.3x quiet, a 1.8x copy 19.6x+
 CPU_CLI_EXEC = 3.5  # the plain exec path, no typing/re/json/pathlib (2026-12-07): 1.9x-2.6x under load
 CPU_CLI_RUN = 4.0  # the plain run path, the same (2026-12-07): 2.0x-2.9x under load
 
