@@ -112,12 +112,9 @@ def measure(bench: Ops, rounds: int, warmup: int, count: int, conc_rounds: int) 
     return out
 
 
-def _cli_runs(client: Client, run: Callable[[], float], rounds: int, warmup: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """``hutch run -- true`` as whole processes while the pool has a member for each; every
-    one's sandbox must have come from the pool (its ``sandbox_created`` event says so)."""
-    from report import summarize
-
-    fill(client, rounds + warmup, log)
+def _runs(client: Client, run: Callable[[], float], rounds: int, warmup: int) -> tuple[list[float], int, int]:
+    """``warmup + rounds`` runs one after another: the timed ones' ms, and how many sandboxes
+    were made meanwhile and how many of them came from the pool (their ``sandbox_created`` events)."""
     since = time.time()
     values = []
     for i in range(warmup + rounds):
@@ -125,9 +122,18 @@ def _cli_runs(client: Client, run: Callable[[], float], rounds: int, warmup: int
         if i >= warmup:
             values.append(took)
     made = [e for e in client.events(types=["sandbox_created"], since=since, limit=1000) if e["type"] == "sandbox_created"]
-    pooled = sum(1 for e in made if e["data"].get("pool"))
-    if pooled != warmup + rounds or len(made) != warmup + rounds:
-        raise RuntimeError(f"of {warmup + rounds} runs, {pooled} took a pooled sandbox ({len(made)} made)")
+    return values, sum(1 for e in made if e["data"].get("pool")), len(made)
+
+
+def _cli_runs(client: Client, run: Callable[[], float], rounds: int, warmup: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """``hutch run -- true`` as whole processes while the pool has a member for each; every
+    one's sandbox must have come from the pool (its ``sandbox_created`` event says so)."""
+    from report import summarize
+
+    fill(client, rounds + warmup, log)
+    values, pooled, made = _runs(client, run, rounds, warmup)
+    if pooled != warmup + rounds or made != warmup + rounds:
+        raise RuntimeError(f"of {warmup + rounds} runs, {pooled} took a pooled sandbox ({made} made)")
     log(f"pool: {rounds} one-shot CLI runs, each from the pool")
     label = "CLI `hutch run -- true` from the warm pool (whole process)"
     return {"label": label, "unit": "ms", **summarize(values), "samples_ms": [round(x, 4) for x in values]}
@@ -142,14 +148,7 @@ def _cli_runs_back_to_back(
     from report import summarize
 
     fill(client, DEFAULT_SIZE, log)
-    since = time.time()
-    values = []
-    for i in range(warmup + rounds):
-        took = run()
-        if i >= warmup:
-            values.append(took)
-    made = [e for e in client.events(types=["sandbox_created"], since=since, limit=1000) if e["type"] == "sandbox_created"]
-    pooled = sum(1 for e in made if e["data"].get("pool"))
+    values, pooled, made = _runs(client, run, rounds, warmup)
     log(f"pool: {rounds + warmup} one-shot CLI runs back to back with a pool of {DEFAULT_SIZE}: {pooled} from the pool")
     label = f"CLI `hutch run -- true` back to back, the default pool of {DEFAULT_SIZE} (whole process)"
     return {
@@ -158,5 +157,5 @@ def _cli_runs_back_to_back(
         **summarize(values),
         "samples_ms": [round(x, 4) for x in values],
         "from_pool": pooled,
-        "runs": len(made),
+        "runs": made,
     }

@@ -7,15 +7,14 @@ runs."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from tests.unit.test_pool import fake, until
 
 from hutch.config import Settings
 from hutch.models import ExecRequest, SandboxRecord, SandboxSpec
-from hutch.providers.fake import FakeProvider
 from hutch.service import Service
 from hutch.service import pool as pool_module
 from hutch.service.oneshot import Job, RunOnce
@@ -29,20 +28,6 @@ NEVER = 3600.0  # a quiet time no test waits out: a refill that comes came for a
 @pytest.fixture
 def settings(clean_env: pytest.MonkeyPatch, home: Any) -> Settings:
     return Settings.load(home=home, provider="fake", pool_size=1)
-
-
-def fake(service: Service) -> FakeProvider:
-    provider = service.provider("fake")
-    assert isinstance(provider, FakeProvider)
-    return provider
-
-
-async def until(check: Callable[[], Any], what: str) -> Any:
-    end = time.monotonic() + DEADLINE
-    while not (value := check()):
-        assert time.monotonic() < end, f"gave up waiting for {what}"
-        await asyncio.sleep(0.01)
-    return value
 
 
 def ready(service: Service) -> list[str]:
