@@ -114,3 +114,38 @@ def test_exec_user_is_refused_as_the_sandboxs_node_would_refuse_it(settings: Set
         with pytest.raises(InvalidError) as err:
             provider.check_exec_user(sandbox, user)
         assert why in err.value.message and hint in (err.value.hint or ""), err.value
+
+
+def test_a_node_refused_while_its_old_daemon_is_checked_keeps_the_reason() -> None:
+    """A node came back with another hutch version: _connect refuses it while a health check of
+    its previous daemon is still waiting; that check's failure must not replace the reason."""
+    import asyncio
+
+    from hutch.errors import UnavailableError
+    from hutch.providers.cluster.monitor import Monitor
+
+    class Stale:
+        url = "https://10.0.0.9:7000"
+
+        def __init__(self) -> None:
+            self.asked = asyncio.Event()
+            self.fail = asyncio.Event()
+
+        async def health(self) -> None:
+            self.asked.set()
+            await self.fail.wait()
+            raise UnavailableError("node n1 does not answer (ConnectError: All connection attempts failed)")
+
+    async def main() -> None:
+        monitor = Monitor(driver=None, detect=30.0, default_sandboxes=4)  # type: ignore[arg-type]
+        n = node("n1")
+        stale = Stale()
+        n.client = stale  # type: ignore[assignment]
+        check = asyncio.ensure_future(monitor._check(n, ray_alive=True))
+        await stale.asked.wait()
+        n.state, n.error = "refused", "node n1 runs hutch 0.0.1+other, this gateway runs 1: nothing is placed on it"
+        stale.fail.set()
+        await check
+        assert n.state == "refused" and n.error is not None and "0.0.1+other" in n.error, n.error
+
+    asyncio.run(main())

@@ -197,7 +197,8 @@ class Monitor:
                 await node.client.health()
                 ok = True
             except HutchError as exc:
-                node.error = exc.message
+                if node.state != "refused":  # refused meanwhile (_connect): its reason stays, not a stale client's
+                    node.error = exc.message
         if node.state == "refused":
             if ray_alive is False or (ray_alive is None and self.head_error is None):
                 node.state, node.error = "lost", "Ray reports the node dead"
