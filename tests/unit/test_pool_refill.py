@@ -7,11 +7,10 @@ runs."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.unit.test_pool import fake, until
+from tests.unit.test_pool import fake, ready, run, until
 
 from hutch.config import Settings
 from hutch.models import ExecRequest, SandboxRecord, SandboxSpec
@@ -28,21 +27,6 @@ NEVER = 3600.0  # a quiet time no test waits out: a refill that comes came for a
 @pytest.fixture
 def settings(clean_env: pytest.MonkeyPatch, home: Any) -> Settings:
     return Settings.load(home=home, provider="fake", pool_size=1)
-
-
-def ready(service: Service) -> list[str]:
-    return [m.id for m in service.pool.idle.get(HOST, [])]
-
-
-def run(service: Service, body: Callable[[], Awaitable[None]]) -> None:
-    async def go() -> None:
-        service.pool.start()
-        try:
-            await body()
-        finally:
-            await service.close()
-
-    asyncio.run(go())
 
 
 def gate_creates(service: Service, monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, list[str]]:
