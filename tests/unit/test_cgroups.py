@@ -47,6 +47,7 @@ def test_pure_v2_with_delegation(tmp_path: Path) -> None:
     assert (leaf / "pids.max").read_text() == "32"
     assert (leaf / "cpu.max").read_text() == "50000 100000"
     assert enforced == {"memory": "cgroup v2", "pids": "cgroup v2", "cpus": "cgroup v2"}
+    assert cg.join_files() == [str(leaf / "cgroup.procs")]  # v2's cgroup.threads refuses a move between domains
     (leaf / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n")
     assert cg.oom_kills() == 2
 
@@ -76,6 +77,7 @@ def test_hybrid_like_these_machines(tmp_path: Path) -> None:
     )
     assert cg.oom_kills() == 5
     assert all(d.is_dir() for d in cg.dirs) and len(cg.dirs) == 3
+    assert cg.join_files() == [str(d / "tasks") for d in cg.dirs]  # "0" there moves the writer without the global lock
 
 
 def test_pure_v1(tmp_path: Path) -> None:

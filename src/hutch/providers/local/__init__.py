@@ -320,7 +320,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             args += ["--", *view.agent_command(agent, root, ready_w, userns.agent_args(plan) if plan else [], held_by)]
             log = open(sdir / "sandbox.log", "ab")  # noqa: SIM115 - handed to the child
             try:
-                procs = cg.procs_files() if cg else []
+                procs = cg.join_files() if cg else []
                 prefix = launcher(uid if self.root else None, procs, rlimits, held_by)
                 proc = subprocess.Popen(
                     prefix + args if prefix is not None else args,

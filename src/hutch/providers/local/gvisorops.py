@@ -321,7 +321,7 @@ class GvisorMixin:
                 script = 'mount -t overlay overlay -o "$1,userxattr" "$2" && shift 2 && exec "$@"'
                 inner += ["/bin/sh", "-c", script, "hutch-overlay", opts, str(root.mnt)]
             argv_all = [str(tools["nsenter"]), f"--user=/proc/self/fd/{ns_fd}", "--", *inner, *run]
-            prefix = launcher(uid if self.root else None, made.procs_files(), {}) or []
+            prefix = launcher(uid if self.root else None, made.join_files(), {}) or []
             with open(sdir / "sandbox.log", "ab") as log:
                 proc = subprocess.Popen(
                     prefix + argv_all, stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=[ns_fd],

@@ -135,7 +135,7 @@ class Job:
         """Start one helper in the job's cgroup, as ``uid`` (root only), stderr captured."""
         if self.stop is not None:
             raise self.stopped()
-        procs = self.cgroup.procs_files() if self.cgroup else []
+        procs = self.cgroup.join_files() if self.cgroup else []
         prefix = launcher(uid, procs, {})
         proc = subprocess.Popen(
             argv if prefix is None else prefix + argv,

@@ -3,8 +3,9 @@
  *   hold PROTOCOL SOCKET READY_FD [--user=UID:GID[:GROUP...]] [--held=AGENT,EXEC,STATE,LISTENER] -- PYTHON...
  *   hold --check      prints "hutch-hold KEY" (the daemon's test that a cached build is whole)
  *   hold --launch [--procs=FILE]... [--user=UID:GID] [--rlimit=RESOURCE:VALUE]... -- COMMAND...
- *                     the daemon's launcher of bwrap (see host.py): joins the cgroups (writes its
- *                     pid to each cgroup.procs FILE), drops to UID:GID with no supplementary groups,
+ *                     the daemon's launcher of bwrap (see host.py): joins the cgroups (writes 0,
+ *                     "the writer", to each FILE: v1's tasks, v2's cgroup.procs; this process has
+ *                     one thread), drops to UID:GID with no supplementary groups,
  *                     sets the rlimits, then execv()s COMMAND (a full path); exit 125 if any fails.
  *                     One small exec in place of sh and setpriv (about 2.5 ms less per create).
  *
@@ -296,7 +297,7 @@ static int launch(int argc, char **argv) {
     for (; i < argc && strcmp(argv[i], "--"); i++) {
         if (!strncmp(argv[i], "--procs=", 8)) {
             int fd = open(argv[i] + 8, O_WRONLY | O_CLOEXEC);
-            if (fd < 0 || dprintf(fd, "%d\n", (int)getpid()) < 0) {
+            if (fd < 0 || write(fd, "0\n", 2) != 2) {
                 dprintf(2, "hutch launch: cannot join the cgroup %s: %s\n", argv[i] + 8, strerror(errno));
                 return 125;
             }
