@@ -121,3 +121,52 @@ def test_both_launchers_join_as_the_writer_not_by_pid(tmp_path: Path) -> None:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (name, r)
         assert [f.read_text() for f in files] == ["0\n", "0\n"], name
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a v2 cgroup (and dropping to another uid) needs root")
+def test_the_native_launcher_starts_in_a_v2_cgroup_with_clone3(tmp_path: Path) -> None:
+    """``--into=DIR`` (a v2 cgroup: host.launcher's for a cgroup.procs join): the command starts
+    in DIR by clone3(CLONE_INTO_CGROUP), as the uid, under the rlimits; the launcher stays its
+    parent holding none of its descriptors (a pipe given to the command ends when it does) and
+    exits as it does (its code; 128 + a signal)."""
+    _, v2 = cgroups._parse_mounts(Path("/proc/self/mountinfo").read_text())
+    _, own = cgroups._parse_self(Path("/proc/self/cgroup").read_text())
+    assert v2 is not None and own is not None, "this machine mounts no v2 hierarchy"
+    where = v2 / own.lstrip("/") / f"test-into-{uuid.uuid4().hex[:8]}"
+    helper = native(tmp_path)
+    assert launcher(None, [str(where / "cgroup.procs"), "/x/tasks"], {}, helper) == [
+        helper, "--launch", f"--into={where}", "--procs=/x/tasks", "--"
+    ]  # fmt: skip
+    where.mkdir()
+    try:
+        probe = "cat /proc/self/cgroup; id -u; sed -n 's/^Max processes *\\([0-9]*\\).*/\\1/p' /proc/self/limits; exit 7"
+        nproc = f"--rlimit={int(resource.RLIMIT_NPROC)}:4321"
+        argv = [helper, "--launch", f"--into={where}", f"--user={UID}:{UID}", nproc, "--", "/bin/sh", "-c", probe]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 7, r
+        lines = r.stdout.split()
+        assert f"0::{'/' + str(where.relative_to(v2)).lstrip('/')}" in lines and lines[-2:] == [str(UID), "4321"], r.stdout
+        read, write = os.pipe()
+        argv = [helper, "--launch", f"--into={where}", f"--user={UID}:{UID}", "--", "/bin/sleep", "60"]
+        proc = subprocess.Popen(argv, pass_fds=[write], stdin=subprocess.DEVNULL)
+        os.close(write)
+        deadline = 100
+        while deadline and not (where / "cgroup.procs").read_text().split():
+            deadline -= 1
+            subprocess.run(["sleep", "0.1"], check=True)
+        inside = [int(p) for p in (where / "cgroup.procs").read_text().split()]
+        assert len(inside) == 1 and inside[0] != proc.pid, inside  # the command, in DIR; the launcher, its parent, not
+        assert sorted(int(fd) for fd in os.listdir(f"/proc/{proc.pid}/fd")) == [0, 1, 2]
+        os.kill(inside[0], 9)
+        assert proc.wait(timeout=60) == 128 + 9
+        assert os.read(read, 1) == b""  # no copy of the pipe left open anywhere
+        os.close(read)
+    finally:
+        for pid in (where / "cgroup.procs").read_text().split():
+            os.kill(int(pid), 9)
+        for _ in range(100):
+            try:
+                where.rmdir()
+                break
+            except OSError:
+                subprocess.run(["sleep", "0.1"], check=True)

@@ -70,6 +70,7 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, onerror=fix)
 
 
+V2_PROCS = "/cgroup.procs"  # a v2 cgroup's (v1's are joined by their tasks files): the native launcher starts in it
 JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
 
 
@@ -99,14 +100,16 @@ def launcher(uid: int | None, cgroup_joins: list[str], rlimits: dict[int, int], 
     Without it, a ``preexec_fn`` does the same, but that makes CPython fork the whole
     daemon instead of using vfork (measured: ~18 ms per create instead of ~2 ms).
     ``native``: the idle helper's binary (hold.c), whose ``--launch`` does it all in one
-    small exec; else ``sh`` joins the cgroups, then ``setpriv`` and ``prlimit`` (util-linux),
-    about 2.5 ms more per start. None when a needed tool is missing.
+    small exec (and starts the command in a v2 cgroup with ``clone3``, staying its parent: a
+    ``cgroup.procs`` write waits out an RCU grace period); else ``sh`` joins the cgroups, then
+    ``setpriv`` and ``prlimit`` (util-linux), about 2.5 ms more per start. None when a needed
+    tool is missing.
     """
     if native is not None:
         return [
             native,
             "--launch",
-            *(f"--procs={p}" for p in cgroup_joins),
+            *(f"--into={p[: -len(V2_PROCS)]}" if p.endswith(V2_PROCS) else f"--procs={p}" for p in cgroup_joins),
             *([f"--user={uid}:{uid}"] if uid is not None else []),
             *(f"--rlimit={int(r)}:{v}" for r, v in rlimits.items()),
             "--",
