@@ -1,6 +1,8 @@
 """``hutch run -- true`` back to back, as a script runs them, with the default pool (size 2).
 
-    python bench/oneshot_loop.py --before OLD/src [--blocks 3] [--runs 20]
+    python bench/oneshot_loop.py --before OLD/src [--blocks 3] [--runs 20] [--pool-size N]
+
+``--pool-size 0``: both daemons without a pool, every run cold.
 
 Each tree (this one, and ``--before``: another checkout's ``src``) has a daemon of its own
 (a temporary ``HUTCH_HOME`` each, the settings' defaults). Blocks of ``--runs`` whole
@@ -24,10 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
+POOL: dict[str, str] = {}  # HUTCH_POOL_SIZE, with --pool-size
+
 
 def _env(src: Path, home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUTCH_")}
-    return env | {"PYTHONPATH": str(src), "HUTCH_HOME": str(home)}
+    return env | {"PYTHONPATH": str(src), "HUTCH_HOME": str(home)} | POOL
 
 
 def _run(src: Path, home: Path) -> float:
@@ -51,7 +55,10 @@ def main() -> int:
     ap.add_argument("--before", type=Path, required=True, help="another tree's src directory")
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--runs", type=int, default=20, help="runs per block")
+    ap.add_argument("--pool-size", type=int, help="the daemons' pool_size (default: the settings' default)")
     args = ap.parse_args()
+    if args.pool_size is not None:
+        POOL["HUTCH_POOL_SIZE"] = str(args.pool_size)
     here = Path(__file__).resolve().parents[1] / "src"
     tmp = Path(tempfile.mkdtemp(prefix="hutch-oneshot-loop-"))
     tmp.chmod(0o755)  # a root daemon's sandboxes run as their own uids: they pass through it
@@ -75,7 +82,8 @@ def main() -> int:
         for src, home in sides.values():
             subprocess.run([sys.executable, "-m", "hutch", "daemon", "stop"], env=_env(src, home), capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{args.blocks} blocks of {args.runs} runs per tree, load {os.getloadavg()[0]:.1f}; wall ms\n")
+    pool = f"pool_size {args.pool_size}" if args.pool_size is not None else "the default pool"
+    print(f"{args.blocks} blocks of {args.runs} runs per tree, {pool}, load {os.getloadavg()[0]:.1f}; wall ms\n")
     print("| | median | p10 | p90 | from the pool |\n|---|---:|---:|---:|---:|")
     for name, values in times.items():
         q = statistics.quantiles(values, n=10)
