@@ -94,6 +94,8 @@ def test_the_native_launcher_runs_nothing_it_cannot_place(tmp_path: Path) -> Non
     flag = tmp_path / "ran"
     cases = (
         [helper, "--launch", f"--procs={tmp_path / 'no-such-cgroup' / 'cgroup.procs'}", "--", "/bin/touch", str(flag)],
+        [helper, "--launch", f"--into={tmp_path / 'no-such-cgroup'}", "--", "/bin/touch", str(flag)],
+        [helper, "--launch", f"--into={tmp_path}", "--", "/bin/touch", str(flag)],  # not a cgroup: nor its cgroup.procs
         [helper, "--launch", "--", str(tmp_path / "no-such-command")],
         [helper, "--launch", "--bogus", "--", "/bin/touch", str(flag)],
         [helper, "--launch", "--rlimit=x", "--", "/bin/touch", str(flag)],

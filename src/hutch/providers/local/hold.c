@@ -318,7 +318,8 @@ static int join(const char *file) { /* 0: "the writer" (one thread here: the who
 /* --into=DIR (a v2 cgroup): COMMAND starts in it by clone3(CLONE_INTO_CGROUP), which takes no
  * global lock (a cgroup.procs write waits out an RCU grace period: 4-9 ms); this launcher stays
  * its parent (as the uid it drops to), holds no descriptor of it, and exits as it does. Where
- * clone3 cannot (an older kernel), it joins DIR/cgroup.procs itself. Returns in the child. */
+ * clone3 fails (an older kernel, a seccomp profile), it joins DIR/cgroup.procs itself. Returns
+ * in the child (or, having joined, in this process). */
 static int start_in(const char *dir, const char *user) {
     int cfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (cfd < 0) {
@@ -327,16 +328,11 @@ static int start_in(const char *dir, const char *user) {
     }
     struct hold_clone_args ca = {.flags = HOLD_CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (unsigned long long)cfd};
     long pid = syscall(SYS_clone3, &ca, sizeof ca);
-    int err = errno;
     close(cfd);
-    if (pid < 0 && (err == ENOSYS || err == E2BIG || err == EINVAL)) { /* no clone3, or not this flag */
+    if (pid < 0) { /* no clone3 (ENOSYS, also what container seccomp profiles answer), or not allowed */
         char file[4096];
         snprintf(file, sizeof file, "%s/cgroup.procs", dir);
-        return join(file);
-    }
-    if (pid < 0) {
-        dprintf(2, "hutch launch: cannot start in the cgroup %s: %s\n", dir, strerror(err));
-        return -1;
+        return join(file); /* says why when that fails too */
     }
     if (pid == 0) return 0;
     if (syscall(SYS_close_range, 3, ~0U, 0) < 0) /* the child's pipes end when it does */
