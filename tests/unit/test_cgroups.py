@@ -106,3 +106,22 @@ def test_no_access_means_none_with_the_reason(tmp_path: Path, monkeypatch: pytes
 def test_unreadable_proc_is_none(tmp_path: Path) -> None:
     layout = cgroups.detect(tmp_path / "missing")
     assert layout.mode == "none" and "cannot read" in (layout.problem or "")
+
+
+def test_a_hybrid_with_a_v2_controller_joins_each_hierarchy_its_way(tmp_path: Path) -> None:
+    """memory and pids on v1, cpu on v2: the v1 cgroups by their tasks files, the v2 one by its
+    cgroup.procs (the native launcher starts in it with clone3)."""
+    root = tmp_path / "cg"
+    mounts = _v1_tree(root, ["memory", "pids"])
+    unified = root / "unified"
+    (unified / "job").mkdir(parents=True)
+    (unified / "job" / "cgroup.controllers").write_text("cpu\n")
+    proc = _proc(tmp_path, [*mounts, (str(unified), "cgroup2", "rw")], "4:memory:/\n8:pids:/\n0::/job\n")
+    layout = cgroups.detect(proc)
+    assert layout.mode == "hybrid" and layout.v2_controllers == ("cpu",)
+    cg, _ = cgroups.create(layout, "sbx_4", 1 << 20, 8, 1)
+    assert cg.join_files() == [
+        str(root / "memory" / "hutch" / "sbx_4" / "tasks"),
+        str(root / "pids" / "hutch" / "sbx_4" / "tasks"),
+        str(unified / "job" / "hutch" / "sbx_4" / "cgroup.procs"),
+    ]

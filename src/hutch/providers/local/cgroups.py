@@ -156,8 +156,12 @@ class SandboxCgroup:
         """Where a single-threaded process joins these cgroups by writing ``0``: v1's ``tasks``
         (moving the writing thread: the kernel then skips the global lock that makes a
         ``cgroup.procs`` write wait out an RCU grace period, 4-9 ms here per create), v2's
-        ``cgroup.procs`` (its ``cgroup.threads`` refuses a move between domains)."""
-        return [str(d / ("cgroup.procs" if self.v2 else "tasks")) for d in self.dirs]
+        ``cgroup.procs`` (its ``cgroup.threads`` refuses a move between domains). With ``v2``,
+        the last dir is the v2 one (create's order: a hybrid layout's v1 dirs come first)."""
+        out = [str(d / "tasks") for d in self.dirs]
+        if self.v2 and out:
+            out[-1] = str(self.dirs[-1] / "cgroup.procs")
+        return out
 
     def pids(self) -> set[int]:
         out: set[int] = set()
