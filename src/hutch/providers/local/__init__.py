@@ -36,7 +36,7 @@ from hutch.providers.local.gvisorops import GvisorMixin
 from hutch.providers.local.helpers import Helpers
 from hutch.providers.local.hold import bind_args, idle_helper
 from hutch.providers.local.hold import check as hold_check
-from hutch.providers.local.host import check_reachable, drop, kill, launcher, reach_check, rmtree, start_time, wait_start
+from hutch.providers.local.host import check_reachable, drop, kill, launcher, reach_check, start_time, wait_start
 from hutch.providers.local.images import carry, kept, rootfs
 from hutch.providers.local.images import runtime as agent_runtime
 from hutch.providers.local.images.rootfs import ImageRoot
@@ -46,6 +46,7 @@ from hutch.providers.local.pidwait import wait_exit
 from hutch.providers.local.pooling import PoolMixin
 from hutch.providers.local.runs import raw_output
 from hutch.providers.local.sandboxdir import make_dirs, shared_workspace
+from hutch.providers.local.trash import Trash
 from hutch.providers.local.uids import SandboxUids
 from hutch.providers.local.watch import STATUS_FILE, Watcher, cause, release
 from hutch.providers.local.workspace import WorkspaceMixin, tenant_dir
@@ -96,6 +97,8 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
         self.helpers = Helpers(settings.home, lambda: self.layout, self._drop)
         self.uids = SandboxUids(settings, self.root)
         self.watcher = Watcher()
+        self.trash = Trash(settings.home / "trash")  # a destroyed sandbox's directory, deleted behind the destroy
+        self.trash.sweep()  # what a previous daemon left there
 
     def bind_events(self, on_event: OnEvent) -> None:
         """Where egress decisions go (the Service records them as events): EventSource."""
@@ -150,18 +153,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             out.append(seccomp.check())
         except HutchError as exc:
             out.append(CheckResult("bwrap", False, exc.message, exc.hint))
-        layout = self.layout
-        if layout.mode == "none":
-            out.append(
-                CheckResult(
-                    "cgroups",
-                    False,
-                    f"{layout.problem}; falling back to rlimits (memory as address space, pids per user, no cpu limit)",
-                    "run hutch as root, or in a delegated cgroup: systemd-run --user --scope -p Delegate=yes hutch serve",
-                )
-            )
-        else:
-            out.append(CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}"))
+        out.append(cgroups.check(self.layout))
         out.append(await asyncio.to_thread(self.uids.check))
         out.append(await asyncio.to_thread(reach_check, self.settings.home))
         out.append(await asyncio.to_thread(hostpython.check))
@@ -438,7 +430,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
                 disk.remove(Path(data["dir"]))
                 if not self.root and (data.get("user") or {}).get("map") == "subuid":  # files of its subordinate uids
                     carry.purge(self.bwrap().path, Path(data["dir"]))
-                rmtree(Path(data["dir"]))
+                self.trash.discard(Path(data["dir"]))  # deleted behind the destroy
             self.uids.release(sandbox_id)
 
         await asyncio.to_thread(work)

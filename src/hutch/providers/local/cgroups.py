@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hutch.provider import CheckResult
 from hutch.providers.local import pidwait
 
 CONTROLLERS = ("memory", "pids", "cpu")
@@ -101,6 +102,18 @@ def detect(proc: Path = Path("/proc/self")) -> Layout:
         return Layout("none", problem=f"no writable cgroup for hutch on {where} (not root, no delegation)")
     mode = "v2" if not on_v1 else ("hybrid" if v2_mount is not None else "v1")
     return Layout(mode, v1=v1, v2=v2, v2_controllers=v2_ctls)
+
+
+def check(layout: Layout) -> CheckResult:
+    """``hutch doctor``'s cgroups line."""
+    if layout.mode == "none":
+        return CheckResult(
+            "cgroups",
+            False,
+            f"{layout.problem}; falling back to rlimits (memory as address space, pids per user, no cpu limit)",
+            "run hutch as root, or in a delegated cgroup: systemd-run --user --scope -p Delegate=yes hutch serve",
+        )
+    return CheckResult("cgroups", True, f"{layout.mode}; enforced: {', '.join(layout.controllers)}")
 
 
 def _write(path: Path, value: str) -> None:
