@@ -1,6 +1,11 @@
 """Destroy of a sandbox, two installs of hutch side by side: wall and CPU, interleaved.
 
     python bench/destroy_compare.py --before OLD/.venv/bin --after NEW/.venv/bin [--rounds 6] [--per 5]
+        [--before-src OLD/src --after-src NEW/src] [--files N]
+
+``--before-src``/``--after-src``: a tree's ``src`` put first on PYTHONPATH (two trees, one
+install). ``--files N``: each sandbox's workspace gets N files of 1 KiB (in 10 directories)
+before its destroy, written by a command in it (not timed).
 
 Each install gets its own HUTCH_HOME and daemon (pool off). Every round, per install:
 ``--per`` sandboxes are created (not timed), then destroyed one at a time through the SDK,
@@ -46,8 +51,12 @@ def main() -> int:
     ap.add_argument("--after", required=True, help="the bin directory of the second install")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--per", type=int, default=5)
+    ap.add_argument("--before-src", help="PYTHONPATH of the first install's daemon and clients")
+    ap.add_argument("--after-src", help="PYTHONPATH of the second's")
+    ap.add_argument("--files", type=int, default=0, help="files written in each workspace before its destroy")
     args = ap.parse_args()
     installs = {"before": args.before, "after": args.after}
+    srcs = {"before": args.before_src, "after": args.after_src}
     tmp = tempfile.mkdtemp(prefix="hutch-destroy-")
     os.chmod(tmp, 0o711)  # as root, sandbox uids pass through to the state dirs
     envs: dict[str, dict[str, str]] = {}
@@ -56,6 +65,8 @@ def main() -> int:
     try:
         for v, bin_dir in installs.items():
             envs[v] = dict(os.environ) | {"HUTCH_HOME": os.path.join(tmp, v), "HUTCH_POOL_SIZE": "0"}
+            if srcs[v]:
+                envs[v]["PYTHONPATH"] = str(Path(srcs[v]).resolve())
             subprocess.run([f"{bin_dir}/hutch", "daemon", "start"], env=envs[v], check=True, capture_output=True)
             daemons[v] = int((Path(tmp) / v / "hutchd.pid").read_text().split()[0])
         for i in range(args.rounds):
@@ -65,6 +76,12 @@ def main() -> int:
                     subprocess.run(create, env=envs[v], check=True, capture_output=True, text=True).stdout.strip()
                     for _ in range(args.per)
                 ]
+                if args.files:
+                    each = f"for f in $(seq {args.files // 10}); do head -c 1024 /dev/zero > t/$d/$f; done"
+                    fill = f"for d in $(seq 10); do mkdir -p t/$d; {each}; done"
+                    for sid in made:
+                        fill_argv = [f"{bin_dir}/hutch", "exec", sid, "--", "sh", "-c", fill]
+                        subprocess.run(fill_argv, env=envs[v], check=True, capture_output=True)
                 argv = [f"{bin_dir}/python", "-c", LOOP, *made]
                 loop = subprocess.Popen(argv, env=envs[v], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
                 assert loop.stdin is not None and loop.stdout is not None
