@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import shutil
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -96,7 +98,7 @@ class Trash:
         while True:
             path = self._todo.get()
             try:
-                rmtree(path)
+                _remove(path)
             except Exception as exc:  # noqa: BLE001 - logged; the next daemon's sweep tries again
                 log.warning("could not empty %s from the trash: %s", path, exc)
             finally:
@@ -104,3 +106,15 @@ class Trash:
                     self._pending -= 1
                     self._mine.discard(path.name)
                 self._todo.task_done()
+
+
+def _remove(path: Path) -> None:
+    """``rm -rf`` in a process of its own: a deletion in a thread of the daemon holds the GIL in
+    turns with the event loop and slows the requests that come meanwhile (a destroy's own
+    answer: 17.8 ms instead of 10.5 with 3000 files); what it leaves (a directory it may not
+    enter, as a user) goes through host.rmtree."""
+    rm = shutil.which("rm", path="/usr/bin:/bin")
+    if rm is not None:
+        subprocess.run([rm, "-rf", "--one-file-system", "--", str(path)], capture_output=True, check=False)
+    if os.path.lexists(path):
+        rmtree(path)
