@@ -135,17 +135,25 @@ def hutch_home() -> Iterator[Path]:
     subprocess.run(["rm", "-rf", str(home)], check=False)
 
 
-@pytest.fixture
-def daemon(hutch_home: Path) -> Iterator[Daemon]:
-    d = Daemon(hutch_home).start()
+@contextlib.contextmanager
+def serving(home: Path, **env: str) -> Iterator[Daemon]:
+    """A daemon of ``home`` (with ``env``) for the block; after it, its sandboxes destroyed,
+    the daemon stopped and whatever it left killed."""
+    d = Daemon(home, **env).start()
     try:
         yield d
     finally:
         try:
-            destroy_all(hutch_home)
+            destroy_all(home)
         finally:
             d.stop()
-            sweep(hutch_home)
+            sweep(home)
+
+
+@pytest.fixture
+def daemon(hutch_home: Path) -> Iterator[Daemon]:
+    with serving(hutch_home) as d:
+        yield d
 
 
 # -- images: a tiny OCI layout and local registries (tests/imagekit.py), once per session ----------

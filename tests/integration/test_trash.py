@@ -9,20 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import Daemon, destroy_all, sweep
+from tests.conftest import Daemon, serving
 
 
 @pytest.fixture
 def daemon(hutch_home: Path) -> Iterator[Daemon]:
-    d = Daemon(hutch_home, HUTCH_POOL_SIZE="0").start()  # every sandbox cold: its directory is its id's
-    try:
+    with serving(hutch_home, HUTCH_POOL_SIZE="0") as d:  # every sandbox cold: its directory is its id's
         yield d
-    finally:
-        try:
-            destroy_all(hutch_home)
-        finally:
-            d.stop()
-            sweep(hutch_home)
 
 
 def until(what: str, check: object, seconds: float = 60.0) -> None:
