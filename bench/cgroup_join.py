@@ -24,13 +24,16 @@ import argparse
 import os
 import statistics
 import subprocess
-import tempfile
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from hutch.providers.local import cgroups, hold
+from hutch.providers.local import cgroups
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launcher import root_helper
 
 UID = 600997
 V1 = ("memory", "pids", "cpu")
@@ -61,11 +64,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--gap", type=float, default=0.05, help="seconds of quiet before each launch (as between creates)")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bench/cgroup_join.py runs as root (it makes cgroups and drops to a sandbox uid)")
-    helper = hold.prepare(Path(tempfile.mkdtemp(prefix="hutch-join-"))).path
-    if helper is None:
-        raise SystemExit("the idle helper could not be built here (no C compiler)")
+    helper = root_helper("bench/cgroup_join.py")
     base = [helper, "--launch"]
     tail = [f"--user={UID}:{UID}", "--", "/bin/true"]
 

@@ -24,15 +24,21 @@ from hutch.providers.local.host import launcher
 UID = 600998
 
 
+def root_helper(script: str) -> str:
+    """The idle helper, built for this run; ``script`` runs as root (it makes cgroups and drops to a sandbox uid)."""
+    if os.geteuid() != 0:
+        raise SystemExit(f"{script} runs as root (it makes cgroups and drops to a sandbox uid)")
+    helper = hold.prepare(Path(tempfile.mkdtemp(prefix="hutch-launch-"))).path
+    if helper is None:
+        raise SystemExit("the idle helper could not be built here (no C compiler)")
+    return helper
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=300)
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("bench/launcher.py runs as root (it makes a cgroup and drops to a sandbox uid)")
-    helper = hold.prepare(Path(tempfile.mkdtemp(prefix="hutch-launch-"))).path
-    if helper is None:
-        raise SystemExit("the idle helper could not be built here (no C compiler)")
+    helper = root_helper("bench/launcher.py")
     group, _ = cgroups.create(cgroups.detect(), f"bench-launch-{uuid.uuid4().hex[:8]}", 256 << 20, 64, None)
     procs = group.procs_files()
     fallback = launcher(UID, procs, {})
