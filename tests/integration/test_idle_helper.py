@@ -37,7 +37,7 @@ def status_of(pid: int) -> dict[str, str]:
     return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
 
 
-def test_an_idle_sandbox_holds_the_helper_and_its_first_run_the_agent_in_place(daemon: Daemon) -> None:
+def test_an_idle_sandbox_holds_the_helper_which_supervises_a_plain_run_itself(daemon: Daemon) -> None:
     sbx = Sandbox.create(settings=daemon.settings, env={"GREETING": "hello"})
     pid, cmd = agent(daemon.home, sbx.id)
     assert cmd.startswith("/.hutch/hold "), cmd
@@ -45,26 +45,39 @@ def test_an_idle_sandbox_holds_the_helper_and_its_first_run_the_agent_in_place(d
     # the helper is as confined as the agent it stands for: the sandbox's uid, no capabilities, the filter
     assert held["Uid"].split() == [held["Uid"].split()[0]] * 4 and held["CapEff"] == "0000000000000000"
     assert held["NoNewPrivs"] == "1" and held["Seccomp"] == "2"
-    r = sbx.exec(["sh", "-c", f"{ISOLATION}; echo $GREETING; cat /proc/2/cmdline | tr '\\0' ' '"])
+    parent = "cat /proc/$PPID/cmdline | tr '\\0' ' '; echo; grep PPid /proc/$PPID/status"
+    r = sbx.exec(["sh", "-c", f"{ISOLATION}; echo $GREETING; {parent}"])
     assert r.exit_code == 0, r.stderr
     assert r.stdout.startswith("1000\n1000\n"), r.stdout
     for line in ("CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000"):
         assert line in r.stdout
     assert "NoNewPrivs:\t1" in r.stdout and "Seccomp:\t2" in r.stdout and "hello" in r.stdout
-    assert "/.hutch/agent" in r.stdout  # PID 2 is the Python agent now
-    after, cmd = agent(daemon.home, sbx.id)
-    assert after == pid and "/.hutch/agent" in cmd  # the same process: execve, not a new one
-    now = status_of(pid)
-    assert (now["Uid"], now["Gid"], now["CapEff"], now["NoNewPrivs"], now["Seccomp"]) == (
-        held["Uid"],
-        held["Gid"],
-        held["CapEff"],
-        held["NoNewPrivs"],
-        held["Seccomp"],
-    )
+    # the run's supervisor is a fork of the helper (PID 2): no Python agent was started for it
+    assert "\n/.hutch/hold " in r.stdout and "PPid:\t2\n" in r.stdout, r.stdout
+    assert agent(daemon.home, sbx.id) == (pid, cmd)
     # timeouts are the supervisor's, inside: they still hold
     t = sbx.exec(["sleep", "30"], timeout=1)
     assert t.exit_code != 0
+    assert agent(daemon.home, sbx.id) == (pid, cmd)
+
+
+def test_a_run_the_helper_cannot_supervise_brings_the_agent_in_place(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    pid, cmd = agent(daemon.home, sbx.id)
+    assert cmd.startswith("/.hutch/hold "), cmd
+    held = status_of(pid)
+    background = sbx.exec(["sleep", "60"], background=True)  # the helper's, alive while the agent takes over
+    r = sbx.exec(["sh", "-c", "echo $TOKEN; cat /proc/$PPID/cmdline | tr '\\0' ' '"], secrets={"TOKEN": "s3cret-value"})
+    assert r.exit_code == 0 and "[redacted:TOKEN]" in r.stdout, r.stdout  # redaction: the Python supervisor's
+    supervisor = r.stdout.splitlines()[1]
+    assert "/.hutch/agent" in supervisor and not supervisor.startswith("/.hutch/hold"), r.stdout
+    after, now = agent(daemon.home, sbx.id)
+    assert after == pid and not now.startswith("/.hutch/hold") and "/.hutch/agent" in now  # execve in place
+    woke = status_of(pid)
+    assert (woke["Uid"], woke["CapEff"], woke["NoNewPrivs"], woke["Seccomp"]) == (held["Uid"], "0000000000000000", "1", "2")
+    # the agent took over the helper's run: it knows it, and kills it
+    assert background.kill("KILL")["signalled"] is True
+    assert background.wait().exit_code == 137
 
 
 def test_kill9_of_the_daemon_adopts_a_sandbox_the_helper_holds(daemon: Daemon) -> None:

@@ -26,7 +26,7 @@ STAND_IN = textwrap.dedent(
     """
     import json, os, socket, sys
     held = [int(x) for x in sys.argv[-1].removeprefix("--held=").split(",")]
-    agent, exec_fd, state, conn, pending, listener = held
+    agent, exec_fd, state, conn, pending, listener, stdin, runs = held
     def read_all(fd):
         os.lseek(fd, 0, os.SEEK_SET)
         out = b""
@@ -37,7 +37,13 @@ STAND_IN = textwrap.dedent(
               "inheritable": [os.get_inheritable(fd) for fd in (agent, exec_fd)]}
     if listener >= 0:
         report["listener"] = socket.socket(fileno=listener).getsockname()[1]
-    if conn >= 0:
+    if runs >= 0:
+        report["runs"] = read_all(runs).decode()
+    if stdin >= 0:  # an exec the helper hands over: the connection, what it read, the run's stdin
+        report["pending"] = read_all(pending).hex()
+        report["stdin"] = os.read(stdin, 100).decode()
+        socket.socket(fileno=conn).sendall(b"handed over")
+    elif conn >= 0:
         report["pending"] = read_all(pending).hex()
         body = json.dumps({"type": "ok", "from": "agent"}).encode()
         socket.socket(fileno=conn).sendall(len(body).to_bytes(4, "big") + b"J" + body)
@@ -72,8 +78,8 @@ def test_built_once_per_source_and_checked(tmp_path: Path) -> None:
     (tmp_path / "hold" / "hold-0123456789abcdef-x86_64").write_bytes(b"an earlier source's")
     path = built(tmp_path)
     assert [p.name for p in (tmp_path / "hold").iterdir()] == [Path(path).name]  # the earlier one pruned
-    assert Path(path).name == f"hold-{hold.key(hold.SOURCE.read_bytes())}-{os.uname().machine}"
-    assert hold.answers(Path(path), hold.key(hold.SOURCE.read_bytes()))
+    assert Path(path).name == f"hold-{hold.source_key()}-{os.uname().machine}"
+    assert hold.answers(Path(path), hold.source_key())
     assert Path(path).stat().st_mode & 0o777 == 0o755 and (tmp_path / "hold").stat().st_mode & 0o777 == 0o711
     assert not [p for p in (tmp_path / "hold").iterdir() if p.name.startswith(".build-")]  # no temporary left
     mtime = Path(path).stat().st_mtime_ns
@@ -91,7 +97,7 @@ def test_a_damaged_cached_binary_is_built_again(tmp_path: Path, damage: bytes) -
     path.chmod(0o755)
     again = hold.prepare(tmp_path)
     assert again.path == str(path)
-    assert path.read_bytes() != damage and hold.answers(path, hold.key(hold.SOURCE.read_bytes()))
+    assert path.read_bytes() != damage and hold.answers(path, hold.source_key())
 
 
 def test_no_compiler_means_the_python_agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -209,15 +215,41 @@ def test_the_helper_answers_what_an_idle_sandbox_is_asked(tmp_path: Path) -> Non
         helper.stop()
 
 
-def test_a_run_wakes_the_agent_and_waits_in_the_backlog(tmp_path: Path) -> None:
+def exec_request(ctl: Path, req: dict[str, object], stdin: bytes) -> socket.socket:
+    r, w = os.pipe()
+    os.write(w, stdin)
+    os.close(w)
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(str(ctl / "exec.sock"))
+    socket.send_fds(s, [wire.message(req)], [r])
+    os.close(r)
+    return s
+
+
+def test_a_run_it_cannot_supervise_wakes_the_agent_with_the_connection(tmp_path: Path) -> None:
+    helper = Helper(built(tmp_path / "home"), tmp_path)
+    try:
+        req = {"type": "exec", "run_id": "run_x", "argv": ["true"], "redact": {}, "tty": True}  # a terminal: the agent's
+        with exec_request(helper.ctl, req, b"its input") as s:
+            assert s.recv(100) == b"handed over"
+        got = helper.result()
+        assert got["pid"] == helper.proc.pid and bytes.fromhex(str(got["pending"])) == wire.message(req)
+        assert got["stdin"] == "its input" and "runs" not in got
+    finally:
+        helper.stop()
+
+
+def test_what_is_not_an_exec_request_is_refused_on_the_exec_socket(tmp_path: Path) -> None:
     helper = Helper(built(tmp_path / "home"), tmp_path)
     try:
         with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(30)
             s.connect(str(helper.ctl / "exec.sock"))
-            s.sendall(b"the run's request")
-            got = helper.result()
-        assert got["pid"] == helper.proc.pid and got["exec"] == "the run's request"
-        assert "listener" not in got and got["state"] == ""
+            s.sendall(wire.message({"type": "exec", "run_id": "run_x", "argv": ["true"]}))  # no stdin descriptor
+            data = s.recv(65536)
+        assert wire.decode(data[5:])["error"]["kind"] == "invalid"
+        assert request(helper.sock, {"type": "ping"})[0] == {"type": "ok", "pid": helper.proc.pid, "protocol": 7}
     finally:
         helper.stop()
 

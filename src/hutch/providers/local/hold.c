@@ -21,23 +21,29 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef HOLD_KEY
@@ -65,64 +71,6 @@ static int listen_unix(const char *path) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || chmod(path, 0600) < 0 || listen(fd, 64) < 0) die(path);
     return fd;
-}
-
-/* -- the little JSON this needs: a top-level key's raw value ------------------------------ */
-
-static const char *skip_ws(const char *p, const char *e) {
-    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
-static const char *skip_string(const char *p, const char *e) { /* p at '"': after the closing quote, or NULL */
-    for (p++; p < e; p++) {
-        if (*p == '\\') p++;
-        else if (*p == '"') return p + 1;
-    }
-    return NULL;
-}
-
-static const char *skip_value(const char *p, const char *e) {
-    if (p < e && *p == '"') return skip_string(p, e);
-    int depth = 0;
-    while (p < e) {
-        if (*p == '"') {
-            if (!(p = skip_string(p, e))) return NULL;
-            continue;
-        }
-        if (*p == '{' || *p == '[') depth++;
-        else if (*p == '}' || *p == ']') {
-            if (depth == 0) return p;
-            if (--depth == 0) return p + 1;
-        } else if (depth == 0 && (*p == ',' || *p == ' ' || *p == '\n')) return p;
-        p++;
-    }
-    return depth ? NULL : p;
-}
-
-/* The raw text of top-level KEY's value in the object BODY (1: found, 0: absent, -1: not an object). */
-static int find_key(const char *body, size_t len, const char *key, const char **val, size_t *vlen) {
-    const char *p = skip_ws(body, body + len), *e = body + len;
-    if (p >= e || *p++ != '{') return -1;
-    for (;;) {
-        p = skip_ws(p, e);
-        if (p < e && *p == '}') return 0;
-        if (p >= e || *p != '"') return -1;
-        const char *k = p + 1, *kend = skip_string(p, e);
-        if (!kend) return -1;
-        p = skip_ws(kend, e);
-        if (p >= e || *p++ != ':') return -1;
-        p = skip_ws(p, e);
-        const char *v = p;
-        if (!(p = skip_value(p, e))) return -1;
-        if ((size_t)(kend - 1 - k) == strlen(key) && !memcmp(k, key, strlen(key))) {
-            *val = v;
-            *vlen = (size_t)(p - v);
-            return 1;
-        }
-        p = skip_ws(p, e);
-        if (p < e && *p == ',') p++;
-    }
 }
 
 /* -- frames ------------------------------------------------------------------------------ */
@@ -176,22 +124,33 @@ static int write_full(int fd, const char *buf, size_t n) {
     return 0;
 }
 
+#include "holdjson.c"
+#include "holdrun.c"
+#include "holdsup.c"
+
 /* -- handing over to the Python agent ---------------------------------------------------- */
 
 static void inherit(int fd) {
     if (fd >= 0 && fcntl(fd, F_SETFD, 0) < 0) die("fcntl");
 }
 
-static void wake(int conn, const char *pending, size_t plen) {
-    int pend = -1;
+/* Exec the Python agent in this process's place, handing over CONN (-1: none) with what was read
+ * of it (PENDING) and, for an exec, its stdin descriptor (STDIN_FD), and the runs alive here. */
+static void wake(int conn, const char *pending, size_t plen, int stdin_fd) {
+    int pend = -1, alive_runs = -1;
     if (conn >= 0) {
         pend = make_memfd("hutch-pending");
         if (write_full(pend, pending, plen) < 0) die("write");
     }
+    prune_runs();
+    if (nruns) { /* the agent takes over these runs' supervisors (its children: kill, runs, going back lean) */
+        alive_runs = make_memfd("hutch-runs");
+        for (int i = 0; i < nruns; i++) dprintf(alive_runs, "%s %d\n", runs[i].id, (int)runs[i].pid);
+    }
     if (state_fd < 0) state_fd = make_memfd("hutch-state");
-    int fds[] = {agent_fd, exec_fd, state_fd, conn, pend, listener_fd};
-    char held[160];
-    snprintf(held, sizeof held, "--held=%d,%d,%d,%d,%d,%d", fds[0], fds[1], fds[2], fds[3], fds[4], fds[5]);
+    int fds[] = {agent_fd, exec_fd, state_fd, conn, pend, listener_fd, stdin_fd, alive_runs};
+    char held[200];
+    snprintf(held, sizeof held, "--held=%d,%d,%d,%d,%d,%d,%d,%d", fds[0], fds[1], fds[2], fds[3], fds[4], fds[5], fds[6], fds[7]);
     for (size_t i = 0; i < sizeof fds / sizeof *fds; i++) inherit(fds[i]);
     int n = 0;
     while (python[n]) n++;
@@ -205,11 +164,70 @@ static void wake(int conn, const char *pending, size_t plen) {
     die(argv[0]);
 }
 
-/* -- the requests an idle sandbox gets ---------------------------------------------------- */
-
-static int is(const char *val, size_t len, const char *want) {
-    return len == strlen(want) + 2 && !memcmp(val + 1, want, strlen(want));
+static void free_run(struct run *r) {
+    for (char **a = r->argv; a && *a; a++) free(*a);
+    for (char **e = r->env; e && *e; e++) free(*e);
+    free(r->argv), free(r->env), free(r->cwd);
 }
+
+/* A connection on exec.sock: the run, supervised by a fork of this helper when it can be (see
+ * holdrun.c), else the Python agent's (woken with the connection and what was read of it). */
+static void take_run(void) {
+    int conn = accept4(exec_fd, NULL, NULL, SOCK_CLOEXEC), in = -1;
+    if (conn < 0) return;
+    struct timeval tv = {10, 0}; /* the daemon sends its request at once */
+    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    unsigned char head[5];
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(8 * sizeof(int))];
+    } c;
+    struct iovec iov = {head, 5};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf, .msg_controllen = sizeof c.buf};
+    ssize_t got = recvmsg(conn, &m, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    for (struct cmsghdr *h = got > 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        int *fds = (int *)CMSG_DATA(h);
+        for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+            if (in < 0) in = fds[i];
+            else close(fds[i]);
+        }
+    }
+    size_t size = got == 5 ? (size_t)head[0] << 24 | head[1] << 16 | head[2] << 8 | head[3] : 0;
+    char *frame = got == 5 && size <= MAX_FRAME && head[4] == 'J' ? malloc(size + 5) : NULL;
+    if (!frame || in < 0 || read_full(conn, frame + 5, size) < 0) { /* not a request: the agent would refuse it too */
+        send_msg(conn, "{\"type\":\"error\",\"error\":{\"kind\":\"invalid\",\"message\":\"the exec socket takes exec requests "
+                       "with a run id and a stdin descriptor\"}}", -1);
+        free(frame);
+        if (in >= 0) close(in);
+        close(conn);
+        return;
+    }
+    memcpy(frame, head, 5);
+    struct run r;
+    if (read_run(frame + 5, size, &r) < 0) wake(conn, frame, size + 5, in); /* never returns */
+    prune_runs();
+    pid_t pid = nruns < MAX_RUNS ? fork() : -1;
+    if (pid == 0) {
+        int own[] = {agent_fd, exec_fd, state_fd, listener_fd};
+        for (int i = 0; i < 4; i++)
+            if (own[i] >= 0) close(own[i]);
+        supervise(&r, conn, in); /* never returns */
+    }
+    if (pid < 0) {
+        send_msg(conn, "{\"type\":\"error\",\"error\":{\"kind\":\"capacity\",\"message\":\"cannot start a process: the sandbox is at "
+                       "its pids limit\",\"hint\":\"kill runaway processes, or recreate the sandbox with a higher --pids\"}}", -1);
+    } else {
+        snprintf(runs[nruns].id, sizeof runs[nruns].id, "%s", r.id);
+        runs[nruns++].pid = pid;
+    }
+    free_run(&r);
+    free(frame);
+    close(in);
+    close(conn);
+}
+
+/* -- the requests an idle sandbox gets ---------------------------------------------------- */
 
 static int do_listen(int conn, const char *body, size_t len) { /* 0: answered; -1: the agent's to answer */
     const char *v;
@@ -238,6 +256,20 @@ static int do_listen(int conn, const char *body, size_t len) { /* 0: answered; -
     return 0;
 }
 
+static int kill_request(int conn, const char *body, size_t len) { /* 0: answered; -1: the agent's to answer */
+    const char *v;
+    size_t vl;
+    double sig = SIGKILL;
+    if (find_key(body, len, "run_id", &v, &vl) != 1) return -1;
+    char *id = json_str(v, vl, NULL);
+    int fine = id && !strncmp(id, "run_", 4) && strlen(id) < sizeof runs[0].id && !strchr(id, '/') &&
+               (find_key(body, len, "signal", &v, &vl) != 1 || (json_num(v, vl, SIGKILL, &sig) == 0 && sig >= 1 && sig <= 64));
+    if (fine)
+        send_msg(conn, kill_run(id, (int)sig) ? "{\"type\":\"ok\",\"was_running\":true}" : "{\"type\":\"ok\",\"was_running\":false}", -1);
+    free(id);
+    return fine ? 0 : -1;
+}
+
 static void request(int conn) {
     struct timeval tv = {10, 0}; /* the daemon sends its request at once */
     setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -256,7 +288,14 @@ static void request(int conn) {
             snprintf(reply, sizeof reply, "{\"type\":\"ok\",\"pid\":%d,\"protocol\":%s}", (int)getpid(), protocol);
             send_msg(conn, reply, -1);
         } else if (is(type, tlen, "runs")) {
-            send_msg(conn, "{\"type\":\"ok\",\"alive\":[]}", -1);
+            struct buf b = {0};
+            prune_runs();
+            putf(&b, "{\"type\":\"ok\",\"alive\":[");
+            for (int i = 0; i < nruns; i++) putf(&b, "%s\"%s\"", i ? "," : "", runs[i].id);
+            put(&b, "]}", 3);
+            send_msg(conn, b.p, -1);
+            free(b.p);
+        } else if (is(type, tlen, "kill") && kill_request(conn, body, size) == 0) {
         } else if (is(type, tlen, "unlisten")) {
             if (listener_fd >= 0) close(listener_fd);
             listener_fd = -1;
@@ -265,9 +304,10 @@ static void request(int conn) {
             if (state_fd < 0) state_fd = make_memfd("hutch-state");
             if (write_full(state_fd, frame, size + 5) < 0) die("write");
             state_size += (long)size + 5;
+            configured(body, size);
             send_msg(conn, "{\"type\":\"ok\"}", -1);
         } else if (!(is(type, tlen, "listen") && do_listen(conn, body, size) == 0)) {
-            wake(conn, frame, size + 5); /* never returns */
+            wake(conn, frame, size + 5, -1); /* never returns */
         }
     }
     munmap(frame, size + 5);
@@ -405,12 +445,24 @@ int main(int argc, char **argv) {
     if (i + 1 >= argc) die("no agent command after --");
     python = argv + i + 1;
     umask(022);
+    signal(SIGCHLD, SIG_IGN); /* the runs' supervisors are reaped by the kernel (as the agent's are) */
     if (held) { /* back from the Python agent: its sockets, state and listener */
         if (sscanf(held, "%d,%d,%d,%d", &agent_fd, &exec_fd, &state_fd, &listener_fd) != 4) die("--held");
         int fds[] = {agent_fd, exec_fd, state_fd, listener_fd};
         for (int k = 0; k < 4; k++)
             if (fds[k] >= 0) fcntl(fds[k], F_SETFD, FD_CLOEXEC);
         state_size = state_fd >= 0 ? lseek(state_fd, 0, SEEK_END) : 0;
+        char *state = state_size > 0 ? malloc((size_t)state_size) : NULL;
+        if (state && pread(state_fd, state, (size_t)state_size, 0) == state_size) { /* its configure frames */
+            for (long at = 0; at + 5 <= state_size;) {
+                unsigned char *h = (unsigned char *)state + at;
+                long size = (long)h[0] << 24 | h[1] << 16 | h[2] << 8 | h[3];
+                if (at + 5 + size > state_size) break;
+                configured(state + at + 5, (size_t)size);
+                at += 5 + size;
+            }
+        }
+        free(state);
     } else {
         char exec_path[sizeof ((struct sockaddr_un *)0)->sun_path];
         const char *slash = strrchr(sock_path, '/');
@@ -430,7 +482,7 @@ int main(int argc, char **argv) {
             if (errno == EINTR) continue;
             die("poll");
         }
-        if (p[1].revents) wake(-1, NULL, 0); /* a run: its connection waits in the backlog for a spare */
+        if (p[1].revents) take_run();
         if (p[0].revents) {
             int conn = accept4(agent_fd, NULL, NULL, SOCK_CLOEXEC);
             if (conn >= 0) {

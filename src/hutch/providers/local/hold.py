@@ -32,7 +32,9 @@ from pathlib import Path
 from hutch.config import Settings
 from hutch.provider import CheckResult
 
-SOURCE = Path(__file__).with_name("hold.c")
+SOURCES = tuple(
+    Path(__file__).with_name(name) for name in ("hold.c", "holdjson.c", "holdrun.c", "holdsup.c")
+)  # hold.c includes the rest
 SANDBOX_PATH = "/.hutch/hold"  # where a sandbox sees it
 COMPILERS = (("musl-gcc", ["-O2", "-static", "-s"]), ("cc", ["-O2", "-static", "-s"]), ("gcc", ["-O2", "-static", "-s"]))
 
@@ -51,6 +53,11 @@ def key(source: bytes) -> str:
     return hashlib.sha256(source).hexdigest()[:16]
 
 
+def source_key() -> str:
+    """The key of this install's helper source (all its files)."""
+    return key(b"".join(path.read_bytes() for path in SOURCES))
+
+
 def answers(path: Path, want: str) -> bool:
     """Whether the binary at ``path`` runs here and is the build of ``want``."""
     try:
@@ -60,7 +67,7 @@ def answers(path: Path, want: str) -> bool:
     return out.returncode == 0 and out.stdout == f"hutch-hold {want}\n".encode()
 
 
-def _build(source: bytes, want: str, root: Path, target: Path) -> str | None:
+def _build(sources: dict[str, bytes], want: str, root: Path, target: Path) -> str | None:
     """Compile into ``target`` with the first compiler that can; None, or why none could."""
     found = [(cc, flags) for cc, flags in COMPILERS if shutil.which(cc)]
     if not found:
@@ -68,7 +75,8 @@ def _build(source: bytes, want: str, root: Path, target: Path) -> str | None:
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     why = ""
     try:
-        (work / "hold.c").write_bytes(source)
+        for name, text in sources.items():
+            (work / name).write_bytes(text)
         for cc, flags in found:
             out = work / "hold"
             args = [cc, *flags, f'-DHOLD_KEY="{want}"', "-o", str(out), str(work / "hold.c")]
@@ -102,10 +110,10 @@ def prepare(home: Path, setting: str = "native") -> Hold:
         if known is not None and (known.path is None or os.path.exists(known.path)):
             return known
         try:
-            source = SOURCE.read_bytes()
+            sources = {path.name: path.read_bytes() for path in SOURCES}
         except OSError as exc:
             return Hold(None, f"the Python agent: the helper's source is missing from this install ({exc.strerror})")
-        want = key(source)
+        want = key(b"".join(sources.values()))  # (source_key)
         target = root / f"hold-{want}-{platform.machine()}"
         why = None
         if not answers(target, want):  # not built yet, or cut short, or not for this machine: (re)built
@@ -113,7 +121,7 @@ def prepare(home: Path, setting: str = "native") -> Hold:
             os.chmod(root, 0o711)  # bwrap, as the sandbox's uid, finds it by its path: searchable, not listable
             with contextlib.suppress(FileNotFoundError):
                 target.unlink()
-            why = _build(source, want, root, target)
+            why = _build(sources, want, root, target)
         if why is None:
             size = target.stat().st_size
             known = Hold(str(target), f"a native helper ({target}, {size // 1024} KiB); the Python agent from their first run")

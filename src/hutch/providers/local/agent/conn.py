@@ -44,16 +44,23 @@ def recv_fds(sock: Socket, size: int, most: int) -> tuple[bytes, list[int]]:
 
 
 class Connection:
-    def __init__(self, sock: Socket, pending: bytes = b"") -> None:
+    def __init__(self, sock: Socket, pending: bytes = b"", fds: list[int] | None = None) -> None:
         self.sock = sock
         self.reader = wire.Reader()
         self.reader.feed(pending)  # what the idle helper (hold.c) read of it before it handed over
+        self.fds = fds or []  # and the descriptors that came with that
 
     def first(self) -> tuple[Any, list[int]]:
         """The request that opens the connection, and the descriptors attached to it
         (None when the peer closed without a word)."""
         if self.reader.buf:
-            return self.message(), []
+            fds, self.fds = self.fds, []
+            try:
+                return self.message(), fds
+            except BaseException:
+                for fd in fds:
+                    os.close(fd)
+                raise
         chunk, fds = recv_fds(self.sock, CHUNK, MAX_FDS)
         if not chunk:
             for fd in fds:

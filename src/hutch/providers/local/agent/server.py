@@ -63,23 +63,30 @@ def _take_exec(conn: Connection, env: dict[str, str], secrets: dict[str, str]) -
 class Spare:
     """A supervisor forked ahead of time, waiting on the exec socket for its run."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: Agent, given: tuple[Socket, bytes, int] | None = None) -> None:
         ours, theirs = socketpair(AF_UNIX, SOCK_STREAM)
         pid = os.fork()
         if pid == 0:  # never returns
             ours.close()
-            self._wait(agent, theirs)
+            self._wait(agent, theirs, given)
         theirs.close()
+        if given is not None:  # the child's now
+            given[0].close()
+            os.close(given[2])
         self.sock = ours
         self.pid = pid
-        self.took = False  # it accepted a connection: no longer the spare
+        self.took = given is not None  # it accepted a connection (or was given one): no longer the spare
 
     @staticmethod
-    def _wait(agent: Agent, ctl: Socket) -> None:
+    def _wait(agent: Agent, ctl: Socket, given: tuple[Socket, bytes, int] | None) -> None:
+        """Wait for a run on the exec socket and supervise it; ``given``: a connection the idle helper
+        accepted and read (what it read, and the stdin descriptor that came with it)."""
         code = 0
         try:
             listener = agent.exec_listener
             keep = {ctl.fileno(), listener.fileno(), Transcript.fd}
+            if given is not None:
+                keep |= {given[0].fileno(), given[2]}
             for name in os.listdir("/proc/self/fd"):
                 # whatever the agent had open (its control socket, other spares' links...) is not ours
                 if int(name) > 2 and int(name) not in keep:
@@ -88,6 +95,19 @@ class Spare:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             procs.set_subreaper()
             rundir = RunDir()
+            if given is not None:
+                listener.close()
+                sock, pending, stdin_fd = given
+                sock.setblocking(True)
+                with wire.ignoring(OSError):
+                    ctl.sendall(TOOK)
+                got = _take_exec(Connection(sock, pending, [stdin_fd]), agent.env, agent.secrets)
+                if got is not None:
+                    with wire.ignoring(OSError):
+                        ctl.sendall(RUN + got[0]["run_id"].encode() + b"\n")
+                    ctl.close()
+                    Supervisor(sock, got[0], got[1], rundir).run()
+                return
             rundir.prepare()
             ctl.setblocking(False)
             poller = select.poll()
@@ -335,9 +355,16 @@ class Agent:
         self.hold = req.get("hold") is not False
         return changed
 
-    def take_over(self, state: int, conn: int, pending: int, listener: int) -> None:
+    def take_over(self, state: int, conn: int, pending: int, listener: int, stdin: int = -1, alive: int = -1) -> None:
         """Carry on from the idle helper (hold.c), which execve'd this agent in its place: the
-        configures it answered, the proxy's listener it made, the request it read and handed over."""
+        configures it answered, the proxy's listener it made, the request it read and handed over
+        (``stdin``: an exec's, which a spare takes), the runs its own supervisors still hold."""
+        if alive >= 0:  # "RUN_ID PID" lines: those supervisors are this process's children
+            with os.fdopen(alive, "rb") as f:
+                f.seek(0)
+                for line in f.read().decode().splitlines():
+                    run_id, _, pid = line.partition(" ")
+                    self.runs[run_id] = int(pid)
         with os.fdopen(state, "rb") as f:
             f.seek(0)
             reader = wire.Reader()
@@ -347,13 +374,20 @@ class Agent:
         if listener >= 0:
             self.listener = Socket(fileno=listener)
             os.set_inheritable(listener, False)
-        if self.configured:
-            self.new_spare()  # the exec that woke the helper waits in the exec socket's backlog for it
+        data = b""
         if conn >= 0:
             with os.fdopen(pending, "rb") as f:
                 f.seek(0)
                 data = f.read()
             os.set_inheritable(conn, False)
+        if stdin >= 0 and conn >= 0:  # an exec the helper could not supervise itself
+            os.set_inheritable(stdin, False)
+            taken = Spare(self, (Socket(fileno=conn), data, stdin))
+            self.links[taken.sock.fileno()] = taken
+            self.active = time.monotonic()
+        if self.configured:
+            self.new_spare()  # (an exec that woke the helper before it took runs waits in the backlog for it)
+        if conn >= 0 and stdin < 0:
             self.answer(Socket(fileno=conn), data)
 
     def listen(self, conn: Connection, req: Any) -> None:
@@ -441,7 +475,7 @@ def main() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     given = sys.argv[3] if len(sys.argv) > 3 else ""
     held = [int(x) for x in given[7:].split(",")] if given.startswith("--held=") else []
-    if held:  # the idle helper's sockets: AGENT,EXEC,STATE,CONN,PENDING,LISTENER (-1: none)
+    if held:  # the idle helper's sockets: AGENT,EXEC,STATE,CONN,PENDING,LISTENER[,STDIN,RUNS] (-1: none)
         for fd in held[:2]:
             os.set_inheritable(fd, False)
         server, exec_listener = Socket(fileno=held[0]), Socket(fileno=held[1])
