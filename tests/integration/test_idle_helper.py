@@ -134,25 +134,19 @@ def test_the_setting_python_starts_the_python_agent(hutch_home: Path) -> None:
         daemon.stop()
 
 
-def test_a_pool_member_is_awake_in_the_pool_and_goes_lean_once_handed_out(hutch_home: Path) -> None:
+def test_a_pool_member_waits_lean_and_its_first_plain_run_is_the_helpers(hutch_home: Path) -> None:
     from tests.integration.test_pool import full
 
-    daemon = Daemon(hutch_home, HUTCH_POOL_SIZE="1", HUTCH_SPARE_IDLE="1").start()
+    daemon = Daemon(hutch_home, HUTCH_POOL_SIZE="1").start()
     try:
         with daemon.client() as c:
             (member,) = full(c, 1)
         pid, cmd = agent(hutch_home, member)  # (its cgroup keeps the member's id)
-        assert "/.hutch/agent" in cmd, cmd  # woken at once: a hand-out's first exec does not wait for it
-        time.sleep(4)  # past 2 x spare_idle: an agent free to go back to the helper would have
-        assert agent(hutch_home, member) == (pid, cmd)
-        sbx = Sandbox.create(settings=daemon.settings)
-        assert sbx.exec(["id", "-u"]).stdout == "1000\n"
-        assert agent(hutch_home, member)[0] == pid  # it was the member
-        deadline = time.monotonic() + 120
-        while not agent(hutch_home, member)[1].startswith("/.hutch/hold "):  # handed out: free to go lean
-            assert time.monotonic() < deadline, agent(hutch_home, member)
-            time.sleep(0.2)
-        assert sbx.exec(["id", "-u"]).stdout == "1000\n"
+        assert cmd.startswith("/.hutch/hold "), cmd  # no Python agent while it waits
+        sbx = Sandbox.create(settings=daemon.settings, env={"GREETING": "hello"})
+        r = sbx.exec(["sh", "-c", "id -u; echo $GREETING; cat /proc/$PPID/cmdline | tr '\\0' ' '"])
+        assert r.stdout.startswith("1000\nhello\n/.hutch/hold "), r.stdout  # the hand-out's env, the helper's run
+        assert agent(hutch_home, member) == (pid, cmd)  # it was the member, still lean
         sbx.destroy()
     finally:
         daemon.stop()

@@ -334,7 +334,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             if self.root:  # the agent listens: the workload may no longer replace its socket
                 os.chown(ctl, 0, 0)
                 os.chmod(ctl, 0o755)
-            await self._configure_new(str(ctl / "agent.sock"), rec, held_by, env, armed.placeholders)
+            await self._configure_new(str(ctl / "agent.sock"), rec, env, armed.placeholders)
             upper = root.upper if root is not None else None  # what it has at start: what hutch diff compares with
             await asyncio.to_thread(changes.record_start, sdir, upper, Path(data["workspace_path"]))
             if rec.spec.network.mode != "none":

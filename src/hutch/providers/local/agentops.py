@@ -84,20 +84,13 @@ class AgentOpsMixin:
         """The agent's ``configure``: the sandbox's environment and secrets, how long a spare waits."""
         return {"type": "configure", "env": env, "secrets": secrets, "spare_idle": self.settings.spare_idle}
 
-    async def _configure_new(
-        self, sock: str, rec: SandboxRecord, held_by: str | None, env: dict[str, str], placeholders: dict[str, str]
-    ) -> None:
+    async def _configure_new(self, sock: str, rec: SandboxRecord, env: dict[str, str], placeholders: dict[str, str]) -> None:
         """A new sandbox's first ``configure``: its base ``env`` and the request's, its secrets and their
-        ``placeholders``. A pool member started by the idle helper (``held_by``) has its agent woken at
-        once, told not to go back to the helper (``hold: false``) until it is handed out (adopt_member's
-        configure): its first exec must not wait for the agent's start."""
-        member = bool(rec.data.get("pool_member")) and held_by is not None
-        configure = self._configure(env | rec.spec.env, rec.spec.secrets | placeholders) | ({"hold": False} if member else {})
+        ``placeholders``. A pool member waits in the pool as lean as any idle sandbox (the idle helper):
+        a hand-out's first plain run is the helper's own, with no agent start to wait for."""
+        configure = self._configure(env | rec.spec.env, rec.spec.secrets | placeholders)
         async with Channel(sock) as ch:
             await ch.request(configure, timeout=10.0)
-        if member:
-            async with Channel(sock) as ch:
-                await ch.request({"type": "wake"}, timeout=30.0)
 
     # -- network -----------------------------------------------------------------------
 

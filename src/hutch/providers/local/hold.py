@@ -1,19 +1,20 @@
-"""The idle helper: a small static program (``hold.c``) that holds the agent's place in an idle sandbox.
+"""The idle helper: a small static program (``hold.c``) that holds the agent's place in a local sandbox.
 
-A sandbox that has not been asked for a run holds only this helper (about 0.1 MiB) where the
-Python agent holds ~5.5 MiB. It binds the agent's sockets, answers what an idle sandbox is
-asked (``ping``, ``configure``, ``runs``, ``listen``, ``unlisten``), and on anything else
-``execve``s the Python agent in its place (same pid, cgroup, uid, seccomp filter and
-no_new_privs), handing over its sockets, what it was configured with and the request it read.
+A sandbox holds only this helper (about 0.1 MiB) where the Python agent holds ~5.5 MiB. It binds
+the agent's sockets, answers what an idle sandbox is asked (``ping``, ``configure``, ``runs``,
+``listen``, ``unlisten``, ``kill``), and supervises a plain run itself (``holdrun.c``,
+``holdsup.c``: no terminal, no input, no ``--user``, nothing to redact), in a fork of itself that
+does what the Python supervisor does. On anything else it ``execve``s the Python agent in its
+place (same pid, cgroup, uid, seccomp filter and no_new_privs), handing over its sockets, what it
+was configured with, the request it read (an exec's connection and stdin too) and its runs alive.
 
 It is built once per source and architecture with the host's C compiler (``musl-gcc``
-first: a ~70 KiB binary; else ``cc``/``gcc -static``) into ``HUTCH_HOME/hold/`` (built under
+first: a ~90 KiB binary; else ``cc``/``gcc -static``) into ``HUTCH_HOME/hold/`` (built under
 a temporary name and renamed: daemons sharing a home may race, each rename is whole), and
 checked by running it (``--check`` answers with the source's key): a cached binary that does
 not answer so (cut short, another architecture) is built again. No compiler, a failed build,
 or the setting ``idle_agent = python``: sandboxes start the Python agent as before, and
-``hutch doctor`` says which and why. A pool member's agent is woken at once and stays awake
-while it waits in the pool (its first exec must not wait for a start).
+``hutch doctor`` says which and why. A pool member waits in the pool held by the helper too.
 """
 
 from __future__ import annotations

@@ -196,10 +196,18 @@ static int signal_tree(pid_t root, int sig) {
     return found;
 }
 
+static pid_t run_pid; /* in a run's supervisor: the command, and its wait status once reaped */
+static int run_status, run_reaped;
+
+static void reap(void) { /* a supervisor's ended children (orphans it inherited too), keeping the command's status */
+    int status;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;)
+        if (pid == run_pid) run_status = status, run_reaped = 1;
+}
+
 static void kill_tree(pid_t root, int sig) { /* with SIGKILL, again until none is left */
     for (int i = 0; i < 200 && signal_tree(root, sig) && sig == SIGKILL; i++) {
-        while (root == getpid() && waitpid(-1, NULL, WNOHANG) > 0) {
-        }
+        if (root == getpid()) reap();
         usleep(2000);
     }
 }

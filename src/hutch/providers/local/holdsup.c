@@ -252,6 +252,7 @@ static void supervise(const struct run *r, int conn, int in) {
     int sl = snprintf(started_msg, sizeof started_msg, "{\"type\":\"started\",\"pid\":%d}", (int)pid);
     frame_to(&sendq, 'J', started_msg, (size_t)sl);
     send_some();
+    run_pid = pid;
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* -1 (an old kernel, gVisor): asked each turn */
     const char *reason = NULL;
     if (killed_mark()) reason = "killed", kill_tree(getpid(), killed_mark()); /* a kill that came first */
@@ -318,11 +319,12 @@ static void supervise(const struct run *r, int conn, int in) {
         now = clock_of(CLOCK_MONOTONIC);
         if (running) {
             siginfo_t info = {0};
-            int gone = at_pid >= 0 ? (p[at_pid].revents != 0)
-                                   : waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid;
+            int gone = run_reaped || (at_pid >= 0 ? (p[at_pid].revents != 0)
+                                                  : waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid);
             if (gone) {
-                while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+                while (!run_reaped && waitpid(pid, &run_status, 0) < 0 && errno == EINTR) {
                 }
+                wstatus = run_status, run_reaped = 1;
                 running = 0, exited_at = now;
             }
         }
@@ -336,8 +338,7 @@ static void supervise(const struct run *r, int conn, int in) {
     }
     if (!reason && killed_mark()) reason = "killed";
     if (reason && strstr(reason, "timeout")) kill_tree(getpid(), SIGKILL);
-    while (waitpid(-1, NULL, WNOHANG) > 0) {
-    }
+    reap();
     int sig = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
     status_head(&status, r, started, sig ? 128 + sig : WEXITSTATUS(wstatus), sig, reason);
     putf(&status, ",\"stdout_bytes\":%lld,\"stderr_bytes\":%lld,\"truncated\":%s,\"disk_error\":", sinks[0].total, sinks[1].total,

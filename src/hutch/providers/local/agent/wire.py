@@ -17,7 +17,8 @@ Versions
 Transport
     Two unix stream sockets in ``/.hutch/ctl/`` inside the sandbox (``ctl/`` in its host
     directory): ``agent.sock``, the agent's, for every request but exec, and ``exec.sock``
-    (EXEC_SOCKET), where a spare supervisor waits to take the next run itself (protocol 2;
+    (EXEC_SOCKET), where a spare supervisor (or the idle helper, hold.c, which supervises a
+    plain run in a fork of its own) waits to take the next run itself (protocol 2;
     in protocol 1 exec went to ``agent.sock`` and the agent handed it to a spare: one
     process hop more per run). One connection per request; the daemon connects, sends one
     request, reads the answer, and closes. File descriptors travel as SCM_RIGHTS attached

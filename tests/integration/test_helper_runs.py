@@ -1,0 +1,132 @@
+"""A plain run is the same whichever supervisor runs it: the idle helper's own (hold.c, holdsup.c)
+or the Python agent's (the setting idle_agent = python). Each case runs under both, on real
+sandboxes, and every field a user sees is compared; the helper's side is checked to be the
+helper's (the command's parent is /.hutch/hold), so neither side can pass by being the other."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import Daemon, serving
+
+from hutch import Sandbox
+
+SETUP = (
+    "printf 'echo never\\n' > /workspace/noexec; "
+    "printf '#!/nonexistent/interp\\necho no\\n' > /workspace/badshebang; chmod +x /workspace/badshebang; "
+    "mkdir -p /workspace/sub; echo inside > /workspace/sub/file"
+)
+
+CASES: list[tuple[str, list[str], dict[str, Any]]] = [
+    ("exit code and both streams", ["sh", "-c", "echo out; echo err >&2; exit 3"], {}),
+    ("not found", ["no-such-command"], {}),
+    ("missing working directory", ["true"], {"cwd": "/no/such/dir"}),
+    ("working directory is a file", ["true"], {"cwd": "/workspace/noexec"}),
+    ("not executable", ["/workspace/noexec"], {}),
+    ("missing interpreter", ["/workspace/badshebang"], {}),
+    ("relative program in a working directory", ["cat", "file"], {"cwd": "/workspace/sub"}),
+    ("environment layers", ["sh", "-c", "echo $BASE $OWN $PATH_SEEN"], {"env": {"OWN": "run's", "BASE": "overridden"}}),
+    ("input", ["sh", "-c", "cat; echo; cat | wc -c"], {"stdin": "line one\nline two"}),
+    ("unicode", ["printf", "%s|%s", "héllo ✓", "𝄞 \u00a0tab\there"], {}),
+    ("killed by a signal", ["sh", "-c", "kill -TERM $$"], {}),
+    ("timeout", ["sh", "-c", "echo before; sleep 30"], {"timeout": 1}),
+    ("idle timeout", ["sh", "-c", "echo once; sleep 30"], {"idle_timeout": 1}),
+    ("descendant holding the pipes", ["sh", "-c", "(sleep 5; echo late) & echo now"], {}),
+    ("output past max_output", ["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' x"], {"max_output": 1000}),
+    ("signals reset", ["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"], {}),
+    (
+        "session and descriptors",
+        ["sh", "-c", "ls /proc/self/fd | wc -l; ps -o sid= -p $$ 2>/dev/null || cat /proc/self/stat"],
+        {},
+    ),
+]
+
+
+def seen(r: Any) -> dict[str, Any]:
+    out = {k: getattr(r, k) for k in ("exit_code", "status", "stdout", "stderr", "truncated", "signal", "error")}
+    out["stdout_bytes"], out["stderr_bytes"] = r.stdout_bytes, r.stderr_bytes
+    return out
+
+
+def normal(name: str, result: dict[str, Any]) -> dict[str, Any]:
+    if name == "session and descriptors":  # the session id is a pid: only its being the command's own matters
+        lines = str(result["stdout"]).splitlines()
+        result["stdout"] = lines[0]
+    return result
+
+
+def outcomes(agent: str) -> dict[str, dict[str, Any]]:
+    home = Path(tempfile.mkdtemp(prefix="hutch-test-"))  # (not pytest's 0700 tmp: sandboxes' uids enter it)
+    found: dict[str, dict[str, Any]] = {}
+    try:
+        with serving(home, HUTCH_IDLE_AGENT=agent, HUTCH_POOL_SIZE="0") as daemon:
+            sbx = Sandbox.create(settings=daemon.settings, env={"BASE": "sandbox's", "PATH_SEEN": "yes"})
+            assert sbx.exec(["sh", "-c", SETUP]).exit_code == 0
+            for name, argv, options in CASES:
+                found[name] = normal(name, seen(sbx.exec(argv, **options)))
+            found["supervisor"] = {"parent": sbx.exec(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"]).stdout}
+    finally:
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+    return found
+
+
+@pytest.fixture(scope="module")
+def both() -> dict[str, dict[str, dict[str, Any]]]:
+    return {agent: outcomes(agent) for agent in ("native", "python")}
+
+
+def test_the_helper_supervised_one_side_and_the_agent_the_other(both: dict[str, dict[str, dict[str, Any]]]) -> None:
+    assert str(both["native"]["supervisor"]["parent"]).startswith("/.hutch/hold "), both["native"]["supervisor"]
+    python = str(both["python"]["supervisor"]["parent"])
+    assert "/.hutch/agent" in python and not python.startswith("/.hutch/hold"), python
+
+
+@pytest.mark.parametrize("name", [name for name, _, _ in CASES])
+def test_a_plain_run_is_the_same_under_both_supervisors(name: str, both: dict[str, dict[str, dict[str, Any]]]) -> None:
+    assert both["native"][name] == both["python"][name]
+
+
+def test_the_cases_say_what_they_should(both: dict[str, dict[str, dict[str, Any]]]) -> None:
+    """The comparison above is only worth something if the cases do what they are named for."""
+    got = both["native"]
+    assert (got["exit code and both streams"]["exit_code"], got["exit code and both streams"]["stderr"]) == (3, "err\n")
+    assert got["not found"]["exit_code"] == 127 and "command not found" in str(got["not found"]["error"])
+    assert got["missing working directory"]["exit_code"] == 126 and "does not exist" in str(
+        got["missing working directory"]["error"]
+    )
+    assert "not a directory" in str(got["working directory is a file"]["error"])
+    assert "permission denied" in str(got["not executable"]["error"])
+    assert "interpreter" in str(got["missing interpreter"]["error"])
+    assert got["relative program in a working directory"]["stdout"] == "inside\n"
+    assert got["environment layers"]["stdout"] == "overridden run's yes\n"
+    assert got["input"]["stdout"] == "line one\nline two\n0\n"  # all of it, then its end
+    assert got["unicode"]["stdout"] == "héllo ✓|𝄞 \u00a0tab\there"
+    assert got["killed by a signal"]["exit_code"] == 143
+    assert got["timeout"]["stdout"] == "before\n" and got["timeout"]["status"] != "completed"
+    assert got["idle timeout"]["stdout"] == "once\n" and got["idle timeout"]["status"] != "completed"
+    assert got["descendant holding the pipes"]["stdout"] == "now\n"
+    assert got["output past max_output"]["truncated"] and got["output past max_output"]["stdout_bytes"] == 300000
+    assert "SigIgn:\t0000000000000000" in str(got["signals reset"]["stdout"])
+
+
+def test_a_helper_run_survives_the_daemon_and_is_adopted(hutch_home: Path) -> None:
+    daemon = Daemon(hutch_home, HUTCH_POOL_SIZE="0").start()
+    try:
+        sbx = Sandbox.create(settings=daemon.settings)
+        run = sbx.exec(["sh", "-c", "echo start; sleep 3; echo end"], background=True)
+        time.sleep(0.5)
+        daemon.kill9()
+        daemon.start()
+        again = Sandbox.connect(sbx.id, settings=daemon.settings)
+        result = again.runs.get(run.id).wait(timeout=60)
+        assert (result.exit_code, result.stdout) == (0, "start\nend\n")
+        parent = again.exec(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"]).stdout
+        assert parent.startswith("/.hutch/hold "), parent
+        again.destroy()
+    finally:
+        daemon.stop()
