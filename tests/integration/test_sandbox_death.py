@@ -95,9 +95,12 @@ def test_sandbox_whose_agent_is_taken_by_the_oom_killer_is_lost_with_oom(daemon:
         sbx = c.create({"limits": {"memory": "64M"}})
         if not sbx["enforcement"]["memory"].startswith("cgroup"):
             raise AssertionError("this machine enforces memory with cgroups (see hutch doctor)")
-        # The agent (pid 2 inside) volunteers as the OOM killer's first choice, then a
-        # workload goes over the limit: the kernel kills the agent and the sandbox with it.
-        hog = "echo 1000 > /proc/2/oom_score_adj && exec python3 -c 'x = bytearray(400 << 20)'"
+        # The agent's place (pid 2 inside: the idle helper, about 0.1 MiB) volunteers as the OOM
+        # killer's first choice, then workloads go over the limit together, none of them larger
+        # than the limit (a bigger one would be the kernel's pick): it kills pid 2. The sandbox
+        # ends with its init, once the run (whose supervisor outlives pid 2) is over.
+        one = "python3 -c 'import time; x = bytearray(12 << 20); time.sleep(2)'"
+        hog = f"echo 1000 > /proc/2/oom_score_adj && for i in 1 2 3 4 5 6 7 8; do {one} & done; wait"
         c.exec(sbx["id"], {"command": ["sh", "-c", hog], "background": True})
         rec = _until_lost(c, sbx["id"])
         assert rec["state"] == "lost", rec
