@@ -1,7 +1,8 @@
-"""An idle local sandbox holds the native helper (hold.c) as its PID 2; the first run brings the
-Python agent into that same process, under the same isolation; a daemon killed with -9 adopts
-a sandbox the helper still holds; an idle agent goes back to the helper; and with the setting
-idle_agent = python, the Python agent from the start."""
+"""A local sandbox holds the native helper (hold.c) as its PID 2, which supervises a plain run in a
+fork of itself; a run it cannot supervise brings the Python agent into that same process, under
+the same isolation, with the helper's runs; a daemon killed with -9 adopts a sandbox the helper
+still holds; an idle agent goes back to the helper; and with the setting idle_agent = python, the
+Python agent from the start."""
 
 from __future__ import annotations
 

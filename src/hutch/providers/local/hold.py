@@ -125,7 +125,11 @@ def prepare(home: Path, setting: str = "native") -> Hold:
             why = _build(sources, want, root, target)
         if why is None:
             size = target.stat().st_size
-            known = Hold(str(target), f"a native helper ({target}, {size // 1024} KiB); the Python agent from their first run")
+            known = Hold(
+                str(target),
+                f"a native helper ({target}, {size // 1024} KiB), which runs plain commands itself; the Python agent "
+                "for terminals, input, --user and secrets",
+            )
         else:
             known = Hold(None, f"the Python agent: {why}")
         _known[str(root)] = known
@@ -158,5 +162,5 @@ def check(home: Path, setting: str) -> CheckResult:
     found = prepare(home, setting)
     fix = None
     if found.path is None and setting != "python":
-        fix = "install a C compiler (apt-get install musl-tools, or gcc) for ~5 MiB less per idle sandbox"
-    return CheckResult("idle agent", True, f"idle sandboxes hold {found.detail}", fix)
+        fix = "install a C compiler (apt-get install musl-tools, or gcc) for ~5 MiB less per sandbox and faster runs"
+    return CheckResult("idle agent", True, f"sandboxes hold {found.detail}", fix)
