@@ -6,13 +6,14 @@ helper's (the command's parent is /.hutch/hold), so neither side can pass by bei
 from __future__ import annotations
 
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import Daemon, serving
+from tests.conftest import Daemon, hutch_env, serving
 
 from hutch import Sandbox
 
@@ -70,6 +71,13 @@ def outcomes(agent: str) -> dict[str, dict[str, Any]]:
             for name, argv, options in CASES:
                 found[name] = normal(name, seen(sbx.exec(argv, **options)))
             found["supervisor"] = {"parent": sbx.exec(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"]).stdout}
+            # input arriving while it runs (hutch run with a pipe; the E2B API's commands): more than a pipe holds
+            env = hutch_env(home, HUTCH_IDLE_AGENT=agent)
+            piped = [sys.executable, "-m", "hutch", "run", "--", "sh", "-c", "wc -c; tr '\\0' ' ' < /proc/$PPID/cmdline"]
+            done = subprocess.run(piped, input=b"x" * 300_000, env=env, capture_output=True, timeout=120, check=False)
+            counted, _, parent = done.stdout.decode().partition("\n")
+            found["interactive input"] = {"code": done.returncode, "counted": counted.strip(), "stderr": done.stderr.decode()}
+            found["supervisor"]["interactive parent"] = parent
     finally:
         subprocess.run(["rm", "-rf", str(home)], check=False)
     return found
@@ -81,9 +89,15 @@ def both() -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def test_the_helper_supervised_one_side_and_the_agent_the_other(both: dict[str, dict[str, dict[str, Any]]]) -> None:
-    assert str(both["native"]["supervisor"]["parent"]).startswith("/.hutch/hold "), both["native"]["supervisor"]
-    python = str(both["python"]["supervisor"]["parent"])
-    assert "/.hutch/agent" in python and not python.startswith("/.hutch/hold"), python
+    for key in ("parent", "interactive parent"):
+        assert str(both["native"]["supervisor"][key]).startswith("/.hutch/hold "), both["native"]["supervisor"]
+        python = str(both["python"]["supervisor"][key])
+        assert "/.hutch/agent" in python and not python.startswith("/.hutch/hold"), python
+
+
+def test_input_arriving_while_it_runs_is_the_same_under_both(both: dict[str, dict[str, dict[str, Any]]]) -> None:
+    assert both["native"]["interactive input"] == both["python"]["interactive input"]
+    assert both["native"]["interactive input"] == {"code": 0, "counted": "300000", "stderr": ""}
 
 
 @pytest.mark.parametrize("name", [name for name, _, _ in CASES])

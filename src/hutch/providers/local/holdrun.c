@@ -3,8 +3,8 @@
  * An exec the helper can do exactly as the Python agent's supervisor does (agent/supervisor.py:
  * the same frames, files, timeouts and statuses) no longer wakes the agent: the helper forks a
  * supervisor of its own, which owns the run to its end. Those are runs with no terminal, no
- * input from the daemon, no --user, and nothing to redact (no secrets, or --no-redact): the
- * runs of a build or a test. Any other run, or a request this does not fully understand, wakes
+ * --user, and nothing to redact (no secrets, or --no-redact): the runs of a build or a test,
+ * and the E2B API's commands (input, no terminal). Any other run, or a request this does not fully understand, wakes
  * the Python agent as before and is handed to it unread.
  */
 
@@ -19,7 +19,7 @@ struct run {
     char **argv, **env, *cwd;
     size_t envc;
     double timeout, idle; /* 0: none */
-    int stream;
+    int stream, interactive; /* interactive: input arrives as I frames (a pipe this supervisor feeds) */
     double live_limit, disk_cap; /* live_limit < 0: all of it */
 };
 
@@ -133,8 +133,10 @@ static int read_run(const char *body, size_t len, struct run *r) {
             if (json_bool(v, vl, 1, &r->stream) < 0) return -1;
         } else if (is(k, kl, "live_limit") || is(k, kl, "disk_cap")) {
             if (json_num(v, vl, -1, is(k, kl, "live_limit") ? &r->live_limit : &r->disk_cap) < 0) return -1;
-        } else if (is(k, kl, "interactive") || is(k, kl, "tty")) {
-            if (json_bool(v, vl, 0, &flag) < 0 || flag) return -1; /* input or a terminal: the Python agent's */
+        } else if (is(k, kl, "interactive")) {
+            if (json_bool(v, vl, 0, &r->interactive) < 0) return -1;
+        } else if (is(k, kl, "tty")) {
+            if (json_bool(v, vl, 0, &flag) < 0 || flag) return -1; /* a terminal: the Python agent's */
         } else if (!is(k, kl, "rows") && !is(k, kl, "cols") && !(is(k, kl, "user") && is_null(v, vl))) {
             return -1; /* --user, or a field this helper does not know */
         }

@@ -1,7 +1,6 @@
 /* holdsup.c: the supervisor of a run the idle helper took (included by hold.c; libc only).
  *
- * agent/supervisor.py in C, for the runs holdrun.c takes (no terminal, no input, nothing to
- * redact): STARTING -> RUNNING -> DRAINING -> FINISHED, the same frames to the daemon, the same
+ * agent/supervisor.py in C, for the runs holdrun.c takes (no terminal, nothing to redact): STARTING -> RUNNING -> DRAINING -> FINISHED, the same frames to the daemon, the same
  * files under /.hutch/runs/RUN_ID, the wall and idle timeouts enforced here, the run going on
  * when the daemon goes away. A fork of the helper: about 0.1 MiB where a Python supervisor is 5.
  */
@@ -14,8 +13,11 @@ struct sink {
     const char *disk_error;
 };
 
-static struct buf sendq;
-static int host = -1; /* the daemon's connection (-1: gone) */
+#define INPUT_BUFFER (1 << 20) /* input held for the command before the daemon's frames stop being read */
+
+static struct buf sendq, input; /* live output for the daemon; input for the command */
+static int host = -1;           /* the daemon's connection (-1: gone) */
+static int feed = -1, eof_asked; /* an interactive run's stdin pipe (-1: none, or closed) */
 static char run_dir[192];
 
 static void frame_to(struct buf *b, unsigned char kind, const void *data, size_t n) {
@@ -197,11 +199,23 @@ static int killed_mark(void) { /* the signal a kill asked for (its mark in the r
     return sig > 0 ? sig : SIGKILL;
 }
 
+static void write_input(void) {
+    ssize_t n = write(feed, input.p, input.n < (1 << 16) ? input.n : (1 << 16));
+    if (n > 0) {
+        memmove(input.p, input.p + n, input.n - (size_t)n);
+        input.n -= (size_t)n;
+    } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+        input.n = 0; /* the command closed its input */
+    }
+}
+
 static void on_message(const char *body, size_t len, const char **reason) {
     const char *v, *t;
     size_t vl, tl;
     if (find_key(body, len, "type", &t, &tl) != 1) return;
-    if (is(t, tl, "hangup")) {
+    if (is(t, tl, "eof")) {
+        eof_asked = 1;
+    } else if (is(t, tl, "hangup")) {
         kill_tree(getpid(), SIGHUP);
     } else if (is(t, tl, "signal") && find_key(body, len, "signal", &v, &vl) == 1) {
         double sig;
@@ -232,10 +246,16 @@ static void supervise(const struct run *r, int conn, int in) {
     struct buf status = {0}, why = {0};
     int code = 0;
     pid_t pid = 0;
-    if (pipe2(ends[0], O_CLOEXEC) == 0 && pipe2(ends[1], O_CLOEXEC) == 0) {
+    int stdin_pipe[2] = {-1, -1};
+    if (pipe2(ends[0], O_CLOEXEC) == 0 && pipe2(ends[1], O_CLOEXEC) == 0 && (!r->interactive || pipe2(stdin_pipe, O_CLOEXEC) == 0)) {
         for (int i = 0; i < 2; i++) fcntl(ends[i][0], F_SETPIPE_SZ, PIPE_SIZE), sinks[i].r = ends[i][0];
-        pid = spawn_run(r, in, ends[0][1], ends[1][1], &code, &why);
+        pid = spawn_run(r, r->interactive ? stdin_pipe[0] : in, ends[0][1], ends[1][1], &code, &why);
         close(ends[0][1]), close(ends[1][1]);
+        if (r->interactive) {
+            close(stdin_pipe[0]);
+            feed = stdin_pipe[1];
+            fcntl(feed, F_SETFL, fcntl(feed, F_GETFL) | O_NONBLOCK);
+        }
     } else {
         code = 126, putf(&why, "cannot run %s: %s", r->argv[0], strerror(errno));
     }
@@ -265,12 +285,14 @@ static void supervise(const struct run *r, int conn, int in) {
         double now = clock_of(CLOCK_MONOTONIC);
         int held = host >= 0 && sendq.n >= SEND_BUFFER;
         if (held) last_output = now, exited_at = running ? exited_at : now;
-        struct pollfd p[4];
-        int n = 0, at_sink[2] = {-1, -1}, at_pid = -1, at_host = -1;
+        struct pollfd p[5];
+        int n = 0, at_sink[2] = {-1, -1}, at_pid = -1, at_host = -1, at_feed = -1;
         for (int i = 0; i < 2; i++)
             if (sinks[i].r >= 0 && !held) at_sink[i] = n, p[n++] = (struct pollfd){sinks[i].r, POLLIN, 0};
         if (running && pidfd >= 0) at_pid = n, p[n++] = (struct pollfd){pidfd, POLLIN, 0};
-        if (host >= 0) at_host = n, p[n++] = (struct pollfd){host, (short)(POLLIN | (sendq.n ? POLLOUT : 0)), 0};
+        short want = (short)((input.n < INPUT_BUFFER ? POLLIN : 0) | (sendq.n ? POLLOUT : 0));
+        if (host >= 0 && want) at_host = n, p[n++] = (struct pollfd){host, want, 0};
+        if (feed >= 0 && input.n) at_feed = n, p[n++] = (struct pollfd){feed, POLLOUT, 0};
         double wait = 1.0;
         if (deadline && !reason && deadline - now < wait) wait = deadline - now;
         if (r->idle > 0 && !reason && last_output + r->idle - now < wait) wait = last_output + r->idle - now;
@@ -278,6 +300,7 @@ static void supervise(const struct run *r, int conn, int in) {
         if (running && pidfd < 0 && wait > 0.02) wait = 0.02;
         if (poll(p, (nfds_t)n, wait > 0 ? (int)(wait * 1000) + 1 : 0) < 0 && errno != EINTR) _exit(1);
         if (at_host >= 0 && host >= 0 && (p[at_host].revents & POLLOUT)) send_some();
+        if (at_feed >= 0 && p[at_feed].revents) write_input();
         for (int i = 0; i < 2; i++) {
             if (at_sink[i] < 0 || !p[at_sink[i]].revents) continue;
             ssize_t got = read(sinks[i].r, chunk, sizeof chunk);
@@ -299,7 +322,8 @@ static void supervise(const struct run *r, int conn, int in) {
             char in_chunk[1 << 16];
             ssize_t got = recv(host, in_chunk, sizeof in_chunk, MSG_DONTWAIT);
             if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
-                host_gone(); /* no terminal, no input: the run goes on, its output on disk */
+                host_gone(); /* the run goes on, its output on disk; one still taking input hangs up with it */
+                if (r->interactive && running && !eof_asked) kill_tree(getpid(), SIGHUP);
             } else if (got > 0) {
                 put(&inbuf, in_chunk, (size_t)got);
                 while (inbuf.n >= 5) {
@@ -307,15 +331,18 @@ static void supervise(const struct run *r, int conn, int in) {
                     size_t size = (size_t)h[0] << 24 | h[1] << 16 | h[2] << 8 | h[3];
                     if (size > MAX_FRAME || !strchr("JDOEI", h[4]) || !h[4]) {
                         host_gone(); /* not the protocol: as if the daemon went away */
+                        if (r->interactive && running && !eof_asked) kill_tree(getpid(), SIGHUP);
                         break;
                     }
                     if (inbuf.n < size + 5) break;
                     if (h[4] == 'J') on_message(inbuf.p + 5, size, &reason);
+                    else if (h[4] == 'I' && feed >= 0) put(&input, inbuf.p + 5, size);
                     memmove(inbuf.p, inbuf.p + size + 5, inbuf.n - size - 5);
                     inbuf.n -= size + 5;
                 }
             }
         }
+        if (feed >= 0 && eof_asked && !input.n) close(feed), feed = -1; /* all of it went in, no more is coming */
         now = clock_of(CLOCK_MONOTONIC);
         if (running) {
             siginfo_t info = {0};
