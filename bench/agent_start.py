@@ -7,7 +7,8 @@ SDK process on a daemon of its own (after one warm-up round; a temporary ``HUTCH
 ``spare_idle = 1``, so the agent goes back to the native helper within a second): it times
 ``Sandbox.create()``, the first ``exec(["true"])`` (the agent's start; with a helper that
 supervises plain runs itself, none), a warm exec (the median of three), and an exec after
-2.2 s idle (a wake: the helper hands over to the agent again, where it does not run it). The two sides alternate, the order swapped every round; medians are printed. A
+2.2 s idle (a wake: the helper hands over to the agent again, where it does not run it).
+The two sides alternate, the order swapped every round; medians are printed. A
 second part times 300 warm execs in each of 3 processes per side (p50 of each). Standard
 library and hutch's SDK only; prints Markdown.
 """
