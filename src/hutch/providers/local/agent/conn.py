@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from _socket import CMSG_LEN, SCM_RIGHTS, SOL_SOCKET
+from _socket import AF_UNIX, CMSG_LEN, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET
 from _socket import socket as Socket  # noqa: N812 - the C type (socket.py imports enum: the agent's start)
 
 from . import wire
@@ -22,6 +22,17 @@ def accept(listener: Socket) -> Socket:
     """``socket.accept`` of the C type: the connection (blocking), or BlockingIOError."""
     fd, _ = listener._accept()  # type: ignore[attr-defined]  # (what socket.socket.accept calls)
     return Socket(fileno=fd)
+
+
+def bind(path: str) -> Socket:
+    """A unix socket listening at ``path`` (0600; whatever was there replaced)."""
+    with wire.ignoring(FileNotFoundError):
+        os.unlink(path)
+    sock = Socket(AF_UNIX, SOCK_STREAM)
+    sock.bind(path)
+    os.chmod(path, 0o600)
+    sock.listen(64)
+    return sock
 
 
 INT = 4  # a C int, as SCM_RIGHTS carries descriptors (array("i"), which imports collections)

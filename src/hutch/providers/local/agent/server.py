@@ -19,7 +19,7 @@ from _socket import AF_INET, AF_UNIX, SO_REUSEADDR, SOCK_STREAM, SOL_SOCKET, soc
 from _socket import socket as Socket  # noqa: N812 - the C type: socket.py (and signal.py) import enum
 
 from . import files, lean, procs, wire
-from .conn import Connection, accept, send_fds
+from .conn import Connection, accept, bind, send_fds
 from .output import RUNS_DIR, RunDir, Transcript
 from .supervisor import Supervisor
 
@@ -481,7 +481,7 @@ def main() -> None:
         server, exec_listener = Socket(fileno=held[0]), Socket(fileno=held[1])
         server.setblocking(True)
     else:
-        server, exec_listener = _bind(sock_path), _bind(os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET))
+        server, exec_listener = bind(sock_path), bind(os.path.join(os.path.dirname(sock_path), wire.EXEC_SOCKET))
     exec_listener.setblocking(False)
     Transcript.open()
     agent = Agent(server, exec_listener)  # its first spare comes with the sandbox's environment (configure)
@@ -494,13 +494,3 @@ def main() -> None:
     import subprocess  # noqa: F401 - then: spares forked from here on start commands with Popen (spawn.start)
 
     agent.serve()
-
-
-def _bind(path: str) -> Socket:
-    with wire.ignoring(FileNotFoundError):
-        os.unlink(path)
-    sock = Socket(AF_UNIX, SOCK_STREAM)
-    sock.bind(path)
-    os.chmod(path, 0o600)
-    sock.listen(64)
-    return sock
