@@ -144,3 +144,55 @@ def test_a_helper_run_survives_the_daemon_and_is_adopted(hutch_home: Path) -> No
         again.destroy()
     finally:
         daemon.stop()
+
+
+HOSTILE = r"""
+import os, socket, struct
+path = "/.hutch/ctl/exec.sock"
+def send(data, fds=None):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(15)
+    try:
+        s.connect(path)
+        if fds:
+            socket.send_fds(s, [data], fds)
+        else:
+            s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        s.close()
+def frame(body, kind=b"J"):
+    return struct.pack(">I", len(body)) + kind + body
+r, w = os.pipe()
+junk = [
+    b"", b"\x00", b"\xff\xff\xff\xffJ", frame(b"{", b"J"), frame(b"not json"), frame(b'{"type":"exec"}'),
+    frame(b'{"type":"exec","run_id":"run_x","argv":[],"redact":{}}'),
+    frame(b'{"type":"exec","run_id":"../../etc","argv":["true"],"redact":{}}'),
+    frame(b'{"type":"exec","run_id":"run_y","argv":["\\ud800"],"redact":{}}'),
+    frame(b'{"type":"exec","run_id":"run_z","argv":["true"],"env":{"A=B":"c"},"redact":{}}'),
+    frame(b'{"type":"exec","run_id":"run_w","argv":[' + b'"a",' * 20000 + b'"b"],"redact":{}}'),
+    frame(b"x" * 1000, b"Q"),
+]
+for i, data in enumerate(junk):
+    send(data, [r] if i % 2 else None)
+print("sent", len(junk))
+"""
+
+
+def test_junk_on_the_exec_socket_from_inside_leaves_the_sandbox_serving(hutch_home: Path) -> None:
+    """The workload can reach the helper's sockets (the same uid): whatever it sends, pid 2 (the
+    sandbox's life: the helper, or the agent it hands a request it does not understand to) stays
+    the same process and serves the daemon's next run; no run directory escapes /.hutch/runs."""
+    born = ["sh", "-c", "cut -d' ' -f22 /proc/2/stat"]  # its start time: an execve keeps it
+    with serving(hutch_home, HUTCH_POOL_SIZE="0") as daemon:
+        sbx = Sandbox.create(settings=daemon.settings)
+        before = sbx.exec(born).stdout
+        r = sbx.exec(["python3", "-c", HOSTILE], timeout=120)
+        assert r.exit_code == 0 and r.stdout == "sent 12\n", r.stdout + r.stderr
+        again = sbx.exec(["sh", "-c", "echo fine; ls -a /.hutch/runs/.. /etc | grep -c '^run_' || true"])
+        assert again.exit_code == 0 and again.stdout == "fine\n0\n", again.stdout + again.stderr
+        assert sbx.exec(born).stdout == before
