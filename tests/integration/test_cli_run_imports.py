@@ -54,3 +54,24 @@ def test_hutch_exec_and_run_import_no_event_loop_tls_or_http_client(daemon: Daem
     for argv in (("exec", "--cwd", "/workspace", sbx, "--", "true"), ("run", "--memory", "512M", "--", "true")):
         loaded = _modules(daemon, *argv)  # with an option: the command tree
         assert "click" in loaded and banned(loaded, RUN_CALL_FREE) == [], argv
+
+
+def test_the_installed_hutch_command_imports_nothing_more(daemon: Daemon) -> None:
+    """The ``hutch`` command an install puts beside the interpreter (bin/hutch: a plain script, not
+    the console-script wrapper, which imports re and enum) keeps the plain path's start."""
+    script = os.path.join(os.path.dirname(sys.executable), "hutch")
+    assert os.path.exists(script), "install hutch (pip install -e '.[test]') to run its tests"
+    with daemon.client() as c:
+        sbx = c.create({"provider": "local"})["id"]
+    for argv in (("exec", sbx, "--", "true"), ("run", "--", "true")):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", script, *argv],
+            env=hutch_env(daemon.home),
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+        lines = proc.stderr.decode().splitlines()
+        loaded = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+        assert "hutch.cli" in loaded and not {"re", "enum", "typing", "json"} & loaded, argv
