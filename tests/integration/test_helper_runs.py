@@ -48,6 +48,17 @@ CASES: list[tuple[str, list[str], dict[str, Any]]] = [
 ]
 
 
+SECRETS = {"TOKEN": "s3cret-value", "LONGER": "s3cret-value-2", "SHORT": "abc"}
+SECRET_CASES: list[tuple[str, list[str], dict[str, Any]]] = [
+    ("secret in output", ["sh", "-c", "echo $TOKEN; echo $LONGER >&2; echo $SHORT"], {}),
+    ("secret split across writes", ["sh", "-c", "printf 'a s3cr'; sleep 0.3; printf 'et-value b\\n'"], {}),
+    ("a prefix of a secret at the end", ["printf", "tail s3cret-va"], {}),
+    ("the run's own secret", ["sh", "-c", "echo $RUNSEC $TOKEN"], {"secrets": {"RUNSEC": "run-only-secret"}}),
+    ("no redaction asked", ["sh", "-c", "echo $TOKEN"], {"redact": False}),
+    ("secrets through a lot of output", ["sh", "-c", 'for i in $(seq 3000); do echo "$i $TOKEN"; done'], {}),
+]
+
+
 def seen(r: Any) -> dict[str, Any]:
     out = {k: getattr(r, k) for k in ("exit_code", "status", "stdout", "stderr", "truncated", "signal", "error")}
     out["stdout_bytes"], out["stderr_bytes"] = r.stdout_bytes, r.stderr_bytes
@@ -71,6 +82,10 @@ def outcomes(agent: str) -> dict[str, dict[str, Any]]:
             for name, argv, options in CASES:
                 found[name] = normal(name, seen(sbx.exec(argv, **options)))
             found["supervisor"] = {"parent": sbx.exec(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"]).stdout}
+            secret = Sandbox.create(settings=daemon.settings, secrets=SECRETS)
+            for name, argv, options in SECRET_CASES:
+                found[name] = seen(secret.exec(argv, **options))
+            found["supervisor"]["with secrets"] = secret.exec(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"]).stdout
             # input arriving while it runs (hutch run with a pipe; the E2B API's commands): more than a pipe holds
             env = hutch_env(home, HUTCH_IDLE_AGENT=agent)
             piped = [sys.executable, "-m", "hutch", "run", "--", "sh", "-c", "wc -c; tr '\\0' ' ' < /proc/$PPID/cmdline"]
@@ -89,7 +104,7 @@ def both() -> dict[str, dict[str, dict[str, Any]]]:
 
 
 def test_the_helper_supervised_one_side_and_the_agent_the_other(both: dict[str, dict[str, dict[str, Any]]]) -> None:
-    for key in ("parent", "interactive parent"):
+    for key in ("parent", "interactive parent", "with secrets"):
         assert str(both["native"]["supervisor"][key]).startswith("/.hutch/hold "), both["native"]["supervisor"]
         python = str(both["python"]["supervisor"][key])
         assert "/.hutch/agent" in python and not python.startswith("/.hutch/hold"), python
@@ -100,7 +115,7 @@ def test_input_arriving_while_it_runs_is_the_same_under_both(both: dict[str, dic
     assert both["native"]["interactive input"] == {"code": 0, "counted": "300000", "stderr": ""}
 
 
-@pytest.mark.parametrize("name", [name for name, _, _ in CASES])
+@pytest.mark.parametrize("name", [name for name, _, _ in CASES + SECRET_CASES])
 def test_a_plain_run_is_the_same_under_both_supervisors(name: str, both: dict[str, dict[str, dict[str, Any]]]) -> None:
     assert both["native"][name] == both["python"][name]
 
@@ -126,6 +141,14 @@ def test_the_cases_say_what_they_should(both: dict[str, dict[str, dict[str, Any]
     assert got["descendant holding the pipes"]["stdout"] == "now\n"
     assert got["output past max_output"]["truncated"] and got["output past max_output"]["stdout_bytes"] == 300000
     assert "SigIgn:\t0000000000000000" in str(got["signals reset"]["stdout"])
+    assert got["secret in output"]["stdout"] == "[redacted:TOKEN]\nabc\n"  # (3 bytes: too short to look for)
+    assert got["secret in output"]["stderr"] == "[redacted:LONGER]\n"  # the longest value first
+    assert got["secret split across writes"]["stdout"] == "a [redacted:TOKEN] b\n"
+    assert got["a prefix of a secret at the end"]["stdout"] == "tail s3cret-va"  # held back, then given at the end
+    assert got["the run's own secret"]["stdout"] == "[redacted:RUNSEC] [redacted:TOKEN]\n"
+    assert got["no redaction asked"]["stdout"] == "s3cret-value\n"
+    lots = str(got["secrets through a lot of output"]["stdout"])
+    assert lots.count("[redacted:TOKEN]") == 3000 and "s3cret" not in lots
 
 
 def test_a_helper_run_survives_the_daemon_and_is_adopted(hutch_home: Path) -> None:

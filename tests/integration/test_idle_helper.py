@@ -68,10 +68,13 @@ def test_a_run_the_helper_cannot_supervise_brings_the_agent_in_place(daemon: Dae
     assert cmd.startswith("/.hutch/hold "), cmd
     held = status_of(pid)
     background = sbx.exec(["sleep", "60"], background=True)  # the helper's, alive while the agent takes over
-    r = sbx.exec(["sh", "-c", "echo $TOKEN; cat /proc/$PPID/cmdline | tr '\\0' ' '"], secrets={"TOKEN": "s3cret-value"})
-    assert r.exit_code == 0 and "[redacted:TOKEN]" in r.stdout, r.stdout  # redaction: the Python supervisor's
-    supervisor = r.stdout.splitlines()[1]
-    assert "/.hutch/agent" in supervisor and not supervisor.startswith("/.hutch/hold"), r.stdout
+    with sbx.pty(["sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline; echo; exit 5"]) as term:  # a terminal: the agent's
+        out = b""
+        while b"\n" not in out:
+            out += term.read(timeout=30)
+        assert term.wait(timeout=30) == 5
+    supervisor = out.decode(errors="replace").splitlines()[0]
+    assert "/.hutch/agent" in supervisor and not supervisor.startswith("/.hutch/hold"), out
     after, now = agent(daemon.home, sbx.id)
     assert after == pid and not now.startswith("/.hutch/hold") and "/.hutch/agent" in now  # execve in place
     woke = status_of(pid)
@@ -101,7 +104,9 @@ def test_an_idle_agent_goes_back_to_the_helper(hutch_home: Path) -> None:
     try:
         sbx = Sandbox.create(settings=daemon.settings, env={"GREETING": "hello"}, secrets={"TOKEN": "s3cret-value"})
         pid, _ = agent(hutch_home, sbx.id)
-        assert sbx.exec(["true"]).exit_code == 0
+        with sbx.pty(["true"]) as term:  # a terminal: the agent's run, which wakes it
+            assert term.wait(timeout=30) == 0
+        assert "/.hutch/agent" in agent(hutch_home, sbx.id)[1]
         deadline = time.monotonic() + 120
         while not agent(hutch_home, sbx.id)[1].startswith("/.hutch/hold "):  # its spare leaves after 1 s, then the agent
             assert time.monotonic() < deadline, agent(hutch_home, sbx.id)

@@ -167,7 +167,8 @@ static void wake(int conn, const char *pending, size_t plen, int stdin_fd) {
 static void free_run(struct run *r) {
     for (char **a = r->argv; a && *a; a++) free(*a);
     for (char **e = r->env; e && *e; e++) free(*e);
-    free(r->argv), free(r->env), free(r->cwd);
+    for (size_t i = 0; i < r->nsecrets; i++) free(r->secret[i]), free(r->mark[i]);
+    free(r->argv), free(r->env), free(r->cwd), free(r->secret), free(r->mark), free(r->secret_len);
 }
 
 /* A connection on exec.sock: the run, supervised by a fork of this helper when it can be (see

@@ -3,7 +3,7 @@
 A sandbox holds only this helper (about 0.1 MiB) where the Python agent holds ~5.5 MiB. It binds
 the agent's sockets, answers what an idle sandbox is asked (``ping``, ``configure``, ``runs``,
 ``listen``, ``unlisten``, ``kill``), and supervises a plain run itself (``holdrun.c``,
-``holdsup.c``: no terminal, no input, no ``--user``, nothing to redact), in a fork of itself that
+``holdsup.c``: no terminal, no ``--user``), in a fork of itself that
 does what the Python supervisor does. On anything else it ``execve``s the Python agent in its
 place (same pid, cgroup, uid, seccomp filter and no_new_privs), handing over its sockets, what it
 was configured with, the request it read (an exec's connection and stdin too) and its runs alive.
@@ -128,7 +128,7 @@ def prepare(home: Path, setting: str = "native") -> Hold:
             known = Hold(
                 str(target),
                 f"a native helper ({target}, {size // 1024} KiB), which runs plain commands itself; the Python agent "
-                "for terminals, input, --user and secrets",
+                "for terminals and --user",
             )
         else:
             known = Hold(None, f"the Python agent: {why}")

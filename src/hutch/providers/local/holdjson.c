@@ -178,6 +178,7 @@ struct buf {
 };
 
 static void put(struct buf *b, const void *data, size_t n) {
+    if (!n) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->n + n) cap *= 2;

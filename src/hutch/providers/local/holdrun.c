@@ -2,9 +2,8 @@
  *
  * An exec the helper can do exactly as the Python agent's supervisor does (agent/supervisor.py:
  * the same frames, files, timeouts and statuses) no longer wakes the agent: the helper forks a
- * supervisor of its own, which owns the run to its end. Those are runs with no terminal, no
- * --user, and nothing to redact (no secrets, or --no-redact): the runs of a build or a test,
- * and the E2B API's commands (input, no terminal). Any other run, or a request this does not fully understand, wakes
+ * supervisor of its own, which owns the run to its end. Those are runs with no terminal and no
+ * --user: the runs of a build or a test, and the E2B API's commands (input, no terminal). Any other run, or a request this does not fully understand, wakes
  * the Python agent as before and is handed to it unread.
  */
 
@@ -21,6 +20,8 @@ struct run {
     double timeout, idle; /* 0: none */
     int stream, interactive; /* interactive: input arrives as I frames (a pipe this supervisor feeds) */
     double live_limit, disk_cap; /* live_limit < 0: all of it */
+    char **secret, **mark;        /* what redaction replaces (values of MIN_REDACT bytes or more, longest first) */
+    size_t *secret_len, nsecrets; /* and with what ([redacted:NAME]) */
 };
 
 static struct {
@@ -54,13 +55,6 @@ static void configured(const char *body, size_t len) { /* a configure frame's bo
     if (find_key(body, len, "secrets", &v, &vl) == 1) keep_raw(&cfg_secrets, v, vl);
 }
 
-static int empty_object(const char *v) { /* NULL, null, or {} */
-    if (!v) return 1;
-    const char *p = v, *e = v + strlen(v), *k, *x;
-    size_t kl, xl;
-    return is_null(v, strlen(v)) || json_next(&p, e, 1, &k, &kl, &x, &xl) == 0;
-}
-
 /* -- reading an exec request ------------------------------------------------------------ */
 
 static int set_env(struct run *r, const char *raw) { /* an object's entries over those before; 0 on success */
@@ -90,6 +84,57 @@ static int set_env(struct run *r, const char *raw) { /* an object's entries over
         r->env[r->envc] = NULL;
     }
     return got == 0 ? 0 : -1;
+}
+
+#define MIN_REDACT 4 /* shorter secret values are not searched for in output (agent/output.py) */
+
+/* An object's NAME: VALUE pairs into R's secrets (a name given again replaces its value in place,
+ * as a Python dict merge does); 0 on success. */
+static int add_secrets(struct run *r, const char *raw) {
+    if (!raw || is_null(raw, strlen(raw))) return 0;
+    const char *p = raw, *e = raw + strlen(raw), *k, *v;
+    size_t kl, vl;
+    int got;
+    while ((got = json_next(&p, e, 1, &k, &kl, &v, &vl)) == 1) {
+        size_t nn, nv;
+        char *name = json_str(k, kl, &nn), *value = json_str(v, vl, &nv);
+        char *mark = name ? malloc(nn + 12) : NULL;
+        if (!value || !mark) return free(name), free(value), free(mark), -1;
+        sprintf(mark, "[redacted:%s]", name);
+        free(name);
+        size_t i = 0;
+        while (i < r->nsecrets && strcmp(r->mark[i], mark)) i++;
+        if (i == r->nsecrets) {
+            char **s = realloc(r->secret, (i + 1) * sizeof *s), **m = s ? realloc(r->mark, (i + 1) * sizeof *m) : NULL;
+            size_t *l = m ? realloc(r->secret_len, (i + 1) * sizeof *l) : NULL;
+            if (s) r->secret = s;
+            if (m) r->mark = m;
+            if (!l) return free(value), free(mark), -1;
+            r->secret_len = l;
+            r->nsecrets++;
+        } else {
+            free(r->secret[i]), free(r->mark[i]);
+        }
+        r->secret[i] = value, r->mark[i] = mark, r->secret_len[i] = nv;
+    }
+    return got == 0 ? 0 : -1;
+}
+
+static int sort_secrets(struct run *r) { /* drop the short ones; the longest first, ties in order (a stable sort) */
+    size_t kept = 0;
+    for (size_t i = 0; i < r->nsecrets; i++) {
+        if (r->secret_len[i] < MIN_REDACT) {
+            free(r->secret[i]), free(r->mark[i]);
+            continue;
+        }
+        char *s = r->secret[i], *m = r->mark[i];
+        size_t len = r->secret_len[i], at = kept++;
+        for (; at > 0 && r->secret_len[at - 1] < len; at--)
+            r->secret[at] = r->secret[at - 1], r->mark[at] = r->mark[at - 1], r->secret_len[at] = r->secret_len[at - 1];
+        r->secret[at] = s, r->mark[at] = m, r->secret_len[at] = len;
+    }
+    r->nsecrets = kept;
+    return 0;
 }
 
 /* The run in an exec request BODY, when this helper can run it as the Python agent would: 0, or
@@ -143,14 +188,14 @@ static int read_run(const char *body, size_t len, struct run *r) {
     }
     if (got < 0 || !r->id[0] || !r->argv || r->timeout < 0 || r->idle < 0 || r->disk_cap < 0) return -1;
     if (!redact) return -1; /* (the daemon always says) */
-    if (!is_null(redact, redactl)) { /* redaction asked for: only when there is nothing to redact */
+    if (!is_null(redact, redactl)) { /* the sandbox's secrets, then the run's (by name, over them) */
         char *raw = malloc(redactl + 1);
         if (!raw) return -1;
         memcpy(raw, redact, redactl);
         raw[redactl] = 0;
-        int none = empty_object(raw) && empty_object(cfg_secrets);
+        int bad = add_secrets(r, cfg_secrets) < 0 || add_secrets(r, raw) < 0;
         free(raw);
-        if (!none) return -1;
+        if (bad || sort_secrets(r) < 0) return -1;
     }
     char *own = env ? malloc(envl + 1) : NULL;
     if (own) memcpy(own, env, envl), own[envl] = 0;

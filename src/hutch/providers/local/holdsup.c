@@ -1,6 +1,6 @@
 /* holdsup.c: the supervisor of a run the idle helper took (included by hold.c; libc only).
  *
- * agent/supervisor.py in C, for the runs holdrun.c takes (no terminal, nothing to redact): STARTING -> RUNNING -> DRAINING -> FINISHED, the same frames to the daemon, the same
+ * agent/supervisor.py in C, for the runs holdrun.c takes (no terminal, no --user): STARTING -> RUNNING -> DRAINING -> FINISHED, the same frames to the daemon, the same
  * files under /.hutch/runs/RUN_ID, the wall and idle timeouts enforced here, the run going on
  * when the daemon goes away. A fork of the helper: about 0.1 MiB where a Python supervisor is 5.
  */
@@ -11,6 +11,7 @@ struct sink {
     int r, fd;          /* the pipe's read end (-1: at its end); the file (-1: not opened, -2: cannot write) */
     long long total;
     const char *disk_error;
+    struct buf held; /* redaction: the end of the output so far that could be the start of a secret */
 };
 
 #define INPUT_BUFFER (1 << 20) /* input held for the command before the daemon's frames stop being read */
@@ -69,6 +70,60 @@ static void sink_write(struct sink *s, const char *data, size_t n, const struct 
         if (writev(transcript, iov, 2) < 0) {
         }
     }
+}
+
+static int ends_with(const char *buf, size_t n, const char *what, size_t k) { return n >= k && !memcmp(buf + n - k, what, k); }
+
+/* Secret values in DATA (after what S held back) replaced by their marks, into OUT; the end that
+ * could be the start of a secret is held back until the next read or the stream's end
+ * (agent/output.py's Redactor, byte for byte). */
+static void redact(const struct run *r, struct sink *s, const char *data, size_t n, struct buf *out) {
+    struct buf work = {0}, next = {0};
+    put(&work, s->held.p ? s->held.p : "", s->held.n);
+    put(&work, data, n);
+    s->held.n = 0;
+    out->n = 0;
+    if (!work.n) return;
+    for (size_t i = 0; i < r->nsecrets; i++) {
+        const char *at = work.p, *end = work.p + work.n, *hit;
+        next.n = 0;
+        while ((hit = memmem(at, (size_t)(end - at), r->secret[i], r->secret_len[i]))) {
+            put(&next, at, (size_t)(hit - at));
+            put(&next, r->mark[i], strlen(r->mark[i]));
+            at = hit + r->secret_len[i];
+        }
+        put(&next, at, (size_t)(end - at));
+        struct buf swap = work;
+        work = next, next = swap;
+    }
+    size_t keep = 0;
+    for (size_t i = 0; i < r->nsecrets; i++)
+        for (size_t k = r->secret_len[i] - 1 < work.n ? r->secret_len[i] - 1 : work.n; k > keep; k--)
+            if (ends_with(work.p, work.n, r->secret[i], k)) {
+                keep = k;
+                break;
+            }
+    put(&s->held, work.p + work.n - keep, keep);
+    put(out, work.p, work.n - keep);
+    free(work.p), free(next.p);
+}
+
+static void deliver(const struct run *r, struct sink *s, const char *data, size_t n) { /* to disk, and live */
+    if (!n) return;
+    sink_write(s, data, n, r);
+    if (r->stream && host >= 0) {
+        long long sent = s->total - (long long)n, live = (long long)n;
+        if (r->live_limit >= 0) live = (long long)r->live_limit - sent < live ? (long long)r->live_limit - sent : live;
+        if (live > 0) frame_to(&sendq, s->kind, data, (size_t)live);
+    }
+}
+
+static void flush(const struct run *r, struct sink *s) { /* what redaction held back, at the stream's end */
+    struct buf out = {0};
+    put(&out, s->held.p ? s->held.p : "", s->held.n);
+    s->held.n = 0;
+    deliver(r, s, out.p, out.n);
+    free(out.p);
 }
 
 /* Start the command: its pid, or 0 with *code and *why set (it could not start). */
@@ -241,7 +296,7 @@ static void supervise(const struct run *r, int conn, int in) {
     fcntl(host, F_SETFL, fcntl(host, F_GETFL) | O_NONBLOCK);
     snprintf(run_dir, sizeof run_dir, "%s/%s", RUNS_DIR, r->id);
     double started = clock_of(CLOCK_REALTIME);
-    struct sink sinks[2] = {{"stdout", 'O', -1, -1, 0, NULL}, {"stderr", 'E', -1, -1, 0, NULL}};
+    struct sink sinks[2] = {{"stdout", 'O', -1, -1, 0, NULL, {0}}, {"stderr", 'E', -1, -1, 0, NULL, {0}}};
     int ends[2][2];
     struct buf status = {0}, why = {0};
     int code = 0;
@@ -280,7 +335,7 @@ static void supervise(const struct run *r, int conn, int in) {
     double deadline = r->timeout > 0 ? start + r->timeout : 0;
     int running = 1, wstatus = 0;
     static char chunk[PIPE_SIZE];
-    struct buf inbuf = {0};
+    struct buf inbuf = {0}, redacted = {0};
     for (;;) {
         double now = clock_of(CLOCK_MONOTONIC);
         int held = host >= 0 && sendq.n >= SEND_BUFFER;
@@ -308,14 +363,15 @@ static void supervise(const struct run *r, int conn, int in) {
             if (got <= 0) {
                 close(sinks[i].r);
                 sinks[i].r = -1;
+                flush(r, &sinks[i]);
                 continue;
             }
             last_output = clock_of(CLOCK_MONOTONIC);
-            sink_write(&sinks[i], chunk, (size_t)got, r);
-            if (r->stream && host >= 0) {
-                long long sent = sinks[i].total - got, live = got;
-                if (r->live_limit >= 0) live = (long long)r->live_limit - sent < got ? (long long)r->live_limit - sent : got;
-                if (live > 0) frame_to(&sendq, sinks[i].kind, chunk, (size_t)live);
+            if (r->nsecrets) {
+                redact(r, &sinks[i], chunk, (size_t)got, &redacted);
+                deliver(r, &sinks[i], redacted.p, redacted.n);
+            } else {
+                deliver(r, &sinks[i], chunk, (size_t)got);
             }
         }
         if (at_host >= 0 && host >= 0 && (p[at_host].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -363,6 +419,7 @@ static void supervise(const struct run *r, int conn, int in) {
         }
         if (!running && ((sinks[0].r < 0 && sinks[1].r < 0) || now >= exited_at + GRACE)) break;
     }
+    for (int i = 0; i < 2; i++) flush(r, &sinks[i]); /* the end of a stream held back (descendants kept it open) */
     if (!reason && killed_mark()) reason = "killed";
     if (reason && strstr(reason, "timeout")) kill_tree(getpid(), SIGKILL);
     reap();
