@@ -57,67 +57,64 @@ static void configured(const char *body, size_t len) { /* a configure frame's bo
 
 /* -- reading an exec request ------------------------------------------------------------ */
 
-static int set_env(struct run *r, const char *raw) { /* an object's entries over those before; 0 on success */
+/* Each NAME: VALUE of a raw JSON object of strings (NULL or null: none), decoded, to FN (which
+ * borrows them); 0 on success, -1 when one is not a string or FN refuses it. */
+static int each_string(struct run *r, const char *raw, int (*fn)(struct run *, const char *, size_t, const char *, size_t)) {
     if (!raw || is_null(raw, strlen(raw))) return 0;
     const char *p = raw, *e = raw + strlen(raw), *k, *v;
-    size_t kl, vl;
+    size_t kl, vl, nk, nv;
     int got;
     while ((got = json_next(&p, e, 1, &k, &kl, &v, &vl)) == 1) {
-        size_t nk, nv;
         char *key = json_str(k, kl, &nk), *val = json_str(v, vl, &nv);
-        char *entry = key && val && nk && !strchr(key, '=') ? malloc(nk + nv + 2) : NULL;
-        if (entry) sprintf(entry, "%s=%s", key, val);
-        free(key);
-        free(val);
-        if (!entry) return -1;
-        size_t i = 0;
-        while (i < r->envc && (strncmp(r->env[i], entry, nk + 1))) i++;
-        if (i == r->envc) {
-            char **grown = realloc(r->env, (r->envc + 2) * sizeof *grown);
-            if (!grown) return -1;
-            r->env = grown;
-            r->envc++;
-        } else {
-            free(r->env[i]);
-        }
-        r->env[i] = entry;
-        r->env[r->envc] = NULL;
+        int fine = key && val && fn(r, key, nk, val, nv) == 0;
+        free(key), free(val);
+        if (!fine) return -1;
     }
     return got == 0 ? 0 : -1;
 }
 
+static int env_entry(struct run *r, const char *key, size_t nk, const char *val, size_t nv) { /* over one before */
+    char *entry = nk && !strchr(key, '=') ? malloc(nk + nv + 2) : NULL;
+    if (!entry) return -1;
+    sprintf(entry, "%s=%s", key, val);
+    size_t i = 0;
+    while (i < r->envc && strncmp(r->env[i], entry, nk + 1)) i++;
+    if (i == r->envc) {
+        char **grown = realloc(r->env, (r->envc + 2) * sizeof *grown);
+        if (!grown) return free(entry), -1;
+        r->env = grown;
+        r->envc++;
+    } else {
+        free(r->env[i]);
+    }
+    r->env[i] = entry;
+    r->env[r->envc] = NULL;
+    return 0;
+}
+
 #define MIN_REDACT 4 /* shorter secret values are not searched for in output (agent/output.py) */
 
-/* An object's NAME: VALUE pairs into R's secrets (a name given again replaces its value in place,
- * as a Python dict merge does); 0 on success. */
-static int add_secrets(struct run *r, const char *raw) {
-    if (!raw || is_null(raw, strlen(raw))) return 0;
-    const char *p = raw, *e = raw + strlen(raw), *k, *v;
-    size_t kl, vl;
-    int got;
-    while ((got = json_next(&p, e, 1, &k, &kl, &v, &vl)) == 1) {
-        size_t nn, nv;
-        char *name = json_str(k, kl, &nn), *value = json_str(v, vl, &nv);
-        char *mark = name ? malloc(nn + 12) : NULL;
-        if (!value || !mark) return free(name), free(value), free(mark), -1;
-        sprintf(mark, "[redacted:%s]", name);
-        free(name);
-        size_t i = 0;
-        while (i < r->nsecrets && strcmp(r->mark[i], mark)) i++;
-        if (i == r->nsecrets) {
-            char **s = realloc(r->secret, (i + 1) * sizeof *s), **m = s ? realloc(r->mark, (i + 1) * sizeof *m) : NULL;
-            size_t *l = m ? realloc(r->secret_len, (i + 1) * sizeof *l) : NULL;
-            if (s) r->secret = s;
-            if (m) r->mark = m;
-            if (!l) return free(value), free(mark), -1;
-            r->secret_len = l;
-            r->nsecrets++;
-        } else {
-            free(r->secret[i]), free(r->mark[i]);
-        }
-        r->secret[i] = value, r->mark[i] = mark, r->secret_len[i] = nv;
+/* A secret NAME: VALUE (a name given again replaces its value in place, as a Python dict merge does). */
+static int secret_entry(struct run *r, const char *name, size_t nn, const char *value, size_t nv) {
+    char *mark = malloc(nn + 12), *copy = malloc(nv + 1);
+    if (!mark || !copy) return free(mark), free(copy), -1;
+    sprintf(mark, "[redacted:%s]", name);
+    memcpy(copy, value, nv + 1);
+    size_t i = 0;
+    while (i < r->nsecrets && strcmp(r->mark[i], mark)) i++;
+    if (i == r->nsecrets) {
+        char **s = realloc(r->secret, (i + 1) * sizeof *s), **m = s ? realloc(r->mark, (i + 1) * sizeof *m) : NULL;
+        size_t *l = m ? realloc(r->secret_len, (i + 1) * sizeof *l) : NULL;
+        if (s) r->secret = s;
+        if (m) r->mark = m;
+        if (!l) return free(mark), free(copy), -1;
+        r->secret_len = l;
+        r->nsecrets++;
+    } else {
+        free(r->secret[i]), free(r->mark[i]);
     }
-    return got == 0 ? 0 : -1;
+    r->secret[i] = copy, r->mark[i] = mark, r->secret_len[i] = nv;
+    return 0;
 }
 
 static int sort_secrets(struct run *r) { /* drop the short ones; the longest first, ties in order (a stable sort) */
@@ -193,13 +190,14 @@ static int read_run(const char *body, size_t len, struct run *r) {
         if (!raw) return -1;
         memcpy(raw, redact, redactl);
         raw[redactl] = 0;
-        int bad = add_secrets(r, cfg_secrets) < 0 || add_secrets(r, raw) < 0;
+        int bad = each_string(r, cfg_secrets, secret_entry) < 0 || each_string(r, raw, secret_entry) < 0;
         free(raw);
         if (bad || sort_secrets(r) < 0) return -1;
     }
     char *own = env ? malloc(envl + 1) : NULL;
     if (own) memcpy(own, env, envl), own[envl] = 0;
-    int bad = set_env(r, cfg_env) < 0 || set_env(r, cfg_secrets) < 0 || (env && (!own || set_env(r, own) < 0));
+    int bad = each_string(r, cfg_env, env_entry) < 0 || each_string(r, cfg_secrets, env_entry) < 0 ||
+              (env && (!own || each_string(r, own, env_entry) < 0));
     free(own);
     if (!r->env && !bad) r->env = calloc(1, sizeof *r->env);
     return bad || !r->env ? -1 : 0;

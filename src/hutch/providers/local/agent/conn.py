@@ -66,18 +66,13 @@ class Connection:
         (None when the peer closed without a word)."""
         if self.reader.buf:
             fds, self.fds = self.fds, []
-            try:
-                return self.message(), fds
-            except BaseException:
+        else:
+            chunk, fds = recv_fds(self.sock, CHUNK, MAX_FDS)
+            if not chunk:
                 for fd in fds:
                     os.close(fd)
-                raise
-        chunk, fds = recv_fds(self.sock, CHUNK, MAX_FDS)
-        if not chunk:
-            for fd in fds:
-                os.close(fd)
-            return None, []
-        self.reader.feed(chunk)
+                return None, []
+            self.reader.feed(chunk)
         try:
             return self.message(), fds
         except BaseException:
