@@ -95,43 +95,21 @@ class Spare:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             procs.set_subreaper()
             rundir = RunDir()
-            if given is not None:
-                listener.close()
-                sock, pending, stdin_fd = given
-                sock.setblocking(True)
-                with wire.ignoring(OSError):
-                    ctl.sendall(TOOK)
-                got = _take_exec(Connection(sock, pending, [stdin_fd]), agent.env, agent.secrets)
-                if got is not None:
-                    with wire.ignoring(OSError):
-                        ctl.sendall(RUN + got[0]["run_id"].encode() + b"\n")
-                    ctl.close()
-                    Supervisor(sock, got[0], got[1], rundir).run()
-                return
-            rundir.prepare()
-            ctl.setblocking(False)
-            poller = select.poll()
-            poller.register(listener, select.POLLIN)
-            poller.register(ctl, select.POLLIN)
-            while True:
-                poller.poll()
-                try:  # the agent's word first: a retired spare never takes a connection
-                    ctl.recv(16)  # RETIRE, or b"": the agent is gone
+            if given is None:
+                rundir.prepare()
+                sock = Spare._accept(listener, ctl)
+                if sock is None:  # retired
                     rundir.drop()
                     return
-                except BlockingIOError:
-                    pass
-                try:
-                    sock = accept(listener)
-                except (BlockingIOError, InterruptedError):
-                    continue  # another spare took it
-                break
+                conn = Connection(sock)
+            else:
+                sock, pending, stdin = given
+                conn = Connection(sock, pending, [stdin])
             listener.close()
             ctl.setblocking(True)
             with wire.ignoring(OSError):  # (the agent gone: the run goes on)
                 ctl.sendall(TOOK)
             sock.setblocking(True)
-            conn = Connection(sock)
             got = _take_exec(conn, agent.env, agent.secrets)
             if got is None:
                 rundir.drop()
@@ -148,6 +126,25 @@ class Spare:
             traceback.print_exc()
         finally:
             os._exit(code)
+
+    @staticmethod
+    def _accept(listener: Socket, ctl: Socket) -> Socket | None:
+        """The next connection on the exec socket; None when the agent retires this spare first."""
+        ctl.setblocking(False)
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        poller.register(ctl, select.POLLIN)
+        while True:
+            poller.poll()
+            try:  # the agent's word first: a retired spare never takes a connection
+                ctl.recv(16)  # RETIRE, or b"": the agent is gone
+                return None
+            except BlockingIOError:
+                pass
+            try:
+                return accept(listener)
+            except (BlockingIOError, InterruptedError):
+                continue  # another spare took it
 
 
 class Agent:
