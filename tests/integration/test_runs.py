@@ -296,3 +296,34 @@ def test_a_slow_streaming_client_holds_the_run_back_within_its_timeout(daemon: D
     assert got == last["stdout_bytes"] and not last["truncated"]
     assert got < 40_000_000  # held back: it never wrote it all
     assert c.run(first["run_id"])["status"] == "timed_out"
+
+
+def test_a_foreground_result_is_recorded_before_the_next_request(daemon: Daemon) -> None:
+    """The daemon sends a foreground exec's result on, and records it in the same turn of its
+    loop (Runs.exec ``early``): the next request already sees the run settled, with its event."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    c = Client(daemon.settings, autostart=False)
+    for i in range(40):
+        res = c.exec(sbx.id, {"command": ["sh", "-c", f"exit {i % 3}"]})
+        run = c.run(res["run_id"])
+        assert (run["status"], run["exit_code"]) == (("completed", 0) if i % 3 == 0 else ("failed", i % 3)), run
+    finished = c.events(sbx.id, types=["run_finished"])
+    assert len(finished) == 40
+
+
+def test_a_foreground_run_whose_client_left_is_recorded(daemon: Daemon) -> None:
+    """A client that closes its connection during a foreground exec: the run goes on to its end
+    and is recorded (the answer nobody waits for is dropped)."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    c = Client(daemon.settings, autostart=False)
+    body = json.dumps({"command": ["sh", "-c", "sleep 1; echo done"]}).encode()
+    conn = c.endpoint.connection()
+    conn.request("POST", f"/v1/sandboxes/{sbx.id}/exec", body=body, headers={"content-type": "application/json"})
+    end = time.monotonic() + 30
+    while not c.runs(sbx.id) and time.monotonic() < end:
+        time.sleep(0.02)
+    conn.close()  # gone before the answer
+    (run,) = c.runs(sbx.id)
+    final = c.wait(run["id"], timeout=60)
+    assert (final["status"], final["exit_code"]) == ("completed", 0)
+    assert c.output(run["id"])["stdout"]["data"] == "done\n"

@@ -4,7 +4,8 @@
 costs a CLI process more than the rest of ``hutch exec``'s client does, and parsing a head
 with them costs more than the request itself over a unix socket. This module speaks to the
 daemon over its unix socket, plain TCP (loopback) or TLS (``ssl`` is imported only then):
-one request per connection, bodies by length, chunked or up to the close. The names follow
+bodies by length, chunked or up to the close; a connection whose answer ended cleanly may carry
+the next request (:meth:`Connection.quiet` says whether it still can). The names follow
 ``http.client`` (``HTTPException``, ``RemoteDisconnected``, ``request``/``getresponse``,
 ``putrequest``/``putheader``/``endheaders``) so the callers read the same.
 """
@@ -12,7 +13,7 @@ one request per connection, bodies by length, chunked or up to the close. The na
 from __future__ import annotations
 
 import os
-from _socket import AF_UNIX, IPPROTO_TCP, SOCK_STREAM, TCP_NODELAY
+from _socket import AF_UNIX, IPPROTO_TCP, MSG_DONTWAIT, MSG_PEEK, SOCK_STREAM, TCP_NODELAY
 from _socket import socket as _Socket  # noqa: N812 - the C type, beside socket.socket
 
 # socket.py (its enums import enum) is loaded only for TCP; the unix socket is the C type's.
@@ -118,6 +119,29 @@ class Connection:
             resp.begin()
         return resp
 
+    def quiet(self) -> bool:
+        """Connected, the last answer read to its end, and nothing waiting on the socket: the
+        peer neither closed it nor sent anything unasked (such a connection is not used again)."""
+        if self.sock is None or self.response is not None:
+            return False
+        try:
+            self.sock.recv(1, MSG_PEEK | MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def done(self) -> bool:
+        """The answer was read to its end and the connection may carry another request (its
+        answer's reader is let go); False: it is to be closed."""
+        response = self.response
+        if response is None or not response.reusable():
+            return False
+        self.response = None
+        response.close()
+        return True
+
     def close(self) -> None:
         sock, self.sock = self.sock, None
         response, self.response = self.response, None
@@ -140,6 +164,7 @@ class Response:
         self._chunked = False
         self._chunk_left = 0  # bytes left in the current chunk
         self._done = False
+        self._last = True  # the connection ends with this answer (HTTP/1.0, "connection: close", a body up to the close)
 
     def begin(self) -> None:
         line = self.fp.readline(MAX_LINE + 1)
@@ -161,6 +186,7 @@ class Response:
             if sep:
                 self.headers.append((key.strip(), value.strip()))
         names = {k.lower(): v for k, v in self.headers}
+        self._last = parts[0] != "HTTP/1.1" or "close" in names.get("connection", "").lower() or self.status < 200
         if self.method == "HEAD" or self.status in (204, 304) or 100 <= self.status < 200:
             self._done = True
         elif "chunked" in names.get("transfer-encoding", "").lower():
@@ -168,6 +194,12 @@ class Response:
         elif names.get("content-length", "").isdigit():
             self._length = int(names["content-length"])
             self._done = self._length == 0
+        else:
+            self._last = True  # a body up to the close
+
+    def reusable(self) -> bool:
+        """Read to its end, and its connection not ending with it."""
+        return self._done and not self._last
 
     def getheaders(self) -> list[tuple[str, str]]:
         return list(self.headers)

@@ -38,7 +38,8 @@ class Client:
         self.transport = Transport(self.settings, self.endpoint, autostart and not self.endpoint.remote)
 
     def close(self) -> None:
-        """Nothing to release: each request uses its own connection."""
+        """Nothing to release: the connections kept alive are the process's, a few at most
+        (:class:`hutch.client.transport.Kept`)."""
 
     def __enter__(self) -> Client:
         return self

@@ -74,7 +74,7 @@ class FastExec:
             return
         ref = EXEC_PATH.fullmatch(scope["path"]).group(1)  # type: ignore[union-attr]
         try:
-            result = await self.service.runs.exec(ref, req)
+            result = await self.service.runs.exec(ref, req, early=True)
         except Exception as exc:  # every failure becomes its error body, as the app's handler does
             status, err = error_body(exc, scope)
             if unexpected(exc):

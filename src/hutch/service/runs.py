@@ -153,7 +153,8 @@ class Runs(Adoption):
     def _prepare(self, rec: SandboxRecord, req: ExecRequest, background: bool) -> tuple[str, list[str], bytes | None]:
         argv = req.argv()
         self.svc.access.run_started()  # the key's runs per minute
-        self.svc.approvals.require(rec, "exec", req.approval, command_text(req.command))
+        if rec.spec.require_approval:  # (no rule: nothing to approve, the command's text is not needed)
+            self.svc.approvals.require(rec, "exec", req.approval, command_text(req.command))
         if req.idle_timeout is not None and req.idle_timeout <= 0:
             raise InvalidError("--idle-output-timeout must be positive")
         if req.user is not None:
@@ -195,6 +196,7 @@ class Runs(Adoption):
         queue: Feed | None = None,
         interactive: Interactive | None = None,
         started: asyncio.Future[None] | None = None,
+        early: asyncio.Future[ExecResult] | None = None,
     ) -> ExecResult:
         """Run to the end and record the outcome; never leaves the run 'running'.
 
@@ -225,6 +227,8 @@ class Runs(Adoption):
             )
             raw = await self.svc.provider(rec.provider).exec(rec, spec)
         except asyncio.CancelledError:
+            if early is not None:
+                early.cancel()
             raise  # the daemon is stopping: the run goes on in the sandbox; the next daemon adopts it
         except BaseException as exc:
             message = exc.message if isinstance(exc, HutchError) else f"{exc.__class__.__name__}: {exc}"
@@ -246,10 +250,15 @@ class Runs(Adoption):
                 error=gone.message if gone is not None else message,
             )
             self._record(ended, oom=False)
+            if early is not None and not early.done():
+                early.set_exception(gone if gone is not None else exc)
             if gone is not None and gone is not exc:
                 raise gone from exc
             raise
         result = self.result(rec.id, run_id, raw, (time.perf_counter() - t0) * 1000, req.max_output)
+        if early is not None and not early.done():
+            early.set_result(result)
+            await asyncio.sleep(0)  # the caller's turn comes first: then this, before the loop reads again
         self._record(result, oom=raw.oom_killed)
         return result
 
@@ -310,10 +319,19 @@ class Runs(Adoption):
         if not task.cancelled() and task.exception() is not None:
             log.info("run %s ended with %s", run_id, task.exception())
 
-    async def exec(self, ref: str, req: ExecRequest) -> ExecResult:
-        """Foreground: run to the end. A client that goes away does not stop the run."""
+    async def exec(self, ref: str, req: ExecRequest, *, early: bool = False) -> ExecResult:
+        """Foreground: run to the end. A client that goes away does not stop the run.
+
+        ``early``: the result as soon as it is known, and its record right after, in the same
+        turn of the loop, before another request is read (for a caller that only sends the
+        result on: its answer goes out while the record is written). A daemon killed in between
+        settles the run from its status file, like any run it did not see end."""
         rec = self.svc.live(ref)
         run_id, argv, stdin = self._prepare(rec, req, background=False)
+        if early:
+            result: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
+            self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True, early=result), run_id)
+            return await result  # (cancelled with the caller: the run goes on, and is recorded)
         task = self._spawn(self._execute(rec, run_id, argv, stdin, req, stream=True), run_id)
         return await asyncio.shield(task)
 

@@ -462,7 +462,7 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
 
     async def exec(self, rec: SandboxRecord, spec: ExecSpec) -> RawOutput:
         cg = self._cgroup(rec)
-        ooms_before = cg.oom_kills()
+        ooms: list[int] = []  # the cgroup's out-of-memory kills before the run: read while the sandbox starts it
         env = proxy_env(spec.run_id) | spec.env if rec.spec.network.mode != "none" else spec.env
         header = {
             "type": "exec",
@@ -483,9 +483,18 @@ class LocalProvider(AgentOpsMixin, WorkspaceMixin, ChangesMixin, PoolMixin, Gvis
             header |= {"interactive": True, "tty": interactive.tty, "rows": interactive.rows, "cols": interactive.cols}
             inbox = interactive.inbox
         socket_path = os.path.join(os.path.dirname(rec.data["socket"]), wire.EXEC_SOCKET)
-        reply, out = await run_exec(socket_path, header, spec.stdin, spec.max_output, spec.on_output, inbox, spec.on_start)
+        reply, out = await run_exec(
+            socket_path,
+            header,
+            spec.stdin,
+            spec.max_output,
+            spec.on_output,
+            inbox,
+            spec.on_start,
+            lambda: ooms.append(cg.oom_kills()),
+        )
         # only a SIGKILL nobody asked for may be the kernel's out-of-memory killer: read the counter again only then
-        oom = reply.get("signal") == signal.SIGKILL and reply.get("reason") is None and cg.oom_kills() > ooms_before
+        oom = reply.get("signal") == signal.SIGKILL and reply.get("reason") is None and bool(ooms) and cg.oom_kills() > ooms[0]
         return self._raw(reply, bytes(out.data["stdout"]), bytes(out.data["stderr"]), oom)
 
     _raw = staticmethod(raw_output)

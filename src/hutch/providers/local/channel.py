@@ -251,6 +251,16 @@ async def _pump(ch: Channel, inbox: asyncio.Queue[dict[str, Any]]) -> None:
             return
 
 
+_DEVNULL: list[int] = []
+
+
+def _devnull() -> int:
+    """``/dev/null``, opened once: a run without input gets it as its stdin (the sandbox gets its own copy)."""
+    if not _DEVNULL:
+        _DEVNULL.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    return _DEVNULL[0]
+
+
 async def run_exec(
     socket_path: str,
     header: dict[str, Any],
@@ -259,6 +269,7 @@ async def run_exec(
     on_output: OnOutput | None = None,
     inbox: asyncio.Queue[dict[str, Any]] | None = None,
     on_start: Callable[[], None] | None = None,
+    on_sent: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], Collected]:
     """Run a command through the agent's supervisor and wait for its final status.
 
@@ -269,12 +280,13 @@ async def run_exec(
     at most ``max_output`` bytes per stream are kept. ``on_start`` is called with the
     supervisor's first word (the run started, or its final status when it could not
     start): from then on the run lives in the sandbox whatever happens to the daemon.
-    Returns the status and the output kept.
+    ``on_sent`` is called once the request is on its way (what it reads meanwhile costs the
+    run nothing: the sandbox is starting it). Returns the status and the output kept.
     """
     if stdin is not None:
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
     else:
-        in_r, in_w = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC), -1
+        in_r, in_w = _devnull(), -1
     collected = Collected(max_output)
     feeder: asyncio.Task[None] | None = None
     pump: asyncio.Task[None] | None = None
@@ -284,7 +296,10 @@ async def run_exec(
             try:
                 ch.send(header, fds=[in_r])
             finally:
-                os.close(in_r)
+                if in_w >= 0:
+                    os.close(in_r)
+            if on_sent is not None:
+                on_sent()
             if in_w >= 0:
                 feeder = asyncio.create_task(feed(in_w, stdin or b""))
                 in_w = -1

@@ -211,13 +211,24 @@ static pid_t spawn_run(const struct run *r, int in, int out, int err, int *code,
     return 0;
 }
 
+/* The run's directory and its status file, made while the command starts (the file system's inode
+ * work off the run's path: the command runs meanwhile); -1 when they could not be made (then again at the end). */
+static int status_fd = -1;
+
+static int open_status(void) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "%s/.status.tmp", run_dir);
+    mkdir(run_dir, 0755);
+    return open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
 static void finish(const struct run *r, struct buf *status) { /* the status to disk, then the last words */
     put(status, "}", 1);
     char tmp[256], final[256];
     snprintf(tmp, sizeof tmp, "%s/.status.tmp", run_dir);
     snprintf(final, sizeof final, "%s/status", run_dir);
-    mkdir(run_dir, 0755);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = status_fd >= 0 ? status_fd : open_status();
+    status_fd = -1;
     if (fd >= 0) {
         int ok = write_full(fd, status->p, status->n) == 0;
         close(fd);
@@ -327,6 +338,7 @@ static void supervise(const struct run *r, int conn, int in) {
     int sl = snprintf(started_msg, sizeof started_msg, "{\"type\":\"started\",\"pid\":%d}", (int)pid);
     frame_to(&sendq, 'J', started_msg, (size_t)sl);
     send_some();
+    status_fd = open_status();
     run_pid = pid;
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0); /* -1 (an old kernel, gVisor): asked each turn */
     const char *reason = NULL;
