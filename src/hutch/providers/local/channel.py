@@ -44,8 +44,11 @@ class Channel:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.setblocking(False)
         try:
-            async with asyncio.timeout(5.0):
-                await loop.sock_connect(sock, self.socket_path)
+            try:
+                sock.connect(self.socket_path)  # at once, unless the agent's backlog is full
+            except BlockingIOError:
+                async with asyncio.timeout(5.0):
+                    await loop.sock_connect(sock, self.socket_path)
         except (TimeoutError, OSError) as exc:
             sock.close()
             raise UnavailableError(

@@ -446,6 +446,11 @@ int main(int argc, char **argv) {
     if (i + 1 >= argc) die("no agent command after --");
     python = argv + i + 1;
     umask(022);
+    for (int sig = 1; sig < 65; sig++) { /* what this helper was started with ignored, once: a run's command starts without */
+        struct sigaction sa;
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN) ignored |= 1ULL << (sig - 1);
+    }
+    ignored |= 1ULL << (SIGCHLD - 1) | 1ULL << (SIGPIPE - 1); /* this helper's own, and its supervisors' */
     signal(SIGCHLD, SIG_IGN); /* the runs' supervisors are reaped by the kernel (as the agent's are) */
     if (held) { /* back from the Python agent: its sockets, state and listener */
         if (sscanf(held, "%d,%d,%d,%d", &agent_fd, &exec_fd, &state_fd, &listener_fd) != 4) die("--held");

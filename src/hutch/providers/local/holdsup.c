@@ -16,7 +16,8 @@ struct sink {
 
 #define INPUT_BUFFER (1 << 20) /* input held for the command before the daemon's frames stop being read */
 
-static struct buf sendq, input; /* live output for the daemon; input for the command */
+static unsigned long long ignored; /* the signals a command would find ignored (inherited through exec): reset before it starts */
+static struct buf sendq, input;  /* live output for the daemon; input for the command */
 static int host = -1;           /* the daemon's connection (-1: gone) */
 static int feed = -1, eof_asked; /* an interactive run's stdin pipe (-1: none, or closed) */
 static char run_dir[192];
@@ -140,7 +141,8 @@ static pid_t spawn_run(const struct run *r, int in, int out, int err, int *code,
         step = "setup";
         sigset_t all;
         sigemptyset(&all);
-        for (int sig = 1; sig < 65; sig++) signal(sig, SIG_DFL);
+        for (int sig = 1; sig < 65; sig++) /* (a handler is reset by exec itself) */
+            if (ignored >> (sig - 1) & 1) signal(sig, SIG_DFL);
         sigprocmask(SIG_SETMASK, &all, NULL);
         if (setsid() < 0) goto failed;
         if (report[1] > 3) syscall(SYS_close_range, 3, report[1] - 1, 0);
