@@ -67,3 +67,21 @@ def test_every_byte_both_ways_and_end_of_file(loop: str) -> None:
     before = len(os.listdir("/proc/self/fd"))
     LOOPS[loop](_tunnel(8 * MIB))
     assert len(os.listdir("/proc/self/fd")) == before  # the duplicates and pipes are closed
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_short_exchange_is_copied_and_a_long_one_spliced(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request and its answer under SPLICE_AFTER bytes each take no pipe (three system calls
+    a short answer gains nothing from); a direction that moves more goes on through one."""
+    pipes: list[int] = []
+    real = os.pipe2
+
+    def counted(flags: int) -> tuple[int, int]:
+        pipes.append(flags)
+        return real(flags)
+
+    monkeypatch.setattr(splice.os, "pipe2", counted)
+    LOOPS[loop](_tunnel(splice.SPLICE_AFTER // 2))
+    assert pipes == []
+    LOOPS[loop](_tunnel(64 * splice.SPLICE_AFTER))  # (far more than a reader holds before the relay starts)
+    assert len(pipes) == 2  # one per direction, each past SPLICE_AFTER

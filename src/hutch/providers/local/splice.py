@@ -1,12 +1,17 @@
-"""A tunnel's bytes moved by the kernel: ``splice(2)`` from one socket into a pipe and from
-the pipe into the other, woken by the event loop, so no chunk becomes a Python object.
+"""A tunnel's bytes moved between two sockets by the event loop's own callbacks: copied while
+they are few, then by the kernel with ``splice(2)`` through a pipe, so a large transfer's
+chunks never become Python objects.
 
-Used by the egress proxy once a CONNECT or SOCKS tunnel is open (the proxy has nothing
-more to read in it). The streams' transports stop reading, whatever their readers had
-already buffered is sent first, and each direction is a loop over duplicates of the
-sockets' descriptors (the event loop watches those, not the transports' own). When a
-direction ends (end of file, or an error), the other side gets end of file; the tunnel
-ends when both have.
+Used by the egress proxy once a CONNECT or SOCKS tunnel is open or a request forwarded (the
+proxy has nothing more to read in it). The streams' transports stop reading, whatever their
+readers had already buffered is sent first, and each direction moves bytes from one
+socket's duplicated descriptor to the other's when the loop says it can: no task, no
+future per wait, each descriptor watched for as long as its direction waits on it. Most
+tunnels carry one short request and its answer: those are read and written as they come
+(a pipe costs three system calls and a short answer gains nothing from it); a direction
+that has moved :data:`SPLICE_AFTER` bytes goes on through a pipe. A full destination stops
+the reading of its source (backpressure both ways). When a direction ends (end of file, or
+an error), the other side gets end of file; the tunnel ends when both have.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import socket
 from typing import cast
 
 CHUNK = 1 << 16
+SPLICE_AFTER = 1 << 16  # bytes a direction copies before it takes a pipe
+TURN = 16  # chunks a direction moves per wake-up before it lets the loop run
 FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
 
@@ -50,64 +57,106 @@ def buffered(reader: asyncio.StreamReader) -> bytes:
     return data
 
 
-async def _wait(fd: int, write: bool) -> None:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
+class _Way:
+    """One direction, ``src`` to ``dst``: what was read and not yet written (bytes while
+    copying, a count in the pipe once splicing), and what the loop watches for it."""
 
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
+    def __init__(self, src: int, dst: int, first: bytes) -> None:
+        self.src, self.dst = src, dst
+        self.pending = memoryview(first)
+        self.pipe: tuple[int, int] | None = None
+        self.held = 0  # bytes in the pipe, not yet in dst
+        self.moved = 0
+        self.reading = self.writing = False
+        self.done = False
 
-    (loop.add_writer if write else loop.add_reader)(fd, wake)
-    try:
-        await ready
-    finally:
-        (loop.remove_writer if write else loop.remove_reader)(fd)
+    def waiting(self) -> bool:
+        return bool(self.pending) or self.held > 0
+
+    def move(self) -> bool:
+        """Bytes on, until a side would block; True when this direction is over."""
+        for _ in range(TURN):
+            if self.pending:
+                self.pending = self.pending[os.write(self.dst, self.pending) :]
+                continue
+            if self.held:
+                assert self.pipe is not None
+                self.held -= os.splice(self.pipe[0], self.dst, self.held, flags=FLAGS)
+                continue
+            if self.pipe is None:
+                data = os.read(self.src, CHUNK)
+                if not data:
+                    return True
+                self.pending = memoryview(data)
+                self.moved += len(data)
+                if self.moved >= SPLICE_AFTER:
+                    self.pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            else:
+                self.held = os.splice(self.src, self.pipe[1], CHUNK, flags=FLAGS)
+                if self.held == 0:
+                    return True
+        return False
+
+    def close(self) -> None:
+        if self.pipe is not None:
+            os.close(self.pipe[0])
+            os.close(self.pipe[1])
+            self.pipe = None
 
 
-async def _send_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
+class _Relay:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ways: list[_Way]) -> None:
+        self.loop = loop
+        self.ways = ways
+        self.over: asyncio.Future[None] = loop.create_future()
+
+    def step(self, way: _Way) -> None:
+        if way.done:
+            return
         try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:
-            await _wait(fd, True)
+            ended = way.move()
+        except (BlockingIOError, InterruptedError):
+            ended = False
+        except OSError:  # a reset: this way is over
+            ended = True
+        if ended:
+            self._end(way)
+        else:  # watch what it waits for: the destination while it holds bytes (its source unread), else the source
+            self._watch(way, read=not way.waiting(), write=way.waiting())
 
+    def _watch(self, way: _Way, read: bool, write: bool) -> None:
+        if read != way.reading:
+            (self.loop.add_reader(way.src, self.step, way) if read else self.loop.remove_reader(way.src))
+            way.reading = read
+        if write != way.writing:
+            (self.loop.add_writer(way.dst, self.step, way) if write else self.loop.remove_writer(way.dst))
+            way.writing = write
 
-async def _one_way(src: int, dst: int, first: bytes) -> None:
-    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if first:
-            await _send_all(dst, first)
-        held = 0  # bytes in the pipe, not yet in dst
-        while True:
-            if held == 0:
-                try:
-                    n = os.splice(src, w, CHUNK, flags=FLAGS)
-                except BlockingIOError:
-                    await _wait(src, False)
-                    continue
-                if n == 0:
-                    break
-                held = n
-            try:
-                held -= os.splice(r, dst, held, flags=FLAGS)
-            except BlockingIOError:
-                await _wait(dst, True)
-    except OSError:  # a reset: this way is over
-        pass
-    finally:
-        os.close(r)
-        os.close(w)
-        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(dst)) as other:
+    def _end(self, way: _Way) -> None:
+        self._watch(way, read=False, write=False)
+        way.done = True
+        way.close()
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(way.dst)) as other:
             other.shutdown(socket.SHUT_WR)  # the other side's end of file (closing the dup closes nothing else)
+        if all(w.done for w in self.ways) and not self.over.done():
+            self.over.set_result(None)
+
+    def stop(self) -> None:
+        for way in self.ways:
+            self._watch(way, read=False, write=False)
+            way.close()
 
 
 async def relay(a: int, a_first: bytes, b: int, b_first: bytes) -> None:
     """Both ways between the sockets ``a`` and ``b`` (duplicated descriptors, closed here),
     each starting with what its reader held."""
+    loop = asyncio.get_running_loop()
+    run = _Relay(loop, [_Way(a, b, a_first), _Way(b, a, b_first)])
     try:
-        await asyncio.gather(_one_way(a, b, a_first), _one_way(b, a, b_first))
+        for way in run.ways:
+            run.step(way)
+        await run.over
     finally:
+        run.stop()
         os.close(a)
         os.close(b)
