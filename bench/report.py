@@ -42,6 +42,7 @@ LATENCY = {
     "sdk_create_first_pool": ("SDK create + first exec, a pool member ready (the wait untimed)", "hutch"),
     "sdk_create_first_cold": ("SDK create + first exec, cold (one read-only mount: a start the pool cannot serve)", "hutch"),
     "sdk_exec": ("SDK `exec(['true'])` in a live sandbox", "hutch"),
+    "sdk_exec_steady": ("SDK `exec(['true'])`, 20 in a row in a live sandbox (a sample: one round's median)", "hutch"),
     "cli_exec": ("CLI `hutch exec SBX -- true` (whole process)", "hutch"),
     "cli_run": ("CLI `hutch run -- true` (whole process)", "hutch"),
     "srt_true": ("sandbox-runtime `srt true` (whole process)", "peer"),

@@ -54,6 +54,7 @@ HOME = TMP / "home"
 PEERS_DIR = TMP / "peers"
 os.environ["HUTCH_HOME"] = str(HOME)  # before hutch reads any setting
 COLD_MOUNT = TMP / "cold-mount"  # an empty directory: a mount makes a create one the pool cannot serve
+STEADY = 20  # execs in a row per round (sdk_exec_steady)
 EGRESS_HOSTS = TMP / "egress-hosts"  # the proxy's resolver for the egress benchmark's upstream
 EGRESS_HOSTS.write_text(egress.hosts_line())
 os.environ["HUTCH_EGRESS_HOSTS"] = str(EGRESS_HOSTS)  # read by the daemon this harness starts
@@ -264,6 +265,19 @@ class Bench:
             raise RuntimeError(f"exec failed: {r}")
         return {"sdk_exec": (t1 - t0) / 1e6}
 
+    def sdk_exec_steady(self) -> dict[str, float]:
+        """20 execs in a row in the live sandbox (an agent's loop of commands): their median. The
+        interleaved ``sdk_exec`` comes after other work (cold caches, a refill, a destroy)."""
+        assert self.live is not None
+        took = []
+        for _ in range(STEADY):
+            t0 = time.perf_counter_ns()
+            r = self.live.exec(["true"])
+            took.append((time.perf_counter_ns() - t0) / 1e6)
+            if r.exit_code != 0:
+                raise RuntimeError(f"exec failed: {r}")
+        return {"sdk_exec_steady": statistics.median(took)}
+
     def cli_exec(self) -> dict[str, float]:
         assert self.live is not None
         t0 = time.perf_counter_ns()
@@ -348,6 +362,7 @@ class Bench:
             self.sdk_create_first,
             *pooled,
             self.sdk_exec,
+            self.sdk_exec_steady,
             self.cli_exec,
             self.cli_run,
             *self._peer_funcs(),
