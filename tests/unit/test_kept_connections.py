@@ -90,37 +90,35 @@ class Server:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    for key in [k for k in os.environ if k.startswith("HUTCH_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("HUTCH_HOME", str(tmp_path / "h"))
+def local(clean_env: pytest.MonkeyPatch, tmp_path: Path) -> Settings:
+    """Settings for a local daemon's socket (the server's), and kept connections of this test's own."""
     (tmp_path / "h").mkdir(mode=0o700)
-    monkeypatch.setattr(transport_module, "KEPT", transport_module.Kept())  # this test's own
-    return Settings.load()
+    clean_env.setattr(transport_module, "KEPT", transport_module.Kept())
+    return Settings.load(home=tmp_path / "h")
 
 
 def _get(c: Client) -> None:
     assert c.request("GET", "/v1/health").json() == {"ok": True}
 
 
-def test_consecutive_requests_share_one_connection(home: Settings) -> None:
-    server = Server(home.socket_path)
+def test_consecutive_requests_share_one_connection(local: Settings) -> None:
+    server = Server(local.socket_path)
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         for _ in range(5):
             _get(c)
         c.request("POST", "/v1/x", json={"a": 1})
-        other = Client(home, autostart=False)  # another client of the process (an SDK makes one per sandbox)
+        other = Client(local, autostart=False)  # another client of the process (an SDK makes one per sandbox)
         _get(other)
         assert (server.connections, server.requests) == (1, 7)
     finally:
         server.stop()
 
 
-def test_a_connection_the_daemon_closed_is_not_used_again(home: Settings) -> None:
-    server = Server(home.socket_path, close_after=1)  # as a daemon that stopped, or closed it while idle
+def test_a_connection_the_daemon_closed_is_not_used_again(local: Settings) -> None:
+    server = Server(local.socket_path, close_after=1)  # as a daemon that stopped, or closed it while idle
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         for _ in range(3):
             server.closed.clear()
             _get(c)
@@ -132,10 +130,10 @@ def test_a_connection_the_daemon_closed_is_not_used_again(home: Settings) -> Non
         server.stop()
 
 
-def test_a_request_the_daemon_reset_unread_is_sent_again_on_a_new_connection(home: Settings) -> None:
-    server = Server(home.socket_path, reset_next=True)  # closes the kept connection under the next request
+def test_a_request_the_daemon_reset_unread_is_sent_again_on_a_new_connection(local: Settings) -> None:
+    server = Server(local.socket_path, reset_next=True)  # closes the kept connection under the next request
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         _get(c)
         assert c.request("POST", "/v1/x", json={"a": 1}).json() == {"ok": True}  # it was not performed: sent again
         assert (server.connections, server.requests) == (2, 2)
@@ -143,10 +141,10 @@ def test_a_request_the_daemon_reset_unread_is_sent_again_on_a_new_connection(hom
         server.stop()
 
 
-def test_a_request_the_daemon_read_and_died_on_is_not_sent_again(home: Settings) -> None:
-    server = Server(home.socket_path, die_on=2)  # reads the second request, and closes without an answer
+def test_a_request_the_daemon_read_and_died_on_is_not_sent_again(local: Settings) -> None:
+    server = Server(local.socket_path, die_on=2)  # reads the second request, and closes without an answer
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         _get(c)
         with pytest.raises(UnavailableError):
             c.request("POST", "/v1/x", json={"a": 1})  # on the kept connection: it may have been performed
@@ -155,46 +153,46 @@ def test_a_request_the_daemon_read_and_died_on_is_not_sent_again(home: Settings)
         server.stop()
 
 
-def test_connection_close_and_old_connections_are_not_used_again(home: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = Server(home.socket_path, close_header=True)
+def test_connection_close_and_old_connections_are_not_used_again(local: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = Server(local.socket_path, close_header=True)
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         _get(c)
         _get(c)
         assert server.connections == 2
     finally:
         server.stop()
-    server = Server(home.socket_path)
+    server = Server(local.socket_path)
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         _get(c)
         _get(c)
         assert server.connections == 1
         clock = [1000.0]
         monkeypatch.setattr(transport_module.time, "monotonic", lambda: clock[0])
         _get(c)  # on the kept connection, let go again at 1000
-        clock[0] += home.http_keepalive / 2 - 0.01
+        clock[0] += local.http_keepalive / 2 - 0.01
         _get(c)
         assert server.connections == 1
-        clock[0] += home.http_keepalive / 2  # the daemon closes it after http_keepalive: half of it is the most
+        clock[0] += local.http_keepalive / 2  # the daemon closes it after http_keepalive: half of it is the most
         _get(c)
         assert server.connections == 2
     finally:
         server.stop()
 
 
-def test_at_most_limit_connections_are_kept(home: Settings) -> None:
-    server = Server(home.socket_path)
+def test_at_most_limit_connections_are_kept(local: Settings) -> None:
+    server = Server(local.socket_path)
     try:
-        c = Client(home, autostart=False)
-        held = [transport_module.KEPT.take(home.socket_file, 60.0) for _ in range(3)]  # nothing kept yet
+        c = Client(local, autostart=False)
+        held = [transport_module.KEPT.take(local.socket_file, 60.0) for _ in range(3)]  # nothing kept yet
         assert held == [None, None, None]
         conns = [c.endpoint.connection() for _ in range(transport_module.Kept.LIMIT + 3)]
         for conn in conns:
             conn.request("GET", "/v1/health", headers={})
             conn.getresponse().read()
             assert conn.done()
-            transport_module.KEPT.give(home.socket_file, conn)
+            transport_module.KEPT.give(local.socket_file, conn)
         assert len(transport_module.KEPT.idle) == transport_module.Kept.LIMIT
         assert sum(conn.sock is None for conn in conns) == 3  # the oldest, closed
         _get(c)
@@ -203,10 +201,10 @@ def test_at_most_limit_connections_are_kept(home: Settings) -> None:
         server.stop()
 
 
-def test_a_forked_child_opens_its_own_connection(home: Settings) -> None:
-    server = Server(home.socket_path)
+def test_a_forked_child_opens_its_own_connection(local: Settings) -> None:
+    server = Server(local.socket_path)
     try:
-        c = Client(home, autostart=False)
+        c = Client(local, autostart=False)
         _get(c)
         read, write = os.pipe()
         pid = os.fork()
