@@ -327,3 +327,19 @@ def test_a_foreground_run_whose_client_left_is_recorded(daemon: Daemon) -> None:
     final = c.wait(run["id"], timeout=60)
     assert (final["status"], final["exit_code"]) == ("completed", 0)
     assert c.output(run["id"])["stdout"]["data"] == "done\n"
+
+
+def test_sdk_threads_share_kept_connections(daemon: Daemon) -> None:
+    """Eight threads exec through their own SDK objects at once, over the process's kept
+    connections (at most Kept.LIMIT): every result is its own, nothing hangs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    sbx = Sandbox.create(settings=daemon.settings)
+
+    def work(n: int) -> list[str]:
+        mine = Sandbox.connect(sbx.id, settings=daemon.settings)
+        return [mine.exec(["echo", f"{n}-{i}"]).stdout for i in range(40)]
+
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(work, range(8)))
+    assert outs == [[f"{n}-{i}\n" for i in range(40)] for n in range(8)]
