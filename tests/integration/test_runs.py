@@ -343,3 +343,16 @@ def test_sdk_threads_share_kept_connections(daemon: Daemon) -> None:
     with ThreadPoolExecutor(8) as pool:
         outs = list(pool.map(work, range(8)))
     assert outs == [[f"{n}-{i}\n" for i in range(40)] for n in range(8)]
+
+
+@pytest.mark.parametrize("end", ["stop", "kill9"])
+def test_a_kept_connection_outlives_no_daemon(daemon: Daemon, end: str) -> None:
+    """The SDK keeps its connection to the daemon between calls; a daemon stopped or killed
+    -9 in between leaves it closed, and the next call goes to the next daemon on a new one."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    assert sbx.exec(["echo", "one"]).stdout == "one\n"
+    daemon.stop() if end == "stop" else daemon.kill9()
+    d2 = Daemon(daemon.home).start()
+    daemon.proc = d2.proc
+    assert sbx.exec(["echo", "two"]).stdout == "two\n"
+    assert [r["status"] for r in Client(daemon.settings, autostart=False).runs(sbx.id)] == ["completed", "completed"]
