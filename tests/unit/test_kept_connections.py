@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hutch.client import Client
+from hutch.client import Client, http1
 from hutch.client import transport as transport_module
 from hutch.config import Settings
 from hutch.errors import UnavailableError
@@ -220,5 +220,23 @@ def test_a_forked_child_opens_its_own_connection(local: Settings) -> None:
         os.close(read)
         _get(c)  # the parent's connection is still its own, and still open
         assert (server.connections, server.requests) == (2, 3)
+    finally:
+        server.stop()
+
+
+def test_a_request_that_could_not_be_sent_on_a_closed_kept_connection_goes_on_a_new_one(
+    local: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon closed the kept connection just after the quiet check (a race): the request
+    cannot be written (EPIPE) and no answer comes; it never reached the daemon whole, so it
+    goes on a new connection, a POST too, and is performed once."""
+    server = Server(local.socket_path, close_after=1)
+    try:
+        c = Client(local, autostart=False)
+        _get(c)
+        assert server.closed.wait(5)
+        monkeypatch.setattr(http1.Connection, "quiet", lambda self: self.sock is not None)  # the race: it looked open
+        assert c.request("POST", "/v1/x", json={"a": 1}).json() == {"ok": True}
+        assert (server.connections, server.requests) == (2, 2)
     finally:
         server.stop()

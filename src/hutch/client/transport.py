@@ -137,14 +137,20 @@ class Transport:
         return self._send(self.endpoint.connection(), method, url, body, headers)
 
     def _send(self, conn: http1.Connection, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Response:
-        reuse = False
+        reuse = unsent = False
         try:
             try:
                 conn.request(method, url, body=body, headers=headers)
             except (BrokenPipeError, ConnectionResetError):
                 if not body:
                     raise  # with a body, the daemon may have answered before reading it all (over its limit)
-            raw = conn.getresponse(method)
+                unsent = True
+            try:
+                raw = conn.getresponse(method)
+            except ConnectionResetError as exc:
+                if unsent:  # no answer, and the request did not all go: the daemon never had it whole
+                    raise BrokenPipeError(str(exc)) from exc
+                raise
             content = raw.read(MAX_RESPONSE + 1)
             reuse = self.keep and len(content) <= MAX_RESPONSE and conn.done()
         finally:
