@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import socket
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -85,3 +86,96 @@ def test_a_short_exchange_is_copied_and_a_long_one_spliced(loop: str, monkeypatc
     assert pipes == []
     LOOPS[loop](_tunnel(64 * splice.SPLICE_AFTER))  # (far more than a reader holds before the relay starts)
     assert len(pipes) == 2  # one per direction, each past SPLICE_AFTER
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_dial_connects_a_plain_socket_the_relay_can_take(loop: str) -> None:
+    """The proxy's upstream: a connected non-blocking socket (no transport), its first bytes
+    sent by the relay ahead of the rest, the descriptor closed by the relay."""
+
+    async def main() -> None:
+        got: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+        async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            got.set_result(await reader.read())
+            writer.write(b"pong")
+            writer.close()
+
+        server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        sock = await splice.dial("127.0.0.1", port, socket.AF_INET, 5.0)
+        assert not sock.getblocking()
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        client_side, proxy_side = socket.socketpair()
+        client_side.sendall(b"-rest")
+        client_side.shutdown(socket.SHUT_WR)
+        proxy_side.setblocking(False)
+        fd = sock.detach()
+        await splice.relay(proxy_side.detach(), b"first", fd, b"")
+        assert await got == b"first-rest"
+        assert client_side.recv(100) == b"pong"
+        with pytest.raises(OSError):
+            os.fstat(fd)  # the relay closed it
+        client_side.close()
+        server.close()
+
+    LOOPS[loop](main())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_dial_refused_and_timed_out_leave_nothing_open(loop: str) -> None:
+    async def main() -> None:
+        free = socket.socket()
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+        free.close()  # nothing listens there now
+        before = _open_fds()
+        with pytest.raises(ConnectionRefusedError):
+            await splice.dial("127.0.0.1", port, socket.AF_INET, 5.0)
+        # A listener that accepts nothing, its queue full: the next handshake is not answered.
+        full = socket.socket()
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        queued = []
+        with pytest.raises(TimeoutError):
+            for _ in range(8):  # as many as the kernel queues before it stops answering
+                queued.append(await splice.dial("127.0.0.1", full.getsockname()[1], socket.AF_INET, 0.5))
+        assert queued, "the queue took no connection at all"
+        for sock in queued:
+            sock.close()
+        full.close()
+        assert _open_fds() == before
+
+    LOOPS[loop](main())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_dial_waits_for_a_handshake_that_completes_late(loop: str) -> None:
+    """A handshake the kernel does not finish inside ``connect`` (a full accept queue, then
+    room made): the loop watches the socket until it is connected."""
+
+    async def main() -> None:
+        full = socket.socket()
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        queued = []
+        with pytest.raises(TimeoutError):
+            for _ in range(8):  # fill the queue (see above), keeping what it took
+                queued.append(await splice.dial("127.0.0.1", port, socket.AF_INET, 0.3))
+        late = asyncio.ensure_future(splice.dial("127.0.0.1", port, socket.AF_INET, 30.0))
+        await asyncio.sleep(0.2)
+        assert not late.done()
+        for _ in queued:  # room in the queue: the retransmitted handshake gets in
+            full.accept()[0].close()
+        sock = await late
+        assert sock.getpeername()[1] == port
+        for s in [sock, *queued]:
+            s.close()
+        full.close()
+
+    LOOPS[loop](main())

@@ -207,20 +207,22 @@ class Egress:
         host: str,
         port: int,
         client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-        up: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        up: socket.socket,
     ) -> None:
-        """An allowed tunnel: relayed as it is, or opened when the sandbox holds placeholders."""
+        """An allowed tunnel (``up`` is its own from here): relayed as it is, or opened when the
+        sandbox holds placeholders."""
         vault = self.vaults.get(sandbox_id)
         if vault is None or vault.exempt(host):
-            await self._relay(*client, *up)
+            await self._relay(*client, up, b"")
             return
-        if self._upstream_ctx is None:
-            self._upstream_ctx = upstream_context(self.upstream_ca)
+        up_reader, up_writer = await splice.streams(up)
         try:
+            if self._upstream_ctx is None:
+                self._upstream_ctx = upstream_context(self.upstream_ca)
             report = functools.partial(self._emit, sandbox_id, run_id)
-            await intercept.tunnel(vault, host, port, intercept.Plain(*client), up[1], up[0], self._upstream_ctx, report)
+            await intercept.tunnel(vault, host, port, intercept.Plain(*client), up_writer, up_reader, self._upstream_ctx, report)
         finally:
-            up[1].close()
+            up_writer.close()
 
     async def _client(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -239,10 +241,9 @@ class Egress:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _connect(
-        self, sandbox_id: str, run_id: str | None, host: str, port: int, protocol: str
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Decide, resolve, check every address, connect to a checked one; one event either way."""
+    async def _connect(self, sandbox_id: str, run_id: str | None, host: str, port: int, protocol: str) -> socket.socket:
+        """Decide, resolve, check every address, connect to a checked one (a plain socket, the
+        caller's to close); one event either way."""
         listener = self.listeners.get(sandbox_id)
         policy = listener.policy if listener else NetworkPolicy()
         base = {"host": host, "port": port, "protocol": protocol}
@@ -261,13 +262,13 @@ class Egress:
                 refused = refused or (verdict, address)
                 continue
             try:
-                async with asyncio.timeout(CONNECT_TIMEOUT):
-                    reader, writer = await asyncio.open_connection(str(address), port)
+                family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+                sock = await splice.dial(str(address), port, family, CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as exc:
                 last_error = f"{exc.__class__.__name__}: {exc}"
                 continue
             self._event(sandbox_id, run_id, True, base | decision.to_dict() | {"address": str(address)})
-            return reader, writer
+            return sock
         if refused is not None:
             verdict, address = refused
             self._event(sandbox_id, run_id, False, base | verdict.to_dict() | {"address": str(address)})
@@ -313,13 +314,14 @@ class Egress:
                 await self._reply(writer, 400, f"CONNECT needs host:port, got {target!r}")
                 return
             try:
-                up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "connect")
+                up = await self._connect(sandbox_id, run_id, host, port, "connect")
             except DeniedError as denied:
                 await self._deny(writer, sandbox_id, denied)
                 return
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await writer.drain()
-            await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), (up_reader, up_writer))
+            with splice.closing_on_error(up):
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+            await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), up)
             return
         if not target.lower().startswith("http://"):
             await self._reply(writer, 400, "this is hutch's egress proxy: send CONNECT host:port or an absolute http:// URL")
@@ -331,7 +333,7 @@ class Egress:
             await self._reply(writer, 400, f"bad URL {target!r}")
             return
         try:
-            up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "http")
+            up = await self._connect(sandbox_id, run_id, host, port, "http")
         except DeniedError as denied:
             await self._deny(writer, sandbox_id, denied)
             return
@@ -343,16 +345,16 @@ class Egress:
         ]
         request = f"{method} /{path} {version}\r\n" + "".join(f"{h}\r\n" for h in kept) + "Connection: close\r\n\r\n"
         vault = self.vaults.get(sandbox_id)
-        if vault is not None:  # a sandbox holding placeholders: the request is read and rewritten
-            try:
-                report = functools.partial(self._emit, sandbox_id, run_id)
-                client, server = intercept.Plain(reader, writer), intercept.Plain(up_reader, up_writer)
-                await intercept.relay(vault, host, port, client, server, report, request.encode("latin-1"), once=True)
-            finally:
-                up_writer.close()
+        if vault is None:
+            await self._relay(reader, writer, up, request.encode("latin-1"))
             return
-        up_writer.write(request.encode("latin-1"))
-        await self._relay(reader, writer, up_reader, up_writer)
+        up_reader, up_writer = await splice.streams(up)  # a sandbox holding placeholders: the request is read and rewritten
+        try:
+            report = functools.partial(self._emit, sandbox_id, run_id)
+            client, server = intercept.Plain(reader, writer), intercept.Plain(up_reader, up_writer)
+            await intercept.relay(vault, host, port, client, server, report, request.encode("latin-1"), once=True)
+        finally:
+            up_writer.close()
 
     @staticmethod
     def _split_host_port(text: str, default: int | None) -> tuple[str | None, int | None]:
@@ -446,37 +448,26 @@ class Egress:
             await writer.drain()
             return
         try:
-            up_reader, up_writer = await self._connect(sandbox_id, run_id, host, port, "socks5")
+            up = await self._connect(sandbox_id, run_id, host, port, "socks5")
         except DeniedError as denied:
             code = {"resolve_failed": 4, "connect_failed": 5}.get(denied.decision.reason, 2)
             writer.write(b"\x05" + bytes([code]) + b"\x00\x01" + bytes(6))
             await writer.drain()
             return
-        writer.write(b"\x05\x00\x00\x01" + bytes(6))
-        await writer.drain()
-        await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), (up_reader, up_writer))
+        with splice.closing_on_error(up):
+            writer.write(b"\x05\x00\x00\x01" + bytes(6))
+            await writer.drain()
+        await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), up)
 
     # -- relay ---------------------------------------------------------------------------
 
-    async def _relay(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-    ) -> None:
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: socket.socket, first: bytes) -> None:
+        """Both ways between the client and ``up`` (closed here), ``first`` sent up before the rest."""
         a = splice.spliceable(reader, writer)
-        b = splice.spliceable(up_reader, up_writer) if a is not None else None
-        if a is not None and b is not None:  # the kernel moves the bytes
-            try:
-                await splice.relay(a, splice.buffered(reader), b, splice.buffered(up_reader))
-            finally:
-                up_writer.close()
-                with contextlib.suppress(Exception):
-                    await up_writer.wait_closed()
+        if a is not None:  # the kernel moves the bytes
+            await splice.relay(a, first + splice.buffered(reader), up.detach(), b"")
             return
-        if a is not None:
-            splice.resume(writer, a)
+        up_reader, up_writer = await splice.streams(up)
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
@@ -489,6 +480,7 @@ class Egress:
                 pass
 
         try:
+            up_writer.write(first)
             await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
         finally:
             up_writer.close()

@@ -18,14 +18,72 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
+from collections.abc import Iterator
 from typing import cast
 
 CHUNK = 1 << 16
 SPLICE_AFTER = 1 << 16  # bytes a direction copies before it takes a pipe
 TURN = 16  # chunks a direction moves per wake-up before it lets the loop run
 FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+
+
+async def dial(address: str, port: int, family: int, timeout: float) -> socket.socket:
+    """A plain non-blocking TCP socket connected to ``address``: no transport, no stream (the
+    relay moves its bytes). A connection the kernel completes inside ``connect`` (loopback
+    does) costs no wait; otherwise the loop watches for it, at most ``timeout`` seconds."""
+    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    try:
+        err = sock.connect_ex((address, port))
+        if err == errno.EINPROGRESS:
+            if not _connected(sock):
+                loop = asyncio.get_running_loop()
+                ready: asyncio.Future[None] = loop.create_future()
+                loop.add_writer(sock.fileno(), _settle, ready)
+                try:
+                    async with asyncio.timeout(timeout):
+                        await ready
+                finally:
+                    loop.remove_writer(sock.fileno())
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            raise OSError(err, os.strerror(err))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as the loop's own transports do
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _settle(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+@contextlib.contextmanager
+def closing_on_error(sock: socket.socket) -> Iterator[None]:
+    """``sock`` closed if the block fails (it stays open otherwise)."""
+    try:
+        yield
+    except BaseException:
+        sock.close()
+        raise
+
+
+async def streams(sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over a connected socket: theirs from here (closed here if they cannot be made)."""
+    with closing_on_error(sock):
+        return await asyncio.open_connection(sock=sock)
+
+
+def _connected(sock: socket.socket) -> bool:
+    try:
+        sock.getpeername()  # ENOTCONN while the handshake is on (or failed: then the wait says how)
+    except OSError:
+        return False
+    return True
 
 
 def spliceable(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> int | None:
