@@ -4,7 +4,8 @@
 
 One daemon of this tree (its own ``HUTCH_HOME``, no pool) and one sandbox. Every round, for
 each gap (the order turned every round), and for each of three operations (the order turned
-too): sleep for the gap, then time the operation once, in this process:
+too): six times, sleep for the gap, then time the operation, in this process (the first of
+the six, which follows another kind of operation, is not kept):
 
 - ``ping``: one byte to a child process over a unix socket pair and back (two wake-ups:
   the least any round trip through another process costs);
@@ -12,7 +13,7 @@ too): sleep for the gap, then time the operation once, in this process:
 - ``exec``: the SDK client's ``exec(["true"])`` in the live sandbox (client, daemon, the
   sandbox's helper and the command: six wake-ups).
 
-Gap 0 is back to back. The full harness interleaves many kinds of work between two execs,
+Gap 0 is back to back, as the harness's ``sdk_exec_steady`` is. The full harness interleaves many kinds of work between two execs,
 so its exec sees the machine as it is after a gap: on a virtual machine whose idle vCPUs
 halt (cpuidle ``haltpoll``), every wake-up of a halted vCPU costs a round trip through the
 hypervisor. Prints one JSON document: medians per gap and operation, ratios, the cpuidle
@@ -33,6 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+BATCH = 5
 ECHO = "import socket,sys\ns=socket.socket(fileno=int(sys.argv[1]))\nwhile b:=s.recv(1): s.sendall(b)\n"
 
 
@@ -88,10 +90,12 @@ def main() -> int:
             for gap in gaps[i % len(gaps) :] + gaps[: i % len(gaps)]:
                 names = list(ops)
                 for name in names[i % 3 :] + names[: i % 3]:
-                    time.sleep(gap)
-                    t = time.perf_counter_ns()
-                    ops[name]()
-                    samples.setdefault(f"{name}@{gap}", []).append((time.perf_counter_ns() - t) / 1e6)
+                    for k in range(BATCH + 1):  # the first follows another operation: not kept
+                        time.sleep(gap)
+                        t = time.perf_counter_ns()
+                        ops[name]()
+                        if k:
+                            samples.setdefault(f"{name}@{gap}", []).append((time.perf_counter_ns() - t) / 1e6)
             if (i + 1) % 10 == 0:
                 print(f"round {i + 1}/{args.rounds}, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     finally:
