@@ -256,3 +256,31 @@ def test_parsed_and_cached_policy_parts_follow_every_change(tmp_path: Path) -> N
         ("egress_denied", "host_not_allowed"),
         ("egress_denied", "private_address"),
     ]
+
+
+def test_an_allowed_port_with_nothing_listening_is_a_502_and_an_event(tmp_path: Path) -> None:
+    """The upstream connection refused (absolute-form, CONNECT, SOCKS5): a clear answer,
+    a ``connect_failed`` event each, and the proxy goes on serving."""
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead = free.getsockname()[1]
+    free.close()  # nothing listens there now
+    policy = NetworkPolicy(mode="open", cidrs=["127.0.0.1/32"])  # any port: the dead one and the upstream's
+
+    def client(port: int, up: int) -> list[bytes]:
+        name = b"up.test"
+        return [
+            exchange(port, f"GET http://up.test:{dead}/ HTTP/1.1\r\nHost: up.test\r\n\r\n".encode()),
+            exchange(port, f"CONNECT up.test:{dead} HTTP/1.1\r\n\r\n".encode()),
+            socks(port, b"\x05\x01\x00", b"\x05\x01\x00\x03" + bytes([len(name)]) + name + struct.pack("!H", dead))[1],
+            exchange(port, f"GET http://up.test:{up}/after HTTP/1.1\r\nHost: up.test\r\n\r\n".encode()),
+        ]
+
+    outs, events = run_with_proxy(tmp_path, client, policy)
+    for out in outs[:2]:
+        assert out.startswith(b"HTTP/1.1 502") and f"cannot reach up.test:{dead}".encode() in out, out
+        assert b"ConnectionRefusedError" in out
+    assert outs[2][:2] == b"\x05\x05"  # SOCKS5: connection refused
+    assert outs[3].startswith(b"HTTP/1.0 200") and b"hello /after" in outs[3]
+    assert [(e[0], e[3]["reason"]) for e in events[:3]] == [("egress_denied", "connect_failed")] * 3
+    assert [e[0] for e in events[3:]] == ["egress_allowed"]
