@@ -16,13 +16,18 @@ import os
 import posixpath
 import stat
 import subprocess
-import tarfile
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hutch.errors import ConflictError, InvalidError
+
+if TYPE_CHECKING or sys.version_info >= (3, 12):
+    import tarfile
+else:  # the extraction filters came with 3.11.4 (Debian 12 has 3.11.2): 3.12's module, backported
+    from backports import tarfile
 
 if TYPE_CHECKING:
     from hutch import wire
