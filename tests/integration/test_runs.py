@@ -204,6 +204,26 @@ def test_logs_transcript_and_follow_on_destroyed(daemon: Daemon) -> None:
     assert gone.returncode in (0, 1)  # ends cleanly, never hangs
 
 
+def test_logs_without_follow_prints_the_whole_transcript_page_by_page(daemon: Daemon) -> None:
+    """Pages of --max-bytes each, up to the transcript's size at the start: a run whose records
+    come after the first page is printed too (one page with --json)."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    for word in ("first", "second", "third"):
+        sbx.exec(f"echo {word}")
+    last = sbx.exec("echo last")
+    out = _cli(daemon, "logs", sbx.id, "--max-bytes", "8")
+    assert out.returncode == 0 and out.stdout.decode().split() == ["first", "second", "third", "last"], out
+    only = _cli(daemon, "logs", sbx.id, "--run", last.run_id, "--max-bytes", "8")
+    assert only.returncode == 0 and only.stdout == b"last\n"
+    page = json.loads(_cli(daemon, "logs", sbx.id, "--max-bytes", "8", "--json").stdout)
+    assert [r["data"] for r in page["records"]] == ["first\n"] and not page["eof"]
+    mistaken = _cli(daemon, "logs", last.run_id, "--json")  # a run's id where the sandbox goes
+    error = json.loads(mistaken.stdout)["error"]
+    assert mistaken.returncode == 1 and error["kind"] == "not_found"
+    assert f"hutch logs SANDBOX --run {last.run_id}" in error["hint"] and f"hutch poll {last.run_id}" in error["hint"]
+    sbx.destroy()
+
+
 def test_bad_run_input(daemon: Daemon) -> None:
     sbx = Sandbox.create(settings=daemon.settings)
     r = _cli(daemon, "poll", "run_nope", "--json")

@@ -190,6 +190,7 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: 
     """
     page = max_bytes or PAGE
     seen: set[str] = set()
+    end: int | None = None  # without --follow: the transcript's size at the first read, read up to it page by page
     while True:
         res = obj.client.logs(sandbox, run_id, offset, page)
         if obj.json:
@@ -200,6 +201,9 @@ def logs(obj: Ctx, /, sandbox: str, run_id: str | None, offset: int, max_bytes: 
         seen.update(r["run_id"] for r in res["records"])
         moved = res["next_offset"] > offset
         offset = res["next_offset"]
+        end = res["size"] if end is None else end
+        if not follow and not obj.json and moved and offset < end:
+            continue
         if not follow or res["eof"]:
             if not obj.json and follow:
                 click.echo(f"hutch: end of transcript at offset {offset}", err=True)

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hutch.actors import Actor, current
-from hutch.errors import CapacityError, NotFoundError, PolicyError, RateLimitedError
+from hutch.errors import CapacityError, PolicyError, RateLimitedError
 from hutch.models import LIVE_STATES, NetworkPolicy, SandboxRecord, SandboxSpec
+from hutch.store.sandboxes import no_sandbox
 from hutch.units import format_size
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ class Access:
     def sandbox(self, rec: SandboxRecord, ref: str) -> SandboxRecord:
         """``rec``, when the actor may see it; otherwise it does not exist for the actor."""
         if not current().owns(rec.owner):
-            raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
+            raise no_sandbox(ref)
         return rec
 
     @staticmethod

@@ -54,6 +54,14 @@ def _record(row: sqlite3.Row) -> SandboxRecord:
     )
 
 
+def no_sandbox(ref: str) -> NotFoundError:
+    """The error of a sandbox reference that names nothing (a run's id given for a sandbox: said so)."""
+    hint = "list sandboxes with: hutch list"
+    if ref.startswith("run_"):
+        hint = f"{ref} is a run, not a sandbox: hutch poll {ref} (or wait, kill) takes it; hutch logs SANDBOX --run {ref}"
+    return NotFoundError(f"no sandbox {ref!r}", hint=hint)
+
+
 class _Parsed(threading.local):
     """This thread's parsed records by id (a thread has a connection of its own: see db.py).
 
@@ -200,7 +208,7 @@ class SandboxTable:
         actor = current()
         row = self._by_name(conn, ref, actor.id, actor.admin) or by_prefix(conn, "sandboxes", ref, owned_by(actor))
         if row is None:
-            raise NotFoundError(f"no sandbox {ref!r}", hint="list sandboxes with: hutch list")
+            raise no_sandbox(ref)
         return _record(row)
 
     @staticmethod
