@@ -159,3 +159,51 @@ def test_terminal_sizes_are_bounded_and_a_bad_resize_keeps_the_session(daemon: D
         assert "30 90" in out
         assert seen[-1]["exit_code"] == 0
     assert sbx.client.get(sbx.id)["state"] == "running"
+
+
+def test_what_is_typed_before_the_terminal_session_is_up_is_kept(daemon: Daemon) -> None:
+    """Keys typed while `hutch exec -it` starts (before it puts the terminal in raw mode) reach
+    the command: switching modes keeps the terminal's pending input."""
+    import os
+    import select
+    import time
+
+    sbx = Sandbox.create(settings=daemon.settings)
+    master, slave = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hutch", "exec", "-it", sbx.id, "--", "sh"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=hutch_env(daemon.home),
+        start_new_session=True,
+    )
+    os.close(slave)
+    os.write(master, b"echo TYPED$((40+2))\n")  # ahead: the CLI is still starting
+    out = b""
+    deadline = time.monotonic() + 60
+    sent_exit = False
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the CLI exited: the terminal hung up
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            if b"TYPED42" in out and not sent_exit:
+                os.write(master, b"exit 3\n")
+                sent_exit = True
+            if proc.poll() is not None and not ready:
+                break
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert b"TYPED42" in out, out
+    assert code == 3

@@ -52,7 +52,7 @@ class Attached:
             import tty as ttymod
 
             self.saved = termios.tcgetattr(self.stdin_fd)
-            ttymod.setraw(self.stdin_fd)
+            ttymod.setraw(self.stdin_fd, termios.TCSANOW)  # TCSAFLUSH (the default) would drop what was typed ahead
             signal.signal(signal.SIGWINCH, self._resize)
         self.pending: dict[str, Any] | None = None
 
