@@ -61,3 +61,40 @@ def test_unikraft_shell_points_at_exec_and_ssh_and_records_no_run(ukd: Daemon, u
     assert "hutch exec noterm -- CMD" in err["hint"] and "--ssh" in err["hint"] and "hutch ssh" in err["hint"]
     assert "drop -i/-t" not in err["hint"]  # hutch shell has no -i/-t to drop
     assert js(hutch(ukd.home, ukc, "runs", rec["id"], "--json")) == []  # refused before a run was recorded
+
+
+def _exec_cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hutch", "exec", *args],
+        env=hutch_env(daemon.home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_script_without_its_interpreter_line_is_not_told_to_chmod(daemon: Daemon) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    sbx.exec("printf 'echo hi\\n' > /tmp/noshebang.sh && chmod 755 /tmp/noshebang.sh")
+    p = _exec_cli(daemon, sbx.id, "--", "/tmp/noshebang.sh")
+    assert p.returncode == 126 and "exec format error" in p.stderr, p.stderr
+    assert "#! line" in p.stderr and "chmod" not in p.stderr
+    p = _exec_cli(daemon, sbx.id, "--", "/tmp")  # a directory: not executable as a program
+    assert p.returncode == 126 and "chmod +x" in p.stderr, p.stderr
+    sbx.destroy()
+
+
+def test_a_sandbox_at_its_process_limit_is_told_so(daemon: Daemon) -> None:
+    sbx = Sandbox.create(pids=16, settings=daemon.settings)
+    filler = sbx.exec("i=0; while [ $i -lt 40 ]; do sleep 300 & i=$((i+1)); done; wait", background=True)
+    try:
+        for _ in range(100):  # until the limit is reached (the filler's sleeps are its processes)
+            p = _exec_cli(daemon, sbx.id, "--", "echo", "room")
+            if p.returncode != 0:
+                break
+        assert p.returncode == 126, p.stderr
+        assert "process or memory limit" in p.stderr and f"hutch ps {sbx.id}" in p.stderr and "chmod" not in p.stderr, p.stderr
+    finally:
+        filler.kill("KILL")
+        sbx.destroy()

@@ -71,6 +71,11 @@ def spawn_hint(result: dict[str, Any]) -> str | None:
         where = error.removeprefix("working directory ").removesuffix(" does not exist")
         return f"create it first (hutch exec {sbx} -- mkdir -p {shlex.quote(where)}), or give another --cwd"
     if code == 126 and error.startswith("cannot run "):
+        said = error.lower()
+        if "exec format error" in said:  # executable, but no program: a script without its #! line
+            return "start the script with a #! line (#!/bin/sh), or run it through its interpreter (sh FILE, python3 FILE)"
+        if "resource temporarily unavailable" in said or "cannot allocate memory" in said:
+            return f"the sandbox is at its process or memory limit (--pids, --memory when created): see hutch ps {sbx}"
         return "make it executable (chmod +x FILE), or run it through its interpreter (sh FILE, python3 FILE)"
     return None
 
