@@ -35,6 +35,32 @@ def test_reading_a_directory_is_invalid_as_documented(daemon: Daemon) -> None:
     assert "2 usage or `invalid` (a\ndirectory" in read_section
 
 
+def test_a_file_cut_at_64_mib_fails_the_read_as_documented(daemon: Daemon, tmp_path: Path) -> None:
+    sbx = Sandbox.create(settings=daemon.settings)
+    sbx.exec("head -c 67108865 /dev/zero > /tmp/big && echo x > /tmp/small")
+    with open(tmp_path / "out", "wb") as out:
+        r = subprocess.run(
+            [sys.executable, "-m", "hutch", "read", sbx.id, "/tmp/big"],
+            env=hutch_env(daemon.home),
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=False,
+            timeout=300,
+        )
+    assert r.returncode == 1 and (tmp_path / "out").stat().st_size == 64 << 20
+    assert b"larger than 64 MiB" in r.stderr and b"hutch exec" in r.stderr
+    small = subprocess.run(
+        [sys.executable, "-m", "hutch", "read", sbx.id, "/tmp/small"],
+        env=hutch_env(daemon.home),
+        capture_output=True,
+        timeout=120,
+    )
+    assert (small.returncode, small.stdout, small.stderr) == (0, b"x\n", b"")
+    read_section = (ROOT / "docs" / "cli.md").read_text().split("\n## hutch read\n", 1)[1].split("\n## ", 1)[0]
+    assert "a file cut at 64 MiB" in read_section and "exits 1" in read_section
+    sbx.destroy()
+
+
 def test_a_mounted_file_needs_read_for_others_as_documented(daemon: Daemon) -> None:
     base = Path(tempfile.mkdtemp(prefix="hutch-mnt-"))
     os.chmod(base, 0o755)

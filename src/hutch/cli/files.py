@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hutch.cli.common import Ctx, SandboxCommand, emit, json_option, table
+from hutch.cli.common import EXIT_FAILED, Ctx, SandboxCommand, emit, json_option, table
 from hutch.errors import InvalidError
 from hutch.units import parse_time
 
@@ -67,11 +67,15 @@ def read(obj: Ctx, sandbox: str, path: str) -> None:
         except UnicodeDecodeError:
             body, b64 = base64.b64encode(data).decode(), True
         emit({"path": path, "size": len(data), "content": body, "base64": b64, "truncated": truncated})
-        return
-    sys.stdout.buffer.write(data)
-    sys.stdout.flush()
-    if truncated:
-        click.echo("hutch: file truncated at 64 MiB", err=True)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    if truncated:  # what was printed is not the file: a script must not take it for it
+        import shlex
+
+        click.echo(f"hutch: {path} is larger than 64 MiB: only its first 64 MiB were printed", err=True)
+        click.echo(f"hint: all of it: hutch exec {sandbox} -- cat {shlex.quote(path)} > FILE (or hutch pull)", err=True)
+        raise SystemExit(EXIT_FAILED)
 
 
 @click.command(cls=SandboxCommand)
