@@ -58,6 +58,10 @@ def test_a_file_cut_at_64_mib_fails_the_read_as_documented(daemon: Daemon, tmp_p
     assert (small.returncode, small.stdout, small.stderr) == (0, b"x\n", b"")
     read_section = (ROOT / "docs" / "cli.md").read_text().split("\n## hutch read\n", 1)[1].split("\n## ", 1)[0]
     assert "a file cut at 64 MiB" in read_section and "exits 1" in read_section
+    with pytest.raises(InvalidError) as err:  # the SDK never returns a cut copy either
+        sbx.files.read("/tmp/big")
+    assert "larger than 64 MiB" in err.value.message and "exec(['cat'" in (err.value.hint or "")
+    assert sbx.files.read("/tmp/small") == b"x\n"
     sbx.destroy()
 
 
