@@ -83,6 +83,31 @@ def test_daemon_sigkill_loses_nothing(daemon: Daemon) -> None:
         assert c.destroy(doomed.id)["destroyed"]
 
 
+def test_a_foreground_exec_that_loses_the_daemon_names_its_run(daemon: Daemon) -> None:
+    """kill -9 of the daemon under `hutch exec`: the CLI says which run it lost and how to
+    follow it; the run goes on and its end is recorded by the next daemon."""
+    sbx = Sandbox.create(settings=daemon.settings)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "hutch", "exec", sbx.id, "--", "sh", "-c", "echo started; sleep 2; echo done"],
+        env=hutch_env(daemon.home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert cli.stdout is not None and cli.stdout.readline() == "started\n"
+    daemon.kill9()
+    _, err = cli.communicate(timeout=60)
+    assert cli.returncode == 125, err
+    run_id = err.split("lost the daemon during ", 1)[1].split(" ", 1)[0]
+    assert run_id.startswith("run_") and f"hutch poll --follow {run_id}" in err, err
+    d2 = Daemon(daemon.home).start()
+    daemon.proc = d2.proc
+    with d2.client() as c:
+        run = c.wait(run_id, 60)
+        assert run["status"] == "completed" and run["exit_code"] == 0
+        assert c.output(run_id)["stdout"]["data"] == "started\ndone\n"
+
+
 def test_cli_autostarts_the_daemon(hutch_home: Path) -> None:
     env = hutch_env(hutch_home)
     try:

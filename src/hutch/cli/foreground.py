@@ -292,6 +292,14 @@ def follow(
             if not started:
                 raise
             return _interrupted(obj, started, output, lines, extra)
+        except UnavailableError as exc:
+            if not started:
+                raise
+            run_id = started["run_id"]  # the daemon went away under the run: say which run, and how to find it
+            raise UnavailableError(
+                f"lost the daemon during {run_id} ({exc.message}); the run itself may still be going",
+                hint=f"hutch poll --follow {run_id} shows it (the next hutch command starts the daemon again)",
+            ) from exc
         except BrokenPipeError:
             if started:  # our stdout was closed (| head): end the run like a pipeline ends its writer
                 import contextlib
@@ -304,7 +312,8 @@ def follow(
     finally:
         guard.restore()
     if final is None:
-        raise UnavailableError("the output stream ended before the run did", hint="see hutch runs SANDBOX and hutch poll RUN")
+        run = started.get("run_id", "RUN")
+        raise UnavailableError("the output stream ended before the run did", hint=f"see hutch runs SANDBOX and hutch poll {run}")
     result = _document(final, output) if obj.json and not lines else final
     if obj.json and not lines:
         emit(result)
