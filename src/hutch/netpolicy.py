@@ -51,6 +51,17 @@ def host_matches(host: str, pattern: str) -> bool:
     return host == pattern
 
 
+def _cidr_hint(text: str) -> str:
+    """What to write instead: a range with bits set past its prefix is refused, not widened
+    (``::1/32`` would be ``::/32``, which holds every IPv4-mapped address)."""
+    try:
+        wide = ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return "e.g. --allow-cidr 203.0.113.0/24, or 203.0.113.7/32 (2001:db8::7/128) for one address"
+    one = ipaddress.ip_interface(text).ip
+    return f"it has bits set past its prefix: {one}/{one.max_prefixlen} is that address alone, {wide} the whole range"
+
+
 class NetworkPolicy(BaseModel):
     """Egress of one sandbox. ``none``: loopback only. ``allowlist``: named hosts through hutch's
     proxy. ``open``: any public address through the proxy; private ranges only by CIDR."""
@@ -83,9 +94,9 @@ class NetworkPolicy(BaseModel):
         out = set()
         for text in v:
             try:
-                out.add(str(ipaddress.ip_network(text.strip(), strict=False)))
+                out.add(str(ipaddress.ip_network(text.strip())))
             except ValueError as exc:
-                raise InvalidError(f"invalid CIDR {text!r}", hint="e.g. --allow-cidr 203.0.113.0/24") from exc
+                raise InvalidError(f"invalid CIDR {text!r}", hint=_cidr_hint(text.strip())) from exc
         return sorted(out)
 
     @classmethod

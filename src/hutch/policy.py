@@ -70,6 +70,14 @@ def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     return None
 
 
+def judged(ip: IPAddress) -> IPAddress:
+    """The address a policy judges: an IPv6 address that carries an IPv4 one (mapped, NAT64,
+    6to4...) reaches that IPv4 address, so it is judged as it, and only an IPv4 range covers it
+    (an IPv6 range such as ``::/32`` would otherwise open every IPv4 address)."""
+    inner = embedded_v4(ip)
+    return ip if inner is None else inner
+
+
 @functools.lru_cache(maxsize=1024)
 def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
     return ipaddress.ip_network(text)  # a policy's CIDRs, parsed once, not on every request
@@ -127,10 +135,7 @@ def check_target(policy: NetworkPolicy, host: str, port: int) -> tuple[Decision,
         return Decision(False, "invalid_port", f"port {port}"), host
     ip = parse_ip(host)
     if ip is not None:
-        cidr = in_cidrs(ip, policy.cidrs)
-        inner = embedded_v4(ip)
-        if cidr is None and inner is not None:
-            cidr = in_cidrs(inner, policy.cidrs)
+        cidr = in_cidrs(judged(ip), policy.cidrs)
         if cidr is None and (policy.mode == "allowlist" or blocked_reason(ip) is not None):
             return Decision(False, "ip_literal", f"no --allow-cidr covers {ip}"), str(ip)
         if not _port_ok(policy, port):
@@ -155,10 +160,7 @@ def check_target(policy: NetworkPolicy, host: str, port: int) -> tuple[Decision,
 
 def check_address(policy: NetworkPolicy, ip: IPAddress, own: frozenset[str] = frozenset()) -> Decision:
     """May the proxy connect to this resolved address? Private ranges only through a CIDR."""
-    cidr = in_cidrs(ip, policy.cidrs)
-    inner = embedded_v4(ip)
-    if cidr is None and inner is not None:
-        cidr = in_cidrs(inner, policy.cidrs)
+    cidr = in_cidrs(judged(ip), policy.cidrs)
     if cidr is not None:
         return Decision(True, "allowed_cidr", f"--allow-cidr {cidr}")
     reason = blocked_reason(ip, own)

@@ -75,6 +75,31 @@ def test_cidrs_open_ip_literals_and_private_ranges_only_where_they_say() -> None
     assert check_address(policy, ipaddress.ip_address("::ffff:10.1.9.9")).allowed
 
 
+@pytest.mark.parametrize("literal", ["::ffff:169.254.169.254", "::ffff:127.0.0.5", "::ffff:10.1.2.3", "64:ff9b::a9fe:a9fe"])
+def test_an_ipv6_range_never_covers_an_ipv4_address_spelled_in_ipv6(literal: str) -> None:
+    """``::/32`` (what ``::1/32`` widened to) holds every IPv4-mapped address: those are judged
+    as the IPv4 address they reach, which only an IPv4 range covers."""
+    for cidrs in (["::/32"], ["::/0"], ["::ffff:0:0/96"], ["64:ff9b::/96"]):
+        policy = allowlist(cidrs=cidrs, ports=[80])
+        decision, _ = check_target(policy, literal, 80)
+        assert not decision.allowed and decision.reason == "ip_literal", (literal, cidrs, decision)
+        assert not check_address(policy, ipaddress.ip_address(literal)).allowed, (literal, cidrs)
+        opened = check_address(NetworkPolicy(mode="open", cidrs=cidrs), ipaddress.ip_address(literal))
+        assert not opened.allowed and opened.reason.endswith("_address"), (literal, cidrs, opened)
+    inner = str(ipaddress.ip_address(literal).ipv4_mapped or ipaddress.IPv4Address(ipaddress.ip_address(literal).packed[12:]))
+    assert check_target(allowlist(cidrs=[f"{inner}/32"], ports=[80]), literal, 80)[0].reason == "allowed_cidr"
+
+
+def test_a_range_with_bits_past_its_prefix_is_refused_not_widened() -> None:
+    for text, one, whole in (("::1/32", "::1/128", "::/32"), ("10.0.0.5/24", "10.0.0.5/32", "10.0.0.0/24")):
+        with pytest.raises(InvalidError) as err:
+            SandboxSpec.model_validate({"network": {"mode": "allowlist", "cidrs": [text]}})
+        assert one in (err.value.hint or "") and whole in (err.value.hint or ""), err.value.hint
+    assert SandboxSpec.model_validate({"network": {"mode": "allowlist", "cidrs": ["10.0.0.0/24"]}}).network.cidrs == [
+        "10.0.0.0/24"
+    ]
+
+
 @pytest.mark.parametrize(
     ("address", "reason"),
     [
