@@ -122,8 +122,13 @@ def test_poll_and_logs_cap_bytes_with_max_bytes_and_keep_the_old_limit(cli: Any,
 
 
 def test_events_takes_a_and_a_count(cli: Any, sbx: str) -> None:  # noqa: F811
-    code, out, _ = cli("events", "-a", "--limit", "2", "--json")
+    for _ in range(2):  # at least three events, whatever ran before
+        assert cli("create")[0] == 0
+    code, out, err = cli("events", "-a", "--limit", "2", "--json")
     assert code == 0 and len(out.splitlines()) == 2
+    assert "only the first 2 events shown" in err  # the newer ones were left out: said
+    code, out, err = cli("events", "-a", "--limit", "100000", "--json")
+    assert code == 0 and len(out.splitlines()) > 2 and "only the first" not in err
 
 
 def test_the_sandbox_filter_of_approvals_is_its_argument(cli: Any, sbx: str) -> None:  # noqa: F811

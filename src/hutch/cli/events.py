@@ -118,6 +118,14 @@ def events(
         if not follow and (left <= 0 or len(batch) < PAGE):
             if as_table and not shown:
                 click.echo("no events", err=True)
+            if (
+                left <= 0
+                and batch
+                and obj.client.events(  # oldest first: say when newer ones were left out
+                    sandbox if not all_ else None, types=list(types) or None, since=when, after=after, limit=1, run=run_id
+                )
+            ):
+                click.echo(f"hutch: only the first {limit} events shown; newer ones: --since 10m, or a larger --limit", err=True)
             return
         if follow and not batch:
             sys.stdout.flush()
