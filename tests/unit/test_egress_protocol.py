@@ -284,3 +284,48 @@ def test_an_allowed_port_with_nothing_listening_is_a_502_and_an_event(tmp_path: 
     assert outs[3].startswith(b"HTTP/1.0 200") and b"hello /after" in outs[3]
     assert [(e[0], e[3]["reason"]) for e in events[:3]] == [("egress_denied", "connect_failed")] * 3
     assert [e[0] for e in events[3:]] == ["egress_allowed"]
+
+
+def test_closing_a_sandboxs_proxy_ends_its_open_tunnels(tmp_path: Path) -> None:
+    """A tunnel to an upstream that never closes, whose client has gone: closing the
+    sandbox's listener (its destroy) ends it, nothing of it left in the proxy; the half-open
+    tunnels no longer count against the next sandbox's connections either."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)  # accepts (the kernel does), never reads, never closes
+    port = silent.getsockname()[1]
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 up.test\n")
+
+    async def main() -> None:
+        egress = Egress(str(hosts))
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        policy = NetworkPolicy(mode="allowlist", allow_hosts=["up.test"], ports=[port], cidrs=["127.0.0.1/32"])
+        await egress.open("sbx_t", listener, policy)
+        proxy_port = listener.getsockname()[1]
+        before = len(os.listdir("/proc/self/fd"))
+
+        def open_tunnels() -> list[socket.socket]:
+            out = []
+            for _ in range(5):
+                s = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
+                s.sendall(f"CONNECT up.test:{port} HTTP/1.1\r\n\r\n".encode())
+                assert s.recv(100).startswith(b"HTTP/1.1 200")
+                out.append(s)
+            return out
+
+        clients = await asyncio.to_thread(open_tunnels)
+        for s in clients:
+            s.close()  # the clients are gone; the upstream holds its side open
+        await asyncio.sleep(0.3)
+        assert len(egress.listeners["sbx_t"].clients) == 5  # half open: still held (until idle, or the close)
+        await egress.close("sbx_t")
+        assert "sbx_t" not in egress.listeners
+        assert len(os.listdir("/proc/self/fd")) <= before - 1  # the listener and every tunnel's descriptors
+
+    try:
+        asyncio.run(main())
+    finally:
+        silent.close()

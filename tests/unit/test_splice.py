@@ -179,3 +179,49 @@ def test_dial_waits_for_a_handshake_that_completes_late(loop: str) -> None:
         full.close()
 
     LOOPS[loop](main())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_half_open_tunnel_ends_when_the_other_way_stays_silent(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client sent and closed; the upstream never answers nor closes: the relay is over
+    after HALF_OPEN_IDLE without a byte, its descriptors closed. An upstream that keeps
+    sending (slower than that, but sending) is relayed to its end."""
+    monkeypatch.setattr(splice, "HALF_OPEN_IDLE", 1.0)
+
+    async def main() -> None:
+        async def tunnel(upstream_sends: bool) -> tuple[bytes, float]:
+            client, proxy_a = socket.socketpair()
+            proxy_b, up = socket.socketpair()
+            for s in (proxy_a, proxy_b, up):
+                s.setblocking(False)
+            client.sendall(b"request")
+            client.shutdown(socket.SHUT_WR)  # the client's end of file: half open from here
+            fds = (proxy_a.fileno(), proxy_b.fileno())
+            started = asyncio.get_running_loop().time()
+            relay = asyncio.ensure_future(splice.relay(proxy_a.detach(), b"", proxy_b.detach(), b""))
+            if upstream_sends:
+                for _ in range(12):  # 0.1 s apart: each gap a tenth of the idle limit, the whole longer
+                    await asyncio.sleep(0.1)
+                    up.send(b"x")
+                up.shutdown(socket.SHUT_WR)
+            await asyncio.wait_for(relay, 10)
+            took = asyncio.get_running_loop().time() - started
+            for fd in fds:
+                with pytest.raises(OSError):
+                    os.fstat(fd)
+            client.setblocking(True)
+            client.settimeout(5)
+            got = b""
+            while chunk := client.recv(100):
+                got += chunk
+            assert up.recv(100) == b"request"
+            client.close()
+            up.close()
+            return got, took
+
+        got, took = await tunnel(upstream_sends=False)
+        assert got == b"" and took >= 1.0
+        got, took = await tunnel(upstream_sends=True)
+        assert got == b"x" * 12 and took >= 1.2
+
+    LOOPS[loop](main())

@@ -18,23 +18,20 @@ import asyncio
 import base64
 import contextlib
 import functools
-import ipaddress
-import itertools
 import logging
 import re
 import socket
 import ssl
 import struct
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from hutch.models import NetworkPolicy
-from hutch.policy import Decision, IPAddress, check_address, check_target, parse_ip
+from hutch.policy import Decision, IPAddress, check_address, check_target, judged, parse_ip
 from hutch.providers.local import intercept, splice
 from hutch.providers.local.placeholders import Vault
+from hutch.providers.local.resolve import Hosts, Resolver, own_addresses
 from hutch.providers.local.sandboxca import upstream_context
 
 PORT = 3128
@@ -53,7 +50,9 @@ FIX = {
     "host_not_allowed": "hutch policy {sbx} --allow-host {host}",
     "denied_host": "hutch policy {sbx} --allow-host {host}",
     "port_not_allowed": "hutch policy {sbx} --allow-port {port}",
-    "ip_literal": "use the host's name, or hutch policy {sbx} --allow-cidr {host}/32 if you trust that address",
+    "ip_literal": "use the host's name, or hutch policy {sbx} --allow-cidr {one} if you trust that address",
+    "invalid_port": "ask for a port between 1 and 65535",
+    "invalid_host": "check the name: letters, digits and hyphens, labels of at most 63 characters",
 }
 
 
@@ -66,63 +65,12 @@ def proxy_env(run_id: str | None) -> dict[str, str]:
     return env | {k.lower(): v for k, v in env.items()}
 
 
-class Hosts:
-    """A hosts-format file consulted before DNS (re-read when it changes)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = Path(path) if path else None
-        self.mtime = -1.0
-        self.table: dict[str, list[str]] = {}
-        self.parsed: dict[str, list[IPAddress]] = {}  # the table's addresses, parsed once per change
-
-    def lookup(self, name: str) -> list[IPAddress] | None:
-        if self.path is None:
-            return None
-        try:
-            mtime = self.path.stat().st_mtime
-        except OSError:
-            return None
-        if mtime != self.mtime:
-            table: dict[str, list[str]] = {}
-            for line in self.path.read_text().splitlines():
-                parts = line.split("#", 1)[0].split()
-                if len(parts) >= 2 and parse_ip(parts[0]) is not None:
-                    for host in parts[1:]:
-                        table.setdefault(host.lower().rstrip("."), []).append(parts[0])
-            self.table, self.mtime = table, mtime
-            self.parsed = {host: [a for a in map(parse_ip, found) if a is not None] for host, found in table.items()}
-        return self.parsed.get(name)
-
-
-_own_cache: tuple[float, frozenset[str]] = (0.0, frozenset())
-
-
-def own_addresses() -> frozenset[str]:
-    """This host's own addresses (its services are off limits), from /proc, cached briefly."""
-    global _own_cache
-    now = time.monotonic()
-    if now - _own_cache[0] < 5:
-        return _own_cache[1]
-    found: set[str] = set()
-    with contextlib.suppress(OSError):
-        lines = Path("/proc/net/fib_trie").read_text().splitlines()
-        for prev, line in itertools.pairwise(lines):
-            if "/32 host LOCAL" in line:
-                found.add(prev.split()[-1])
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/net/if_inet6").read_text().splitlines():
-            raw = line.split()[0]
-            found.add(str(ipaddress.IPv6Address(bytes.fromhex(raw))))
-    _own_cache = (now, frozenset(found))
-    return _own_cache[1]
-
-
 @dataclass
 class Listener:
     sandbox_id: str
     policy: NetworkPolicy
     server: asyncio.Server
-    active: int = 0
+    clients: set[asyncio.Task[Any]] = field(default_factory=set)  # its connections, ended with it
 
 
 class DeniedError(Exception):
@@ -134,6 +82,7 @@ class DeniedError(Exception):
 class Egress:
     def __init__(self, hosts_file: str, on_event: OnEvent | None = None, upstream_ca: str = "") -> None:
         self.hosts = Hosts(hosts_file)
+        self.resolver = Resolver()
         self.on_event = on_event
         self.listeners: dict[str, Listener] = {}
         self.vaults: dict[str, Vault] = {}  # sandboxes holding placeholder secrets: their traffic is opened
@@ -154,15 +103,15 @@ class Egress:
         sock.setblocking(False)
 
         async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            listener = self.listeners.get(sandbox_id)
-            if listener is None or listener.active >= MAX_CONNECTIONS:
+            listener, me = self.listeners.get(sandbox_id), asyncio.current_task()
+            if listener is None or len(listener.clients) >= MAX_CONNECTIONS or me is None:
                 writer.close()  # over the cap: refused at once, nothing is read
                 return
-            listener.active += 1
+            listener.clients.add(me)
             try:
                 await self._client(sandbox_id, reader, writer)
             finally:
-                listener.active -= 1
+                listener.clients.discard(me)
 
         server = await asyncio.start_server(client, sock=sock, limit=MAX_HEAD)
         self.listeners[sandbox_id] = Listener(sandbox_id, policy, server)
@@ -176,10 +125,12 @@ class Egress:
 
     async def close(self, sandbox_id: str) -> None:
         listener = self.listeners.pop(sandbox_id, None)
-        if listener is not None:
+        if listener is not None:  # no new connection, and none of its own outlives it (a tunnel held open upstream)
             listener.server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(listener.server.wait_closed(), 1.0)
+            for task in listener.clients:
+                task.cancel()
+            ending = [asyncio.ensure_future(listener.server.wait_closed()), *listener.clients]
+            await asyncio.wait(ending, timeout=1.0)
 
     async def close_all(self) -> None:
         for sandbox_id in list(self.listeners):
@@ -225,13 +176,14 @@ class Egress:
             up_writer.close()
 
     async def _client(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            async with asyncio.timeout(HEAD_TIMEOUT):  # no task per read, as wait_for makes one
+        try:  # one deadline for all a client says before its connection is decided (HTTP head or SOCKS)
+            deadline = asyncio.get_running_loop().time() + HEAD_TIMEOUT
+            async with asyncio.timeout_at(deadline):  # no task per read, as wait_for makes one
                 first = await reader.readexactly(1)
             if first == b"\x05":
-                await self._socks(sandbox_id, reader, writer)
+                await self._socks(sandbox_id, reader, writer, deadline)
             else:
-                await self._http(sandbox_id, first, reader, writer)
+                await self._http(sandbox_id, first, reader, writer, deadline)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, asyncio.LimitOverrunError, ValueError):
             pass
         except Exception:  # one bad client never hurts the daemon
@@ -255,7 +207,7 @@ class Egress:
         addresses: list[IPAddress] = [ip] if ip is not None else await self._resolve(sandbox_id, run_id, name, port, base)
         own = own_addresses()
         refused: tuple[Decision, IPAddress] | None = None
-        last_error = "no address"
+        last_error, tried = "no address", None
         for address in addresses:
             verdict = check_address(policy, address, own) if decision.reason != "allowed_cidr" or ip is None else decision
             if not verdict.allowed:
@@ -265,7 +217,8 @@ class Egress:
                 family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
                 sock = await splice.dial(str(address), port, family, CONNECT_TIMEOUT)
             except (OSError, TimeoutError) as exc:
-                last_error = f"{exc.__class__.__name__}: {exc}"
+                last_error = f"{exc.__class__.__name__}: {str(exc) or f'no answer within {CONNECT_TIMEOUT:g} s'}"
+                tried = str(address)
                 continue
             self._event(sandbox_id, run_id, True, base | decision.to_dict() | {"address": str(address)})
             return sock
@@ -274,31 +227,26 @@ class Egress:
             self._event(sandbox_id, run_id, False, base | verdict.to_dict() | {"address": str(address)})
             raise DeniedError(verdict, name, port, str(address))
         failed = Decision(False, "connect_failed", last_error)
-        self._event(sandbox_id, run_id, False, base | failed.to_dict() | {"address": None})
+        self._event(sandbox_id, run_id, False, base | failed.to_dict() | {"address": tried})
         raise DeniedError(failed, name, port)
 
     async def _resolve(self, sandbox_id: str, run_id: str | None, name: str, port: int, base: dict[str, Any]) -> list[IPAddress]:
         fixed = self.hosts.lookup(name)
         if fixed is not None:
             return list(fixed)
-        loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(name, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
+            return await self.resolver.lookup(sandbox_id, name, port, RESOLVE_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             failed = Decision(False, "resolve_failed", f"cannot resolve {name}: {exc}")
             self._event(sandbox_id, run_id, False, base | failed.to_dict() | {"address": None})
             raise DeniedError(failed, name, port) from exc
-        out: list[IPAddress] = []
-        for info in infos:
-            address = parse_ip(str(info[4][0]))
-            if address is not None and address not in out:
-                out.append(address)
-        return out
 
     # -- HTTP ----------------------------------------------------------------------------
 
-    async def _http(self, sandbox_id: str, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async with asyncio.timeout(HEAD_TIMEOUT):
+    async def _http(
+        self, sandbox_id: str, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, deadline: float
+    ) -> None:
+        async with asyncio.timeout_at(deadline):
             head = first + await reader.readuntil(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
@@ -402,51 +350,24 @@ class Egress:
         if d.reason in ("resolve_failed", "connect_failed"):
             await self._reply(writer, 502, f"hutch: cannot reach {where}: {d.rule}")
             return
-        fix = FIX.get(d.reason, "hutch policy {sbx} --allow-cidr ADDRESS/32, only if you trust that address")
+        fix = FIX.get(d.reason, "hutch policy {sbx} --allow-cidr {one}, only if you trust that address")
+        ip = parse_ip(denied.address or denied.host)
+        one = f"{judged(ip)}/{judged(ip).max_prefixlen}" if ip is not None else "ADDRESS/32"
         text = (
             f"hutch: egress to {where} denied ({d.reason}): {d.rule}\n"
-            f"Fix: {fix.format(sbx=sandbox_id, host=denied.host, port=denied.port)}\n"
+            f"Fix: {fix.format(sbx=sandbox_id, host=denied.host, port=denied.port, one=one)}\n"
             f"Why: hutch events {sandbox_id} --type egress_denied"
         )
         await self._reply(writer, 403, text, f"X-Hutch-Egress: denied; reason={d.reason}\r\n")
 
     # -- SOCKS5 --------------------------------------------------------------------------
 
-    async def _socks(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        count = (await reader.readexactly(1))[0]
-        methods = await reader.readexactly(count)
-        run_id = None
-        if 2 in methods:  # user name / password: the user name carries the run id
-            writer.write(b"\x05\x02")
-            await writer.drain()
-            _ver, ulen = await reader.readexactly(2)
-            user = (await reader.readexactly(ulen)).decode("utf-8", "replace")
-            plen = (await reader.readexactly(1))[0]
-            await reader.readexactly(plen)
-            writer.write(b"\x01\x00")
-            run_id = user if RUN_RE.fullmatch(user) else None
-        elif 0 in methods:
-            writer.write(b"\x05\x00")
-        else:
-            writer.write(b"\x05\xff")
-            await writer.drain()
+    async def _socks(self, sandbox_id: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, deadline: float) -> None:
+        async with asyncio.timeout_at(deadline):
+            asked = await self._socks_ask(reader, writer)
+        if asked is None:  # refused, and answered
             return
-        _ver, cmd, _, atyp = await reader.readexactly(4)
-        if atyp == 1:
-            host = socket.inet_ntop(socket.AF_INET, await reader.readexactly(4))
-        elif atyp == 4:
-            host = socket.inet_ntop(socket.AF_INET6, await reader.readexactly(16))
-        elif atyp == 3:
-            host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("utf-8", "replace")
-        else:
-            writer.write(b"\x05\x08\x00\x01" + bytes(6))
-            await writer.drain()
-            return
-        (port,) = struct.unpack("!H", await reader.readexactly(2))
-        if cmd != 1:  # BIND and UDP ASSOCIATE: the sandbox gets TCP connections out, nothing else
-            writer.write(b"\x05\x07\x00\x01" + bytes(6))
-            await writer.drain()
-            return
+        run_id, host, port = asked
         try:
             up = await self._connect(sandbox_id, run_id, host, port, "socks5")
         except DeniedError as denied:
@@ -458,6 +379,48 @@ class Egress:
             writer.write(b"\x05\x00\x00\x01" + bytes(6))
             await writer.drain()
         await self._tunnel(sandbox_id, run_id, host, port, (reader, writer), up)
+
+    async def _socks_ask(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> tuple[str | None, str, int] | None:
+        """The greeting and the request: (run id, host, port), or None once refused."""
+        count = (await reader.readexactly(1))[0]
+        methods = await reader.readexactly(count)
+        run_id = None
+        if 2 in methods:  # user name / password: the user name carries the run id
+            writer.write(b"\x05\x02")
+            await writer.drain()
+            ver, ulen = await reader.readexactly(2)
+            user = (await reader.readexactly(ulen)).decode("utf-8", "replace")
+            plen = (await reader.readexactly(1))[0]
+            await reader.readexactly(plen)
+            if ver != 1:  # not the user name / password sub-negotiation (RFC 1929)
+                return None
+            writer.write(b"\x01\x00")
+            run_id = user if RUN_RE.fullmatch(user) else None
+        elif 0 in methods:
+            writer.write(b"\x05\x00")
+        else:
+            writer.write(b"\x05\xff")
+            await writer.drain()
+            return None
+        ver, cmd, _, atyp = await reader.readexactly(4)
+        if ver != 5:
+            return None
+        if atyp == 1:
+            host = socket.inet_ntop(socket.AF_INET, await reader.readexactly(4))
+        elif atyp == 4:
+            host = socket.inet_ntop(socket.AF_INET6, await reader.readexactly(16))
+        elif atyp == 3:
+            host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("utf-8", "replace")
+        else:
+            writer.write(b"\x05\x08\x00\x01" + bytes(6))
+            await writer.drain()
+            return None
+        (port,) = struct.unpack("!H", await reader.readexactly(2))
+        if cmd != 1:  # BIND and UDP ASSOCIATE: the sandbox gets TCP connections out, nothing else
+            writer.write(b"\x05\x07\x00\x01" + bytes(6))
+            await writer.drain()
+            return None
+        return run_id, host, port
 
     # -- relay ---------------------------------------------------------------------------
 

@@ -11,7 +11,9 @@ tunnels carry one short request and its answer: those are read and written as th
 (a pipe costs three system calls and a short answer gains nothing from it); a direction
 that has moved :data:`SPLICE_AFTER` bytes goes on through a pipe. A full destination stops
 the reading of its source (backpressure both ways). When a direction ends (end of file, or
-an error), the other side gets end of file; the tunnel ends when both have.
+an error), the other side gets end of file; the tunnel ends when both have, or when the
+other way has moved no byte for :data:`HALF_OPEN_IDLE` seconds (a client gone for good looks
+like one that only stopped sending; an upstream that never closes would hold it forever).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import cast
 CHUNK = 1 << 16
 SPLICE_AFTER = 1 << 16  # bytes a direction copies before it takes a pipe
 TURN = 16  # chunks a direction moves per wake-up before it lets the loop run
+HALF_OPEN_IDLE = 60.0  # a tunnel one side has ended: over after this long without a byte the other way
 FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 
 
@@ -151,6 +154,7 @@ class _Way:
                     self.pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
             else:
                 self.held = os.splice(self.src, self.pipe[1], CHUNK, flags=FLAGS)
+                self.moved += self.held
                 if self.held == 0:
                     return True
         return False
@@ -167,6 +171,7 @@ class _Relay:
         self.loop = loop
         self.ways = ways
         self.over: asyncio.Future[None] = loop.create_future()
+        self.idle: asyncio.TimerHandle | None = None  # while one way is over: the other's idle check
 
     def step(self, way: _Way) -> None:
         if way.done:
@@ -196,10 +201,26 @@ class _Relay:
         way.close()
         with contextlib.suppress(OSError), socket.socket(fileno=os.dup(way.dst)) as other:
             other.shutdown(socket.SHUT_WR)  # the other side's end of file (closing the dup closes nothing else)
-        if all(w.done for w in self.ways) and not self.over.done():
+        if all(w.done for w in self.ways):
+            self._finish()
+        elif self.idle is None:  # half open: the peer that closed may be gone for good (nothing tells)
+            self._check_idle(-1)
+
+    def _check_idle(self, seen: int) -> None:
+        """Over when the way still open moved nothing since the last look, HALF_OPEN_IDLE ago."""
+        way = next(w for w in self.ways if not w.done)
+        if way.moved == seen:
+            self._finish()
+        else:
+            self.idle = self.loop.call_later(HALF_OPEN_IDLE, self._check_idle, way.moved)
+
+    def _finish(self) -> None:
+        if not self.over.done():
             self.over.set_result(None)
 
     def stop(self) -> None:
+        if self.idle is not None:
+            self.idle.cancel()
         for way in self.ways:
             self._watch(way, read=False, write=False)
             way.close()
