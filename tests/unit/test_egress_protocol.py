@@ -329,3 +329,32 @@ def test_closing_a_sandboxs_proxy_ends_its_open_tunnels(tmp_path: Path) -> None:
         asyncio.run(main())
     finally:
         silent.close()
+
+
+def test_a_socks_client_that_stalls_or_speaks_another_version_is_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SOCKS5 greeting and request have the same deadline as an HTTP head (they had none);
+    a request or a sub-negotiation of another version opens nothing."""
+    import hutch.providers.local.egress as egress_module
+
+    monkeypatch.setattr(egress_module, "HEAD_TIMEOUT", 0.5)
+
+    def dropped(port: int, data: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # (10 s: far past the deadline)
+            s.sendall(data)
+            out = b""
+            while chunk := s.recv(100):
+                out += chunk
+            return out
+
+    def client(port: int, up: int) -> list[bytes]:
+        target = b"\x03\x07up.test" + struct.pack("!H", up)
+        return [
+            dropped(port, b"\x05"),  # a greeting cut short
+            dropped(port, b"\x05\x01\x02"),  # user name and password offered, then nothing
+            dropped(port, b"\x05\x01\x00" + b"\x04\x01\x00" + target),  # a request of version 4
+            dropped(port, b"\x05\x01\x02" + b"\x07\x01u\x01p"),  # a sub-negotiation of version 7
+        ]
+
+    outs, events = run_with_proxy(tmp_path, client)
+    assert outs == [b"", b"\x05\x02", b"\x05\x00", b"\x05\x02"], outs  # what was answered before each was dropped
+    assert events == []  # nothing was decided, nothing opened
