@@ -128,9 +128,13 @@ def test_cli_autostarts_the_daemon(hutch_home: Path) -> None:
         assert oct(sock.stat().st_mode & 0o777) == "0o600"
         ls = subprocess.run([sys.executable, "-m", "hutch", "list", "--json"], env=env, capture_output=True, text=True)
         assert ls.stdout.strip() == "[]", "run destroys its sandbox"
+        pid = int(st.stdout.split('"pid": ')[1].split(",")[0].split("}")[0])
     finally:
         subprocess.run([sys.executable, "-m", "hutch", "daemon", "stop"], env=env, capture_output=True, timeout=30)
     assert not (hutch_home / "hutchd.sock").exists()
+    with contextlib.suppress(FileNotFoundError):  # "stopped" means the process ended, not only its socket (a zombie
+        # has ended; this machine's pid 1 may be slow to reap it)
+        assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
 
 
 def test_bad_mounts_are_refused_and_leave_nothing(daemon: Daemon, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -214,6 +215,15 @@ def start(obj: Ctx) -> None:
     emit(st) if obj.json else click.echo(f"running (pid {st['pid']})")
 
 
+def _running(pid: int) -> bool:
+    """Whether the process is still there (a zombie has ended: its parent reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 @daemon.command()
 @click.option("--timeout", type=DURATION, default="10s", show_default=True, help="How long to wait before SIGKILL.")
 @json_option
@@ -231,7 +241,7 @@ def stop(obj: Ctx, timeout: float) -> None:
         if pid:
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while socket_answers(settings.socket_path) or (pid and daemon_pid(settings) == pid):
+    while socket_answers(settings.socket_path) or (pid and (daemon_pid(settings) == pid or _running(pid))):
         if time.monotonic() > deadline:
             if pid:
                 os.kill(pid, signal.SIGKILL)
