@@ -136,3 +136,5 @@ class PolicyChange(BaseModel):
     remove_hosts: list[str] | None = None
     ports: list[StrictInt] | None = None
     cidrs: list[str] | None = None
+    remove_ports: list[StrictInt] | None = None
+    remove_cidrs: list[str] | None = None

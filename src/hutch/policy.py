@@ -178,8 +178,11 @@ def apply_change(
     ports: list[int] | None = None,
     cidrs: list[str] | None = None,
     remove_hosts: list[str] | None = None,
+    remove_ports: list[int] | None = None,
+    remove_cidrs: list[str] | None = None,
 ) -> NetworkPolicy:
-    """The policy after ``hutch policy``: additions, a deny removes a matching allow, and back."""
+    """The policy after ``hutch policy``: additions, a deny removes a matching allow, and back;
+    removals last (a port or range given both ways ends up removed)."""
     allow = set(policy.allow_hosts)
     deny = set(policy.deny_hosts)
     for host in allow_hosts or []:
@@ -194,6 +197,10 @@ def apply_change(
         h = normalize_host(host, pattern=True)
         allow.discard(h)
         deny.discard(h)
+    try:
+        gone = {ipaddress.ip_network(c.strip()) for c in remove_cidrs or []}
+    except ValueError as exc:
+        raise InvalidError(f"invalid CIDR to remove: {exc}", hint="give it as it is allowed: see hutch policy SANDBOX") from exc
     new_mode = mode or policy.mode
     if new_mode == "none" and mode is None and (allow_hosts or ports or cidrs):
         new_mode = "allowlist"  # adding a rule to a sandbox without network turns the allowlist on
@@ -202,7 +209,7 @@ def apply_change(
             "mode": new_mode,
             "allow_hosts": sorted(allow) if new_mode != "none" else [],
             "deny_hosts": sorted(deny),
-            "ports": (policy.ports + (ports or [])) if new_mode != "none" else [],
-            "cidrs": (policy.cidrs + (cidrs or [])) if new_mode != "none" else [],
+            "ports": [p for p in policy.ports + (ports or []) if p not in (remove_ports or [])] if new_mode != "none" else [],
+            "cidrs": [c for c in policy.cidrs + (cidrs or []) if _network(c) not in gone] if new_mode != "none" else [],
         }
     ).check()

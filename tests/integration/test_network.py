@@ -560,3 +560,20 @@ def test_a_gated_policy_change_needs_an_approval_from_the_sdk_too(netd: Daemon) 
         assert box.policy.update(allow_hosts=["other.test"], approval=approval)["allow_hosts"] == ["allowed.test", "other.test"]
     finally:
         box.destroy()  # destroy is not gated for this sandbox
+
+
+def test_a_range_taken_back_is_closed_at_once_the_rest_kept(netd: Daemon, sbx: Sandbox, upstream: Upstream) -> None:
+    """--remove-cidr (and the SDK's remove_cidrs): the upstream's address, allowed by a CIDR,
+    is an ip_literal refusal again on the next connection; the other rules stay."""
+    before = sbx.policy.get()
+    sbx.policy.update(allow_cidrs=[f"{upstream.addr}/32", "192.0.2.0/24"])
+    code, out, err = curl(sbx, f"http://{upstream.addr}:8080/by-address")
+    assert code == 0 and "/by-address" in out, err
+    taken = sbx.policy.update(remove_cidrs=[f"{upstream.addr}/32"])
+    assert taken["cidrs"] == sorted(set(before["cidrs"]) | {"192.0.2.0/24"}) and taken["allow_hosts"] == before["allow_hosts"]
+    code, out, _ = curl(sbx, "-i", f"http://{upstream.addr}:8080/again")
+    assert "403 Forbidden" in out and "ip_literal" in out
+    with netd.client() as c:
+        last = c.events(sbx.id, types=["policy_changed"])[-1]["data"]
+    assert f"{upstream.addr}/32" in last["before"]["cidrs"] and f"{upstream.addr}/32" not in last["after"]["cidrs"]
+    assert sbx.policy.update(remove_cidrs=["192.0.2.0/24"]) == before  # (the module's sandbox as it was)

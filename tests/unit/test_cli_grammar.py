@@ -199,3 +199,4 @@ def test_a_forgotten_double_dash_gets_a_hint(cli: Any, args: list[str], fixed: s
 def test_an_unknown_option_before_the_command_is_just_unknown(cli: Any) -> None:  # noqa: F811
     code, _, err = cli("exec", "demo", "--bogus", "--", "true")
     assert code == 2 and "No such option" in err and "put the command after" not in err
+

@@ -169,6 +169,15 @@ def test_policy_changes() -> None:
     assert off.mode == "none" and off.allow_hosts == [] and off.ports == []
     with pytest.raises(InvalidError):
         apply_change(base, allow_hosts=["not a host"])
+    # a range or a port taken back, the rest kept; the range written as allowed or in another spelling
+    two = apply_change(back, ports=[9000], cidrs=["10.0.0.0/8"])
+    fewer = apply_change(two, remove_ports=[8443], remove_cidrs=["10.0.0.0/8"])
+    assert fewer.ports == [9000] and fewer.cidrs == ["203.0.113.0/24"] and fewer.allow_hosts == ["a.test"]
+    assert apply_change(two, remove_cidrs=["2001:db8::/32", "203.0.113.0/24"]).cidrs == ["10.0.0.0/8"]
+    assert sorted(apply_change(fewer, remove_ports=[9000]).effective_ports or []) == [80, 443]  # none left: the default
+    assert not check_target(fewer, "10.1.2.3", 9000)[0].allowed
+    with pytest.raises(InvalidError):
+        apply_change(two, remove_cidrs=["10.0.0.0/33"])
 
 
 @pytest.mark.parametrize(

@@ -118,6 +118,8 @@ def describe_network(r: wire.SandboxRecord) -> list[tuple[str, str]]:
 @click.option("--remove-host", "remove_hosts", multiple=True, metavar="HOST", help="Drop a host from both lists.")
 @click.option("--allow-port", "ports", multiple=True, type=int, metavar="PORT", help="Allow a port.")
 @click.option("--allow-cidr", "cidrs", multiple=True, metavar="CIDR", help="Allow an address range (private ones too).")
+@click.option("--remove-port", "remove_ports", multiple=True, type=int, metavar="PORT", help="No longer allow a port.")
+@click.option("--remove-cidr", "remove_cidrs", multiple=True, metavar="CIDR", help="No longer allow an address range.")
 @click.option(
     "--approval", metavar="ID", help="An approved request (apr_...) when the sandbox requires approval for network.change."
 )
@@ -134,12 +136,14 @@ def policy(
     remove_hosts: tuple[str, ...],
     ports: tuple[int, ...],
     cidrs: tuple[str, ...],
+    remove_ports: tuple[int, ...],
+    remove_cidrs: tuple[str, ...],
 ) -> None:
     """Show or change a sandbox's network policy, live: new connections follow it at once.
 
     Without options, prints the policy. Every change is recorded as a policy_changed event.
     """
-    body = policy_change(network, allow_hosts, deny_hosts, remove_hosts, ports, cidrs)
+    body = policy_change(network, allow_hosts, deny_hosts, remove_hosts, ports, cidrs, remove_ports, remove_cidrs)
     rec = obj.client.policy(sandbox, body, approval) if body else obj.client.get(sandbox)
     if obj.json:
         emit({"sandbox": rec["id"], "network": rec["spec"]["network"], "egress": rec.get("egress")})

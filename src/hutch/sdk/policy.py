@@ -31,6 +31,8 @@ class Policy:
         remove_hosts: list[str] | None = None,
         allow_ports: list[int] | None = None,
         allow_cidrs: list[str] | None = None,
+        remove_ports: list[int] | None = None,
+        remove_cidrs: list[str] | None = None,
         approval: str | None = None,
     ) -> wire.NetworkPolicy:
         """Change the policy; new connections follow it at once (a ``policy_changed`` event).
@@ -38,7 +40,8 @@ class Policy:
         ``approval``: the id of an approved request, when the sandbox requires one for
         ``network.change``. Returns the policy now in force.
         """
-        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        removed = (remove_ports, remove_cidrs)
+        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs, *removed)
         sbx = self._sbx
         sbx.info = sbx.client.policy(sbx.id, change, approval) if change else sbx.client.get(sbx.id)
         return sbx.network
@@ -69,6 +72,8 @@ class AsyncPolicy:
         remove_hosts: list[str] | None = None,
         allow_ports: list[int] | None = None,
         allow_cidrs: list[str] | None = None,
+        remove_ports: list[int] | None = None,
+        remove_cidrs: list[str] | None = None,
         approval: str | None = None,
     ) -> wire.NetworkPolicy:
         """Change the policy; new connections follow it at once (a ``policy_changed`` event).
@@ -76,7 +81,8 @@ class AsyncPolicy:
         ``approval``: the id of an approved request, when the sandbox requires one for
         ``network.change``. Returns the policy now in force.
         """
-        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs)
+        removed = (remove_ports, remove_cidrs)
+        change = policy_change(network, allow_hosts, deny_hosts, remove_hosts, allow_ports, allow_cidrs, *removed)
         sbx = self._sbx
         sbx.info = await sbx.client.policy(sbx.id, change, approval) if change else await sbx.client.get(sbx.id)
         return sbx.network

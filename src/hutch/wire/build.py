@@ -409,6 +409,8 @@ def policy_change(
     remove_hosts: Sequence[str] | None = None,
     ports: Sequence[int] | None = None,
     cidrs: Sequence[str] | None = None,
+    remove_ports: Sequence[int] | None = None,
+    remove_cidrs: Sequence[str] | None = None,
 ) -> PolicyChange:
     """What to change in a live sandbox's policy; empty when nothing is (then only show it)."""
     change: PolicyChange = {}
@@ -424,6 +426,10 @@ def policy_change(
         change["ports"] = list(ports)
     if cidrs:
         change["cidrs"] = list(cidrs)
+    if remove_ports:
+        change["remove_ports"] = list(remove_ports)
+    if remove_cidrs:
+        change["remove_cidrs"] = list(remove_cidrs)
     return change
 
 

@@ -97,6 +97,8 @@ class PolicyChange(TypedDict, total=False):
     remove_hosts: list[str] | None  # dropped from both lists
     ports: list[int] | None
     cidrs: list[str] | None
+    remove_ports: list[int] | None  # no longer allowed (none left: the mode's default ports again)
+    remove_cidrs: list[str] | None  # no longer allowed
 
 
 class SandboxSpec(TypedDict, total=False):
