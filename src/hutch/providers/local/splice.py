@@ -208,13 +208,15 @@ class _Relay:
 
     def _check_idle(self, seen: int) -> None:
         """Over when the way still open moved nothing since the last look, HALF_OPEN_IDLE ago."""
-        way = next(w for w in self.ways if not w.done)
-        if way.moved == seen:
+        way = next((w for w in self.ways if not w.done), None)
+        if way is None or way.moved == seen:
             self._finish()
         else:
             self.idle = self.loop.call_later(HALF_OPEN_IDLE, self._check_idle, way.moved)
 
     def _finish(self) -> None:
+        if self.idle is not None:  # (a check due in the same turn as the end finds nothing to do)
+            self.idle.cancel()
         if not self.over.done():
             self.over.set_result(None)
 
